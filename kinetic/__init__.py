@@ -1,0 +1,76 @@
+"""Kinetic: run a decorated Python function as a durable job and await its handle.
+
+The blocking API lives here; the async originals, with the same names, in
+:mod:`kinetic.aio` (and on every decorated function as ``fn.aio``)::
+
+    import kinetic
+
+    @kinetic.run(accelerator="cpu")
+    def square(x):
+        return x * x
+
+    square(3)                      # 9: runs as a job, blocks for the value
+    job = square.run_async(3)      # kinetic.JobHandle
+    job.result()                   # 9
+"""
+
+from __future__ import annotations
+
+from kinetic import aio
+from kinetic._core.status import JobStatus, StatusReport
+from kinetic._exceptions import (
+    AcceleratorError,
+    BackendError,
+    BatchError,
+    BlockingCallError,
+    ConfigError,
+    DataError,
+    InvalidFunctionError,
+    JobCancelledError,
+    JobError,
+    JobFailedError,
+    JobNotFoundError,
+    JobTimeoutError,
+    KineticError,
+    ObjectNotFoundError,
+    ProfileError,
+    RemoteError,
+    ResultError,
+    SerializationError,
+    StorageError,
+)
+from kinetic._sync.api import JobHandle, RemoteFunction, attach, list_jobs, run
+from kinetic._sync.portal import KineticBlockingWarning
+from kinetic._version import __version__
+
+__all__ = [
+    "AcceleratorError",
+    "BackendError",
+    "BatchError",
+    "BlockingCallError",
+    "ConfigError",
+    "DataError",
+    "InvalidFunctionError",
+    "JobCancelledError",
+    "JobError",
+    "JobFailedError",
+    "JobHandle",
+    "JobNotFoundError",
+    "JobStatus",
+    "JobTimeoutError",
+    "KineticBlockingWarning",
+    "KineticError",
+    "ObjectNotFoundError",
+    "ProfileError",
+    "RemoteError",
+    "RemoteFunction",
+    "ResultError",
+    "SerializationError",
+    "StatusReport",
+    "StorageError",
+    "__version__",
+    "aio",
+    "attach",
+    "list_jobs",
+    "run",
+]

@@ -1,0 +1,141 @@
+"""Detached processes that outlive us: spawn, identify, await exit, signal.
+
+A job is started through ``/bin/sh`` in a new session: the session leader
+forks a subshell that runs the runner and then records the runner's exit
+status, and exits at once, so the job is re-parented to init and never
+becomes our zombie. We follow the subshell by pid *and* start time (so a
+recycled pid is never mistaken for the job) and learn of its exit through a
+pidfd, which works for processes that are not our children.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import signal
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+
+from kinetic._exceptions import BackendError
+
+# $1: the log file, $2: the exit-status file; the rest is the command.
+_WRAPPER = """
+log=$1; status=$2; shift 2
+( "$@" > "$log" 2>&1 < /dev/null; echo $? > "$status.tmp" && mv "$status.tmp" "$status" ) &
+echo $!
+"""
+
+
+@dataclass(frozen=True)
+class ProcessRef:
+    """A process identified across pid reuse."""
+
+    pid: int
+    start_ticks: int
+    pgid: int
+
+    def to_dict(self) -> dict[str, int]:
+        return {"pid": self.pid, "start_ticks": self.start_ticks, "pgid": self.pgid}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, object]) -> ProcessRef:
+        return cls(int(str(d["pid"])), int(str(d["start_ticks"])), int(str(d["pgid"])))
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    # The command name may contain spaces and parentheses: split after the last ')'.
+    return raw[raw.rindex(")") + 2 :].split()
+
+
+def start_ticks(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot, or None if it is gone."""
+    fields = _stat_fields(pid)
+    return int(fields[19]) if fields else None
+
+
+def is_alive(ref: ProcessRef) -> bool:
+    """Whether the very process ``ref`` names is still running (zombies count as gone)."""
+    fields = _stat_fields(ref.pid)
+    return bool(fields) and fields[0] != "Z" and int(fields[19]) == ref.start_ticks  # type: ignore[index]
+
+
+def spawn_detached(
+    argv: Sequence[str], *, log_file: Path, status_file: Path, cwd: Path, env: Mapping[str, str]
+) -> ProcessRef:
+    """Start ``argv`` detached in its own session. Blocking: call from a worker thread.
+
+    :raises BackendError: when the process cannot be started.
+    """
+    try:
+        launcher = subprocess.run(
+            ["/bin/sh", "-c", _WRAPPER, "kinetic-job", str(log_file), str(status_file), *argv],
+            cwd=cwd,
+            env=dict(env),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            check=True,
+            timeout=30,
+        )
+        pid = int(launcher.stdout.decode().strip())
+    except (OSError, subprocess.SubprocessError, ValueError) as exc:
+        raise BackendError(f"could not start the job process: {exc}") from exc
+    ticks = start_ticks(pid)
+    if ticks is None:
+        # It already finished; record an identity that can never match a live process.
+        ticks = -1
+    # The session leader was the launcher shell: its pid is the job's process group.
+    return ProcessRef(pid=pid, start_ticks=ticks, pgid=os.getpgid(pid) if ticks >= 0 else pid)
+
+
+async def wait_exit(ref: ProcessRef, *, poll_cap: float = 0.5) -> None:
+    """Return once the process ``ref`` names has exited.
+
+    Uses a pidfd (readable when the process ends). Where the kernel offers none,
+    falls back to checking ``/proc`` with a backoff capped at ``poll_cap`` seconds.
+    Cancellable at any point.
+    """
+    if not is_alive(ref):
+        return
+    fd = _pidfd(ref.pid)
+    if fd is not None:
+        try:
+            if not is_alive(ref):  # the pid may have been recycled before pidfd_open
+                return
+            await anyio.wait_readable(fd)
+        finally:
+            os.close(fd)
+        return
+    delay = 0.005
+    while is_alive(ref):
+        await anyio.sleep(delay)
+        delay = min(delay * 2, poll_cap)
+
+
+def _pidfd(pid: int) -> int | None:
+    try:
+        return os.pidfd_open(pid)
+    except ProcessLookupError:
+        return None
+    except (AttributeError, OSError) as exc:
+        if isinstance(exc, OSError) and exc.errno not in (errno.ENOSYS, errno.EPERM, errno.EINVAL):
+            raise
+        return None
+
+
+def signal_group(ref: ProcessRef, sig: int = signal.SIGTERM) -> None:
+    """Send ``sig`` to the job's process group, if the job is still alive."""
+    if not is_alive(ref):
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(ref.pgid, sig)

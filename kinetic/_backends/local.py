@@ -1,0 +1,219 @@
+"""The local backend: each job is a detached process group running ``runner``.
+
+Theory of operation. Submission stores the job's spec, payload and handle in a
+local directory store, then :meth:`LocalBackend.launch` starts
+``python -m runner`` (the current interpreter) in a new session through a tiny
+shell wrapper, with output going to the job's ``logs.txt`` and the runner's
+exit status to ``exit_code``. The launch record (pid, start time, process
+group) lets any process, not only the submitter, tell whether the job is alive.
+
+Status is derived from records plus liveness (see
+:func:`kinetic._core.status.status_from_local_records`): the runner's final
+record wins; a process that vanished without one is FAILED, with the signal or
+exit status as the reason. Waiting uses a pidfd, not a polling loop.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.to_thread
+
+import runner
+from kinetic._backends._process import (
+    ProcessRef,
+    is_alive,
+    signal_group,
+    spawn_detached,
+    wait_exit,
+)
+from kinetic._backends.base import JobRef, StatusCallback
+from kinetic._core.status import StatusReport, status_from_local_records
+from kinetic._exceptions import ObjectNotFoundError
+from kinetic._storage.local import LocalStorage
+from runner import protocol
+
+_LAUNCH = "launch.json"
+_EXIT = "exit_code"
+_CANCEL = "cancel.json"
+_CANCEL_GRACE = 3.0
+_LOG_POLL = 0.1  # no portable "file grew" event: tailing re-reads at this pace
+
+
+class LocalBackend:
+    """Runs jobs as local processes; storage is a directory.
+
+    :param root: the local root (``KINETIC_LOCAL_ROOT``); objects live in ``root/storage``.
+    """
+
+    name = "local"
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root).absolute()
+        self.storage = LocalStorage(self.root / "storage")
+
+    def __repr__(self) -> str:
+        return f"LocalBackend({str(self.root)!r})"
+
+    def output_dir(self, job_id: str) -> str:
+        """Where ``KINETIC_OUTPUT_DIR`` points for a job."""
+        return str(self.root / "outputs" / job_id)
+
+    def _key(self, job: JobRef, name: str) -> str:
+        return f"{job.job_id}/{name}"
+
+    async def launch(self, job: JobRef) -> None:
+        job_dir = self.storage.path_for(job.job_id)
+        env = dict(os.environ)
+        env["PYTHONUNBUFFERED"] = "1"  # so followed logs arrive as they are printed
+        # Make our own `runner` importable even when Kinetic runs from a source tree.
+        runner_home = str(Path(runner.__file__).resolve().parent.parent)
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (env.get("PYTHONPATH", ""), runner_home) if p
+        )
+        argv = [
+            sys.executable,
+            "-m",
+            "runner",
+            "--storage",
+            self.storage.url,
+            "--job-id",
+            job.job_id,
+        ]
+
+        def _spawn() -> ProcessRef:
+            job_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            return spawn_detached(
+                argv,
+                log_file=self.storage.path_for(protocol.logs_key(job.job_id)),
+                status_file=self.storage.path_for(self._key(job, _EXIT)),
+                cwd=job_dir,  # not the user's cwd: a local `runner` package must not shadow ours
+                env=env,
+            )
+
+        ref = await anyio.to_thread.run_sync(_spawn)
+        await self.storage.write(self._key(job, _LAUNCH), protocol.dump_json(ref.to_dict()))
+
+    async def _read_json(self, key: str) -> Any:
+        try:
+            return protocol.load_json(await self.storage.read(key))
+        except ObjectNotFoundError:
+            return None
+
+    async def _process(self, job: JobRef) -> ProcessRef | None:
+        launch = await self._read_json(self._key(job, _LAUNCH))
+        return None if launch is None else ProcessRef.from_dict(launch)
+
+    async def status(self, job: JobRef) -> StatusReport:
+        final = await self._read_json(protocol.final_key(job.job_id))
+        if final is not None:
+            return status_from_local_records(
+                final=final, cancelled=False, launched=True, alive=False, exit_code=None
+            )
+        ref = await self._process(job)
+        alive = ref is not None and is_alive(ref)
+        exit_code = None
+        if ref is not None and not alive:
+            # The runner writes its final record before exiting: look again.
+            final = await self._read_json(protocol.final_key(job.job_id))
+            raw = await self._read_json(self._key(job, _EXIT))
+            exit_code = raw if isinstance(raw, int) else None
+        if ref is None and not await self.storage.exists(protocol.handle_key(job.job_id)):
+            from kinetic._core.status import JobStatus
+
+            return StatusReport(JobStatus.NOT_FOUND, reason="no records for this job")
+        return status_from_local_records(
+            final=final,
+            cancelled=await self.storage.exists(self._key(job, _CANCEL)),
+            launched=ref is not None,
+            alive=alive,
+            exit_code=exit_code,
+        )
+
+    async def wait(self, job: JobRef, on_change: StatusCallback | None = None) -> StatusReport:
+        last = None
+        while True:
+            report = await self.status(job)
+            if on_change is not None and report.status != last:
+                await on_change(report)
+            last = report.status
+            if report.status.is_terminal:
+                return report
+            ref = await self._process(job)
+            if ref is None:
+                # Submitted but not launched yet (another process is launching it).
+                await anyio.sleep(_LOG_POLL)
+            else:
+                await wait_exit(ref)
+
+    async def logs(self, job: JobRef, *, tail: int | None = None) -> str:
+        try:
+            text = (await self.storage.read(protocol.logs_key(job.job_id))).decode(
+                errors="replace"
+            )
+        except ObjectNotFoundError:
+            return ""
+        if tail is not None:
+            lines = text.splitlines(keepends=True)
+            text = "".join(lines[-tail:]) if tail > 0 else ""
+        return text
+
+    async def follow_logs(self, job: JobRef) -> AsyncIterator[str]:
+        path = self.storage.path_for(protocol.logs_key(job.job_id))
+        offset = 0
+        while True:
+            # Decide "over" before reading, so output written just before the end is not lost.
+            over = (await self.status(job)).status.is_terminal
+            chunk = await anyio.to_thread.run_sync(_read_from, path, offset)
+            if chunk:
+                offset += len(chunk)
+                yield chunk.decode(errors="replace")
+                continue
+            if over:
+                return
+            await anyio.sleep(_LOG_POLL)
+
+    async def cancel(self, job: JobRef) -> None:
+        if await self.storage.exists(protocol.final_key(job.job_id)):
+            return  # already over: nothing to cancel, and its record must stay truthful
+        await self.storage.write(self._key(job, _CANCEL), protocol.dump_json({"cancelled": True}))
+        ref = await self._process(job)
+        if ref is None:
+            return
+        signal_group(ref, signal.SIGTERM)
+        with anyio.move_on_after(_CANCEL_GRACE):
+            await wait_exit(ref)
+            return
+        signal_group(ref, signal.SIGKILL)
+        await wait_exit(ref)
+
+    async def list_job_ids(self) -> list[str]:
+        def _scan() -> list[str]:
+            root = self.storage.root
+            if not root.is_dir():
+                return []
+            return sorted(
+                entry.name
+                for entry in os.scandir(root)
+                if entry.name.startswith("job-") and (Path(entry.path) / "handle.json").is_file()
+            )
+
+        return await anyio.to_thread.run_sync(_scan)
+
+    async def aclose(self) -> None:
+        return None
+
+
+def _read_from(path: Path, offset: int) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            return f.read(1 << 20)
+    except FileNotFoundError:
+        return b""

@@ -1,0 +1,132 @@
+"""Where a job goes: pure resolution of settings.
+
+Every field resolves with the precedence *argument > ``KINETIC_*`` environment
+variable > active profile > default*. The project additionally falls back to
+``GOOGLE_CLOUD_PROJECT``. With no project anywhere, the backend is ``local``.
+The inputs (environment, profiles document) are passed in, so this module does
+no IO and is tested without touching the machine.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kinetic._exceptions import ConfigError, ProfileError, format_choices
+
+BACKENDS = ("local", "gke", "pathways")
+DEFAULT_ZONE = "us-central1-a"
+DEFAULT_CLUSTER = "kinetic-cluster"
+DEFAULT_NAMESPACE = "default"
+PROFILE_FIELDS = ("project", "zone", "cluster", "namespace")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The resolved target of a job."""
+
+    backend: str
+    project: str | None
+    zone: str
+    cluster: str
+    namespace: str
+    local_root: str
+    backend_was_defaulted: bool = False
+    """True when no backend was asked for and none could be inferred from a project."""
+
+    @property
+    def bucket_name(self) -> str:
+        """The jobs bucket: ``{project}-kn-{cluster}-jobs`` (GCS backends only)."""
+        if not self.project:
+            raise ConfigError("no GCP project configured: set KINETIC_PROJECT or pass project=")
+        return f"{self.project}-kn-{self.cluster}-jobs"
+
+
+def parse_profiles(document: Any, source: str) -> tuple[str | None, dict[str, dict[str, str]]]:
+    """Validate a parsed profiles document; return (current profile name, profiles).
+
+    :raises ProfileError: naming ``source`` when the document is malformed.
+    """
+    if not isinstance(document, dict):
+        raise ProfileError(f"malformed profiles file {source}: expected a JSON object")
+    current = document.get("current")
+    if current is not None and not isinstance(current, str):
+        raise ProfileError(f"malformed profiles file {source}: 'current' must be a string")
+    raw = document.get("profiles", {})
+    if not isinstance(raw, dict):
+        raise ProfileError(f"malformed profiles file {source}: 'profiles' must be an object")
+    profiles: dict[str, dict[str, str]] = {}
+    for name, fields in raw.items():
+        if not isinstance(fields, dict) or not all(
+            isinstance(v, str) for k, v in fields.items() if k in PROFILE_FIELDS
+        ):
+            raise ProfileError(
+                f"malformed profiles file {source}: profile {name!r} must map "
+                f"{format_choices(PROFILE_FIELDS)} to strings"
+            )
+        profiles[name] = {k: v for k, v in fields.items() if k in PROFILE_FIELDS}
+    if current is not None and current not in profiles:
+        current = None  # a stale pointer is not worth failing a job for
+    return current, profiles
+
+
+def resolve_settings(
+    *,
+    backend: str | None = None,
+    project: str | None = None,
+    zone: str | None = None,
+    cluster: str | None = None,
+    namespace: str | None = None,
+    env: Mapping[str, str],
+    profile: Mapping[str, str] | None,
+    home: str,
+) -> Settings:
+    """Resolve every setting with precedence argument > env > profile > default.
+
+    :raises ConfigError: for an unknown backend.
+    """
+    prof = profile or {}
+
+    def pick(arg: str | None, var: str, field: str) -> str | None:
+        return arg or env.get(var) or prof.get(field) or None
+
+    resolved_project = pick(project, "KINETIC_PROJECT", "project") or env.get(
+        "GOOGLE_CLOUD_PROJECT"
+    )
+    chosen = backend or env.get("KINETIC_BACKEND")
+    defaulted = False
+    if chosen is None:
+        chosen = "gke" if resolved_project else "local"
+        defaulted = resolved_project is None
+    if chosen not in BACKENDS:
+        raise ConfigError(f"unknown backend {chosen!r}; valid backends: {format_choices(BACKENDS)}")
+    return Settings(
+        backend=chosen,
+        project=resolved_project,
+        zone=pick(zone, "KINETIC_ZONE", "zone") or DEFAULT_ZONE,
+        cluster=pick(cluster, "KINETIC_CLUSTER", "cluster") or DEFAULT_CLUSTER,
+        namespace=pick(namespace, "KINETIC_NAMESPACE", "namespace") or DEFAULT_NAMESPACE,
+        local_root=env.get("KINETIC_LOCAL_ROOT") or os.path.join(home, ".kinetic", "local"),
+        backend_was_defaulted=defaulted,
+    )
+
+
+def capture_env(patterns: list[str] | None, environ: Mapping[str, str]) -> dict[str, str]:
+    """Select variables to send with the job: exact names, or ``PREFIX*`` patterns.
+
+    :raises ConfigError: when ``patterns`` is not a list of strings.
+    """
+    if not patterns:
+        return {}
+    if isinstance(patterns, str) or not all(isinstance(p, str) for p in patterns):
+        raise ConfigError("capture_env_vars must be a list of names or 'PREFIX*' patterns")
+    captured: dict[str, str] = {}
+    for pattern in patterns:
+        if pattern.endswith("*"):
+            prefix = pattern[:-1]
+            captured.update({k: v for k, v in environ.items() if k.startswith(prefix)})
+        elif pattern in environ:
+            captured[pattern] = environ[pattern]
+    return captured

@@ -1,0 +1,180 @@
+"""``kinetic.aio.JobHandle``: a job's durable record plus async methods to follow it.
+
+A handle is plain data (see :class:`~kinetic._core.records.JobRecord`); the
+backend and storage it talks to are found from its fields, so a handle made
+in one process works in another. Cancelling an awaited method never cancels
+the job itself: only :meth:`JobHandle.cancel` does.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import anyio
+import anyio.to_thread
+
+from kinetic._backends.base import Backend
+from kinetic._core.records import JobRecord
+from kinetic._core.status import JobStatus, StatusReport
+from kinetic._engine import runtime
+from kinetic._engine.results import load_payload, unwrap
+from kinetic._exceptions import (
+    JobCancelledError,
+    JobFailedError,
+    JobNotFoundError,
+    JobTimeoutError,
+    ObjectNotFoundError,
+    ResultError,
+)
+from runner import protocol
+
+logger = logging.getLogger("kinetic")
+
+StatusChangeCallback = Callable[[JobStatus], Awaitable[None] | None]
+
+
+class JobHandle(JobRecord):
+    """A submitted job. Fields as :class:`JobRecord`; methods are coroutines."""
+
+    def _backend(self) -> Backend:
+        return runtime.backend_for_location(self.backend, self.bucket_name, self.namespace)
+
+    async def status(self) -> JobStatus:
+        """The job's current status."""
+        return (await self._backend().status(self)).status
+
+    async def status_report(self) -> StatusReport:
+        """The status with its details: why it failed, or why it is stuck pending."""
+        return await self._backend().status(self)
+
+    async def logs(self, follow: bool = False) -> str | None:
+        """The job's output so far; with ``follow=True``, print it as it comes until the
+        job ends, and return None."""
+        backend = self._backend()
+        if not follow:
+            return await backend.logs(self)
+        async for chunk in backend.follow_logs(self):
+            sys.stdout.write(chunk)
+            sys.stdout.flush()
+        return None
+
+    def iter_logs(self) -> AsyncIterator[str]:
+        """Yield the job's output in chunks from its start until it ends."""
+        return self._backend().follow_logs(self)
+
+    async def tail(self, n: int = 100) -> str:
+        """The last ``n`` lines of the job's output."""
+        return await self._backend().logs(self, tail=n)
+
+    async def result(
+        self,
+        timeout: float | None = None,
+        cleanup: bool | None = None,
+        stream_logs: bool | None = None,
+        on_status_change: StatusChangeCallback | None = None,
+    ) -> Any:
+        """Wait for the job and return its value, or raise what it ended with.
+
+        :param timeout: seconds to wait; ``None`` waits for as long as the job runs.
+        :param cleanup: delete the job's stored artifacts once its result is in hand
+            (default True, False for debug jobs).
+        :param stream_logs: print the job's output while waiting (default False).
+        :param on_status_change: called (or awaited) with each new status, the first
+            observation and the terminal one included; its exceptions are logged and
+            swallowed.
+        :raises JobTimeoutError: when ``timeout`` passes; the job keeps running.
+        :raises JobCancelledError: when the job was cancelled.
+        :raises JobFailedError: when it failed outside the user's code or ended via
+            ``SystemExit``/a signal (the message names the phase).
+        :raises ResultError: when its result is missing or corrupted.
+        :raises Exception: the user's own exception, with the remote traceback as a note.
+
+        Cancelling this call leaves the job running.
+        """
+        if cleanup is None:
+            cleanup = not self.debug
+        backend = self._backend()
+
+        async def notify(report: StatusReport) -> None:
+            if on_status_change is None:
+                return
+            try:
+                outcome = on_status_change(report.status)
+                if inspect.isawaitable(outcome):
+                    await outcome
+            except Exception:
+                logger.exception("on_status_change callback failed for job %s", self.job_id)
+
+        report: StatusReport | None = None
+        with anyio.move_on_after(timeout) as scope:
+            if stream_logs:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(self.logs, True)
+                    report = await backend.wait(self, notify)
+            else:
+                report = await backend.wait(self, notify)
+        if scope.cancelled_caught or report is None:
+            raise JobTimeoutError(f"timed out after {timeout}s waiting for job {self.job_id}")
+
+        value = await self._collect(report)
+        if cleanup:
+            try:
+                await self.cleanup(k8s=True, gcs=True)
+            except Exception:
+                logger.warning("could not clean up job %s after collecting its result", self.job_id)
+        return value
+
+    async def _collect(self, report: StatusReport) -> Any:
+        if report.status is JobStatus.NOT_FOUND:
+            raise JobNotFoundError(f"job {self.job_id} not found in {self.bucket_name}")
+        storage = self._backend().storage
+        try:
+            data = await storage.read(protocol.result_key(self.job_id))
+        except ObjectNotFoundError:
+            if report.cancelled:
+                raise JobCancelledError(f"job {self.job_id} was cancelled", job_id=self.job_id) from None
+            if report.status is JobStatus.FAILED and not await storage.exists(
+                protocol.final_key(self.job_id)
+            ):
+                raise JobFailedError(
+                    f"job {self.job_id} failed: {report.reason}", job_id=self.job_id, phase=report.phase
+                ) from None
+            raise ResultError(
+                f"the result of job {self.job_id} is missing from {storage.url}", job_id=self.job_id
+            ) from None
+        payload = await anyio.to_thread.run_sync(load_payload, data, self.job_id)
+        return unwrap(payload, self.job_id)
+
+    async def cancel(self) -> None:
+        """End the job if it is still running (its process group, or its Kubernetes Job)."""
+        await self._backend().cancel(self)
+
+    async def cleanup(self, k8s: bool = True, gcs: bool = True) -> None:
+        """Stop the job's compute resources (``k8s``) and delete its stored artifacts (``gcs``).
+
+        Shared, content-addressed artifacts (context archives) are kept.
+        """
+        backend = self._backend()
+        if k8s:
+            await backend.cancel(self)
+        if gcs:
+            await backend.storage.delete_prefix(f"{self.job_id}/")
+
+
+async def load_handle(backend: Backend, job_id: str) -> JobHandle:
+    """Read a job's stored handle.
+
+    :raises JobNotFoundError: when the job has no stored handle.
+    """
+    try:
+        data = await backend.storage.read(protocol.handle_key(job_id))
+    except ObjectNotFoundError:
+        raise JobNotFoundError(f"no job {job_id!r} in {backend.storage.url}") from None
+    try:
+        return JobHandle.from_dict(protocol.load_json(data))
+    except (ValueError, TypeError) as exc:
+        raise ResultError(f"the stored handle of job {job_id} is corrupted: {exc}", job_id=job_id) from exc

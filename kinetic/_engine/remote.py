@@ -1,0 +1,169 @@
+"""``kinetic.aio.run``: the async decorator and the functions it makes."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping
+from typing import Any, Generic, ParamSpec, TypeVar, overload
+
+import anyio
+
+from kinetic._core.config import BACKENDS
+from kinetic._core.functions import check_function
+from kinetic._core.ids import check_job_id
+from kinetic._engine import runtime
+from kinetic._engine.handle import JobHandle, load_handle
+from kinetic._engine.submit import RunOptions, submit
+from kinetic._exceptions import ConfigError
+from kinetic._settings import load_settings
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class AsyncRemoteFunction(Generic[P, R]):
+    """A function that runs as a job when called. ``await f(...)`` returns its value.
+
+    Works on methods too: accessed through an instance, the instance is sent
+    as the first argument.
+    """
+
+    def __init__(self, fn: Callable[P, R], options: RunOptions) -> None:
+        self.__wrapped__ = check_function(fn)
+        self.options = options
+        functools.update_wrapper(self, fn)
+
+    def __repr__(self) -> str:
+        return f"<kinetic remote function {getattr(self.__wrapped__, '__qualname__', '?')}>"
+
+    async def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        """Run the call as a job, print its output, and return its value.
+
+        :raises: as :meth:`JobHandle.result`, and as :meth:`run_async` for bad input.
+        """
+        handle = await self.run_async(*args, **kwargs)
+        value: R = await handle.result(stream_logs=not self.options.debug)
+        return value
+
+    async def run_async(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle:
+        """Submit the call as a job; return its handle once it is launched.
+
+        :raises ConfigError: for invalid settings; :raises SerializationError: when an
+            argument cannot be pickled. In both cases nothing is left behind.
+        """
+        return await submit(self.__wrapped__, args, kwargs, self.options)
+
+    @overload
+    def __get__(self, instance: None, owner: type[Any]) -> AsyncRemoteFunction[P, R]: ...
+    @overload
+    def __get__(self, instance: object, owner: type[Any]) -> AsyncRemoteFunction[..., R]: ...
+    def __get__(self, instance: object | None, owner: type[Any]) -> AsyncRemoteFunction[..., R]:
+        if instance is None:
+            return self
+        return AsyncRemoteFunction(functools.partial(self.__wrapped__, instance), self.options)
+
+
+def run(
+    accelerator: str | None = None,
+    container_image: str | None = None,
+    base_image_repo: str | None = None,
+    zone: str | None = None,
+    project: str | None = None,
+    capture_env_vars: list[str] | None = None,
+    cluster: str | None = None,
+    backend: str | None = None,
+    namespace: str | None = None,
+    volumes: Mapping[str, Any] | None = None,
+    spot: bool = False,
+    output_dir: str | None = None,
+    debug: bool = False,
+) -> Callable[[Callable[P, R]], AsyncRemoteFunction[P, R]]:
+    """Decorate a function so that calling it runs it as a job; the async original.
+
+    :param accelerator: ``"cpu"``, ``"cpu:4"``, ``"gpu-l4"``, ``"tpu-v5litepod-4"``, ...
+        (``:spot`` suffix allowed). Default: ``"cpu"`` on the local backend, the
+        original's ``"tpu-v5e-1"`` on GKE.
+    :param container_image: a custom image URI for GKE jobs.
+    :param base_image_repo: repository of prebuilt base images (GKE, prebuilt mode).
+    :param zone, project, cluster, namespace: GCP/GKE target; each falls back to
+        ``KINETIC_<NAME>``, then the active profile, then the default.
+    :param capture_env_vars: names, or ``PREFIX*`` patterns, of variables sent to the job.
+    :param backend: ``"local"``, ``"gke"`` or ``"pathways"``; default ``local`` when no
+        GCP project is configured, else ``gke``.
+    :param volumes: absolute mount path -> ``kinetic.Data``.
+    :param spot: run on spot/preemptible capacity.
+    :param output_dir: the job's ``KINETIC_OUTPUT_DIR`` (default under the job's storage).
+    :param debug: keep the job's artifacts after its result is collected.
+    :raises ConfigError: for invalid arguments, at decoration time.
+    :raises InvalidFunctionError: when the decorated object cannot run as a job.
+    """
+    options = RunOptions(
+        accelerator=accelerator,
+        container_image=container_image,
+        base_image_repo=base_image_repo,
+        zone=zone,
+        project=project,
+        capture_env_vars=tuple(capture_env_vars) if capture_env_vars is not None else None,
+        cluster=cluster,
+        backend=backend,
+        namespace=namespace,
+        volumes=volumes,
+        spot=spot,
+        output_dir=output_dir,
+        debug=debug,
+    )
+
+    def decorate(fn: Callable[P, R]) -> AsyncRemoteFunction[P, R]:
+        return AsyncRemoteFunction(fn, options)
+
+    return decorate
+
+
+async def attach(
+    job_id: str,
+    project: str | None = None,
+    cluster: str | None = None,
+    backend: str | None = None,
+) -> JobHandle:
+    """Rebuild the handle of a job submitted by any process, from its stored record.
+
+    :raises ConfigError: when ``job_id`` is malformed (a path, say).
+    :raises JobNotFoundError: when no such job is recorded.
+    """
+    check_job_id(job_id)
+    settings = load_settings(backend=backend, project=project, cluster=cluster)
+    return await load_handle(runtime.backend_for_settings(settings), job_id)
+
+
+async def list_jobs(
+    project: str | None = None,
+    zone: str | None = None,
+    cluster: str | None = None,
+    namespace: str | None = None,
+    backend: str | None = None,
+) -> list[JobHandle]:
+    """Handles of the jobs recorded in the configured place, newest first.
+
+    Handles are loaded concurrently; a job whose record cannot be read is skipped.
+    """
+    if backend is not None and backend not in BACKENDS:
+        raise ConfigError(f"unknown backend {backend!r}")
+    settings = load_settings(
+        backend=backend, project=project, zone=zone, cluster=cluster, namespace=namespace
+    )
+    target = runtime.backend_for_settings(settings)
+    ids = await target.list_job_ids()
+    handles: list[JobHandle] = []
+    limiter = anyio.CapacityLimiter(32)
+
+    async def _load(job_id: str) -> None:
+        async with limiter:
+            try:
+                handles.append(await load_handle(target, job_id))
+            except Exception:  # noqa: BLE001 - a half-deleted job must not hide the others
+                return
+
+    async with anyio.create_task_group() as tg:
+        for job_id in ids:
+            tg.start_soon(_load, job_id)
+    return sorted(handles, key=lambda h: (h.created_at, h.job_id), reverse=True)

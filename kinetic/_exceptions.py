@@ -1,0 +1,204 @@
+"""Kinetic's exception tree.
+
+Every error Kinetic raises on its own behalf derives from :class:`KineticError`.
+Errors of the user's function are not wrapped: they are re-raised as their
+original type with the remote traceback attached as a note. Errors of
+foreign libraries (aiohttp, kubernetes-asyncio, httpx, OS errors at the IO
+edges) are translated into this tree where they happen, with the original
+exception chained as ``__cause__``.
+
+Where a Kinetic error also means what a builtin means (an invalid argument,
+a timeout), it inherits the builtin too, so ``except ValueError`` keeps working::
+
+    KineticError
+    ├── ConfigError (ValueError)          bad options, unknown backend, bad mount path
+    │   ├── ProfileError                  malformed ~/.kinetic/profiles.json
+    │   ├── AcceleratorError              unparseable or unservable accelerator
+    │   └── DataError                     bad ``Data`` argument
+    ├── InvalidFunctionError (TypeError)  the decorated object cannot run as a job
+    ├── SerializationError                function or argument cannot be pickled
+    ├── JobNotFoundError (LookupError)    no such job / batch
+    ├── JobError                          a job ended without a value
+    │   ├── JobFailedError                runner failed or vanished, SystemExit, ...
+    │   ├── ResultError                   result payload missing or corrupted
+    │   ├── JobCancelledError             the job was cancelled
+    │   └── RemoteError                   user exception whose type could not be rebuilt
+    ├── BatchError                        some inputs of a batch failed
+    ├── JobTimeoutError (TimeoutError)    waiting exceeded the caller's timeout
+    ├── StorageError                      object storage failed
+    │   └── ObjectNotFoundError (LookupError)
+    ├── BackendError                      the execution backend failed
+    └── BlockingCallError (RuntimeError)  sync API called from Kinetic's own loop thread
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+__all__ = [
+    "AcceleratorError",
+    "BackendError",
+    "BatchError",
+    "BlockingCallError",
+    "ConfigError",
+    "DataError",
+    "InvalidFunctionError",
+    "JobCancelledError",
+    "JobError",
+    "JobFailedError",
+    "JobNotFoundError",
+    "JobTimeoutError",
+    "KineticError",
+    "ObjectNotFoundError",
+    "ProfileError",
+    "RemoteError",
+    "ResultError",
+    "SerializationError",
+    "StorageError",
+]
+
+
+class KineticError(Exception):
+    """Base class of every error Kinetic raises on its own behalf."""
+
+
+class ConfigError(KineticError, ValueError):
+    """An option, setting or argument is invalid. Raised before anything is submitted."""
+
+
+class ProfileError(ConfigError):
+    """The profiles file cannot be read or is malformed. The message names the file."""
+
+
+class AcceleratorError(ConfigError):
+    """The accelerator name cannot be parsed, or the chosen backend cannot serve it."""
+
+
+class DataError(ConfigError):
+    """A ``Data`` argument or volume is invalid."""
+
+
+class InvalidFunctionError(KineticError, TypeError):
+    """The decorated object cannot be run as a job (not callable, a classmethod, ...)."""
+
+
+class SerializationError(KineticError):
+    """The function, an argument or a result cannot be pickled or unpickled."""
+
+
+class JobNotFoundError(KineticError, LookupError):
+    """No job (or batch) with this id exists in the configured storage."""
+
+
+class JobError(KineticError):
+    """A job ended without producing a value.
+
+    :ivar job_id: the job's id.
+    :ivar phase: the runner phase that failed (``"fetch"``, ``"unpack"``, ``"deserialize"``,
+        ``"execute"``, ``"serialize"``, ``"upload"``), or ``None`` when unknown.
+    """
+
+    def __init__(self, message: str, *, job_id: str | None = None, phase: str | None = None):
+        super().__init__(message)
+        self.job_id = job_id
+        self.phase = phase
+
+
+class JobFailedError(JobError):
+    """The job failed outside the user's code, or ended via ``SystemExit``/a signal."""
+
+
+class ResultError(JobError):
+    """The job's result payload is missing, corrupted or cannot be loaded here."""
+
+
+class JobCancelledError(JobError):
+    """The job was cancelled before it produced a value."""
+
+
+class RemoteError(JobError):
+    """The user's function raised an exception that could not be rebuilt locally.
+
+    :ivar remote_type: the qualified name of the remote exception's type.
+    """
+
+    def __init__(self, message: str, *, remote_type: str, job_id: str | None = None):
+        super().__init__(message, job_id=job_id, phase="execute")
+        self.remote_type = remote_type
+
+
+class BatchError(KineticError):
+    """Some inputs of a batch failed.
+
+    :ivar group_id: the batch's id.
+    :ivar failures: input index -> the exception that input ended with.
+    :ivar partial_results: input index -> value, for the inputs that succeeded.
+    :ivar submission_failures: input index -> the error that kept it from being submitted.
+    """
+
+    def __init__(
+        self,
+        group_id: str,
+        failures: Mapping[int, BaseException],
+        partial_results: Mapping[int, Any],
+        submission_failures: Mapping[int, BaseException] | None = None,
+    ):
+        self.group_id = group_id
+        self.failures = dict(failures)
+        self.partial_results = dict(partial_results)
+        self.submission_failures = dict(submission_failures or {})
+        n_bad = len(self.failures) + len(self.submission_failures)
+        super().__init__(
+            f"batch {group_id}: {n_bad} input(s) failed, {len(self.partial_results)} succeeded"
+            + _first_failure_hint(self.failures, self.submission_failures)
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (
+            type(self),
+            (self.group_id, self.failures, self.partial_results, self.submission_failures),
+        )
+
+
+def _first_failure_hint(*maps: Mapping[int, BaseException]) -> str:
+    for m in maps:
+        for index in sorted(m):
+            exc = m[index]
+            return f" (first: input {index}: {type(exc).__name__}: {exc})"
+    return ""
+
+
+class JobTimeoutError(KineticError, TimeoutError):
+    """Waiting for a job exceeded the caller's timeout. The job keeps running."""
+
+
+class StorageError(KineticError):
+    """An object storage operation failed."""
+
+
+class ObjectNotFoundError(StorageError, LookupError):
+    """The requested object does not exist.
+
+    :ivar key: the missing object's key.
+    """
+
+    def __init__(self, key: str, location: str = ""):
+        super().__init__(f"object not found: {location}{key}")
+        self.key = key
+
+
+class BackendError(KineticError):
+    """The execution backend (process launcher, Kubernetes API, ...) failed."""
+
+
+class BlockingCallError(KineticError, RuntimeError):
+    """A blocking (sync) Kinetic call was made from Kinetic's own event loop thread.
+
+    It would deadlock; use the ``kinetic.aio`` twin with ``await`` instead.
+    """
+
+
+def format_choices(choices: Sequence[str]) -> str:
+    """Join valid choices for an error message."""
+    return ", ".join(repr(c) for c in choices)

@@ -1,0 +1,143 @@
+"""A store in a local directory: the local backend's storage.
+
+Objects are files under ``root``; writes go through a temporary file and a
+rename, so a reader never sees half an object, and directories are created
+0700 because job payloads may hold secrets. File IO runs in worker threads.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import anyio
+import anyio.to_thread
+
+from kinetic._exceptions import ObjectNotFoundError, StorageError
+from kinetic._storage.base import DEFAULT_TIMEOUT, TRANSFER_TIMEOUT, check_key
+from runner._fs import atomic_copy, atomic_write, iter_files, make_private_dirs
+
+
+class LocalStorage:
+    """:class:`~kinetic._storage.base.Storage` on a directory.
+
+    :param root: the directory holding the objects; created (0700) on first write.
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root).absolute()
+
+    def __repr__(self) -> str:
+        return f"LocalStorage({str(self.root)!r})"
+
+    @property
+    def url(self) -> str:
+        return self.root.as_uri()
+
+    def path_for(self, key: str) -> Path:
+        """The file that holds ``key`` (for processes that write it directly)."""
+        return self.root / check_key(key)
+
+    async def _run(self, timeout: float, fn: object, *args: object) -> object:
+        try:
+            with anyio.fail_after(timeout):
+                return await anyio.to_thread.run_sync(fn, *args)  # type: ignore[arg-type]
+        except TimeoutError as exc:
+            raise StorageError(f"{self.url}: operation timed out after {timeout}s") from exc
+        except FileNotFoundError as exc:
+            raise ObjectNotFoundError(_key_of(self.root, exc.filename), self.url + "/") from exc
+        except OSError as exc:
+            raise StorageError(f"{self.url}: {exc}") from exc
+
+    async def read(self, key: str, *, timeout: float = DEFAULT_TIMEOUT) -> bytes:
+        data = await self._run(timeout, self.path_for(key).read_bytes)
+        assert isinstance(data, bytes)
+        return data
+
+    async def write(self, key: str, data: bytes, *, timeout: float = DEFAULT_TIMEOUT) -> None:
+        await self._run(timeout, atomic_write, self.path_for(key), data)
+
+    async def exists(self, key: str, *, timeout: float = DEFAULT_TIMEOUT) -> bool:
+        return bool(await self._run(timeout, self.path_for(key).is_file))
+
+    async def size(self, key: str, *, timeout: float = DEFAULT_TIMEOUT) -> int:
+        st = await self._run(timeout, os.stat, self.path_for(key))
+        assert isinstance(st, os.stat_result)
+        return st.st_size
+
+    async def list(
+        self, prefix: str = "", *, timeout: float = DEFAULT_TIMEOUT
+    ) -> AsyncIterator[str]:
+        keys = await self._run(timeout, self._list_sync, prefix)
+        assert isinstance(keys, list)
+        for key in keys:
+            yield key
+
+    def _list_sync(self, prefix: str) -> list[str]:
+        # Walk only the directory the prefix names, then filter by the rest.
+        base = self.root / prefix.rsplit("/", 1)[0] if "/" in prefix else self.root
+        if not base.is_dir():
+            return []
+        keys = (p.relative_to(self.root).as_posix() for p in iter_files(base))
+        return sorted(k for k in keys if k.startswith(prefix))
+
+    async def delete(self, key: str, *, timeout: float = DEFAULT_TIMEOUT) -> bool:
+        path = self.path_for(key)
+
+        def _delete() -> bool:
+            try:
+                path.unlink()
+            except FileNotFoundError:
+                return False
+            return True
+
+        return bool(await self._run(timeout, _delete))
+
+    async def delete_prefix(self, prefix: str, *, timeout: float = DEFAULT_TIMEOUT) -> int:
+        def _delete_all() -> int:
+            keys = self._list_sync(prefix)
+            for key in keys:
+                (self.root / key).unlink(missing_ok=True)
+            if prefix.endswith("/"):
+                shutil.rmtree(self.root / prefix, ignore_errors=True)
+            return len(keys)
+
+        n = await self._run(timeout, _delete_all)
+        assert isinstance(n, int)
+        return n
+
+    async def upload_file(self, key: str, path: Path, *, timeout: float = TRANSFER_TIMEOUT) -> None:
+        dest = self.path_for(key)
+
+        def _copy() -> None:
+            with open(path, "rb") as src:
+                atomic_copy(src, dest)
+
+        await self._run(timeout, _copy)
+
+    async def download_file(
+        self, key: str, path: Path, *, timeout: float = TRANSFER_TIMEOUT
+    ) -> None:
+        src_path = self.path_for(key)
+
+        def _copy() -> None:
+            with open(src_path, "rb") as src:
+                atomic_copy(src, Path(path))
+
+        await self._run(timeout, _copy)
+
+    async def aclose(self) -> None:
+        return None
+
+    def ensure_root(self) -> None:
+        """Create the root directory (0700) if it is missing."""
+        make_private_dirs(self.root)
+
+
+def _key_of(root: Path, filename: object) -> str:
+    try:
+        return Path(str(filename)).relative_to(root).as_posix()
+    except ValueError:
+        return str(filename)

@@ -1,0 +1,184 @@
+"""The sync facade's engine room: one private event loop on one long-lived thread.
+
+Strategy: Kinetic has one implementation, written async. The blocking API
+runs those coroutines on a private loop thread through an anyio blocking
+portal, started on first use and kept for the life of the process.
+
+- A blocking call made *from that loop thread* would deadlock; it raises
+  :class:`~kinetic.BlockingCallError` instead.
+- A blocking call from a thread whose own event loop is running (Jupyter, or
+  a coroutine calling the sync API by mistake) works, because the work runs
+  on our loop, not the caller's; it warns once, since it stalls the caller's loop.
+- Ctrl-C (KeyboardInterrupt) while blocked cancels the underlying task and
+  re-raises; for ``result()`` that cancels the wait, never the job.
+- After ``fork()`` the child starts a fresh loop thread on first use (the
+  parent's thread does not exist in the child).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import os
+import threading
+import warnings
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from concurrent.futures import Future
+from typing import Any, TypeVar
+
+import anyio
+from anyio.from_thread import BlockingPortal
+
+from kinetic._exceptions import BlockingCallError
+
+T = TypeVar("T")
+
+
+class KineticBlockingWarning(RuntimeWarning):
+    """A blocking Kinetic call was made while the calling thread runs an event loop."""
+
+
+class LoopThread:
+    """Owns the private loop thread and its portal."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._portal: BlockingPortal | None = None
+        self._thread: threading.Thread | None = None
+        self._loop_ident: int | None = None
+        self._warned = False
+
+    def _reset_after_fork(self) -> None:
+        self._lock = threading.Lock()
+        self._portal = None
+        self._thread = None
+        self._loop_ident = None
+
+    def _ensure_portal(self) -> BlockingPortal:
+        portal = self._portal
+        if portal is not None:
+            return portal
+        with self._lock:
+            if self._portal is None:
+                ready = threading.Event()
+                started: list[BlockingPortal] = []
+
+                async def serve() -> None:
+                    async with BlockingPortal() as p:
+                        self._loop_ident = threading.get_ident()
+                        started.append(p)
+                        ready.set()
+                        await p.sleep_until_stopped()
+
+                thread = threading.Thread(
+                    target=anyio.run, args=(serve,), name="kinetic-loop", daemon=True
+                )
+                thread.start()
+                ready.wait()
+                self._thread = thread
+                self._portal = started[0]
+            return self._portal
+
+    def check_caller(self) -> None:
+        """Refuse calls from the loop thread; warn once for a caller running its own loop."""
+        if threading.get_ident() == self._loop_ident:
+            raise BlockingCallError(
+                "a blocking kinetic call was made from kinetic's own event loop thread "
+                "(inside an async callback?); it would deadlock: use the kinetic.aio API "
+                "and await it"
+            )
+        if self._warned:
+            return
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        self._warned = True
+        warnings.warn(
+            "a blocking kinetic call was made from a thread that runs an event loop; it works, "
+            "but blocks that loop meanwhile: prefer `await fn.aio(...)` and kinetic.aio",
+            KineticBlockingWarning,
+            stacklevel=4,
+        )
+
+    def call(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+        """Run ``fn(*args)`` on the loop thread and block for its result.
+
+        :raises BlockingCallError: when called from the loop thread itself.
+        :raises KeyboardInterrupt: after cancelling the task, on Ctrl-C.
+        """
+        self.check_caller()
+        future: Future[T] = self._ensure_portal().start_task_soon(fn, *args)
+        return wait_future(future)
+
+    def iterate(self, make: Callable[[], AsyncIterator[T]]) -> Iterator[T]:
+        """Drive an async iterator from blocking code, one item per crossing.
+
+        Callers whose iterator yields chunks (lists of ready items, log chunks) pay
+        one crossing per chunk, not per item.
+        """
+        self.check_caller()
+        portal = self._ensure_portal()
+        agen = make()
+        sentinel: Any = object()
+
+        async def step() -> Any:
+            try:
+                return await agen.__anext__()
+            except StopAsyncIteration:
+                return sentinel
+
+        try:
+            while True:
+                item = wait_future(portal.start_task_soon(step))
+                if item is sentinel:
+                    return
+                yield item
+        finally:
+            aclose = getattr(agen, "aclose", None)
+            if aclose is not None and self._portal is portal:
+                wait_future(portal.start_task_soon(aclose))
+
+    def stop(self) -> None:
+        """Stop the loop thread (at interpreter exit), cancelling what still runs there."""
+        portal, thread = self._portal, self._thread
+        if portal is None or thread is None or os.getpid() != _PID[0]:
+            return
+        try:
+            portal.call(portal.stop, True)
+        except Exception:  # noqa: BLE001, S110 - shutting down anyway
+            pass
+        thread.join(timeout=5)
+        self._portal = None
+
+
+def wait_future(future: Future[T]) -> T:
+    """Block for ``future``; on Ctrl-C cancel it (cancelling its task) and re-raise."""
+    try:
+        return future.result()
+    except KeyboardInterrupt:
+        future.cancel()
+        raise
+
+
+_PID = [os.getpid()]
+LOOP = LoopThread()
+
+
+def _after_fork_in_child() -> None:
+    _PID[0] = os.getpid()
+    LOOP._reset_after_fork()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+atexit.register(LOOP.stop)
+
+
+def call(fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+    """Run a coroutine function on Kinetic's loop thread; see :meth:`LoopThread.call`."""
+    return LOOP.call(fn, *args)
+
+
+def iterate(make: Callable[[], AsyncIterator[T]]) -> Iterator[T]:
+    """Drive an async iterator on Kinetic's loop thread; see :meth:`LoopThread.iterate`."""
+    return LOOP.iterate(make)

@@ -1,0 +1,5 @@
+import sys
+
+from runner._main import main
+
+sys.exit(main())

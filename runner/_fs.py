@@ -1,0 +1,63 @@
+"""Atomic file primitives shared by the runner and Kinetic's local store.
+
+Readers never see a partial file: data goes to a temporary file in the same
+directory, is flushed, then renamed over the destination. Directories that
+hold job records are created private (0700).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+DIR_MODE = 0o700
+
+
+def make_private_dirs(path: Path) -> None:
+    """Create ``path`` and its missing parents with mode 0700."""
+    path.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Create or replace ``path`` with ``data``, all or nothing."""
+    make_private_dirs(path.parent)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        _unlink_quietly(tmp)
+        raise
+
+
+def atomic_copy(src: BinaryIO, path: Path, chunk_size: int = 1 << 20) -> None:
+    """Stream ``src`` into ``path`` in chunks, all or nothing."""
+    make_private_dirs(path.parent)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            shutil.copyfileobj(src, f, chunk_size)
+        os.replace(tmp, path)
+    except BaseException:
+        _unlink_quietly(tmp)
+        raise
+
+
+def iter_files(root: Path) -> Iterator[Path]:
+    """Yield every regular file under ``root`` (skipping temporary files)."""
+    for dirpath, _dirnames, filenames in os.walk(root):
+        for name in filenames:
+            if not name.startswith(".tmp-"):
+                yield Path(dirpath, name)
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass

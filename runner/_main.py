@@ -1,0 +1,225 @@
+"""The runner's main sequence: fetch, verify, unpack, deserialize, execute, record.
+
+Theory of operation: every step runs inside a named phase. Whatever happens
+(an exception of the user's, ``SystemExit``, a corrupt artifact, an
+unpicklable result), the runner tries to leave two objects behind: the
+result payload (``result.pkl``) and, after it, the small final record
+(``status.json``) that tells observers the job is over and which phase failed.
+Observers treat a runner that exits without a final record as FAILED, so a
+runner killed by a signal never leaves a job looking alive.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import shutil
+import sys
+import tempfile
+import traceback
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import cloudpickle
+
+from runner import protocol
+from runner._store import RunnerStore, open_store
+
+
+class PhaseError(Exception):
+    """A runner step failed outside the user's code."""
+
+    def __init__(self, phase: str, message: str) -> None:
+        super().__init__(message)
+        self.phase = phase
+
+
+ResolveHook = Callable[[Any, Any, dict[str, Any], Path], tuple[Any, dict[str, Any]]]
+
+
+def run_job(
+    store: RunnerStore,
+    job_id: str,
+    *,
+    workdir: Path,
+    resolve: ResolveHook | None = None,
+) -> int:
+    """Run one job whose artifacts are in ``store``; return the process exit status.
+
+    Never raises for job-level failures: they are recorded in storage.
+    """
+    phase = "fetch"
+    try:
+        spec = protocol.load_json(store.read(protocol.spec_key(job_id)))
+        payload_bytes = store.read(protocol.payload_key(job_id))
+        context_bytes = store.read(spec["context_key"]) if spec.get("context_key") else None
+
+        phase = "verify"
+        _verify(payload_bytes, spec["payload_sha256"], "payload.pkl")
+        if context_bytes is not None:
+            _verify(context_bytes, spec["context_sha256"], "context archive")
+
+        phase = "unpack"
+        root = workdir / "workspace"
+        root.mkdir(parents=True, exist_ok=True)
+        if context_bytes is not None:
+            _unpack(context_bytes, root)
+        _enter_workspace(root, spec)
+
+        phase = "deserialize"
+        payload = cloudpickle.loads(payload_bytes)
+        fn, args, kwargs = payload["fn"], payload["args"], payload["kwargs"]
+
+        phase = "resolve"
+        if resolve is not None:
+            args, kwargs = resolve(store, args, kwargs, workdir)
+    except BaseException as exc:  # noqa: BLE001 - every failure must be recorded
+        if isinstance(exc, PhaseError):
+            phase = exc.phase
+        _record_failure(store, job_id, phase, exc, user=False)
+        return protocol.EXIT_RUNNER_ERROR
+
+    phase = "execute"
+    try:
+        value = fn(*args, **kwargs)
+    except BaseException as exc:  # noqa: BLE001 - SystemExit too: it must not skip the record
+        traceback.print_exc()
+        _record_failure(store, job_id, phase, exc, user=True)
+        return protocol.EXIT_USER_ERROR
+    _flush_std()
+    return _record_success(store, job_id, value)
+
+
+def _verify(data: bytes, expected: str, what: str) -> None:
+    actual = hashlib.sha256(data).hexdigest()
+    if actual != expected:
+        raise PhaseError("verify", f"{what} is corrupted: sha256 {actual} != expected {expected}")
+
+
+def _unpack(archive: bytes, root: Path) -> None:
+    import io
+    import zipfile
+
+    with zipfile.ZipFile(io.BytesIO(archive)) as zf:
+        for info in zf.infolist():
+            # Refuse members that would land outside the workspace.
+            target = (root / info.filename).resolve()
+            if not target.is_relative_to(root.resolve()):
+                raise PhaseError("unpack", f"context archive member escapes: {info.filename!r}")
+        zf.extractall(root)
+        for info in zf.infolist():
+            mode = (info.external_attr >> 16) & 0o777
+            if mode:
+                os.chmod(root / info.filename, mode)
+
+
+def _enter_workspace(root: Path, spec: protocol.JobSpec) -> None:
+    os.environ.update(spec["env"])
+    os.environ["KINETIC_OUTPUT_DIR"] = spec["output_dir"]
+    os.environ["JOB_ID"] = spec["job_id"]
+    if spec["output_dir"].startswith("/"):
+        Path(spec["output_dir"]).mkdir(parents=True, exist_ok=True)
+    entries = [str(root / rel) if rel else str(root) for rel in spec["sys_path"]]
+    sys.path[:0] = [*entries, str(root)]
+    os.chdir(root / spec["cwd"] if spec["cwd"] else root)
+
+
+def _record_success(store: RunnerStore, job_id: str, value: Any) -> int:
+    try:
+        data = cloudpickle.dumps(protocol.result_payload(success=True, result=value))
+    except BaseException as exc:  # noqa: BLE001 - pickling may raise anything
+        _record_failure(store, job_id, "serialize", exc, user=False, what="the result")
+        return protocol.EXIT_RUNNER_ERROR
+    final: protocol.FinalRecord = {
+        "state": "succeeded",
+        "phase": None,
+        "error": None,
+        "error_type": None,
+    }
+    return _upload(store, job_id, data, final, protocol.EXIT_OK)
+
+
+def _record_failure(
+    store: RunnerStore,
+    job_id: str,
+    phase: str,
+    exc: BaseException,
+    *,
+    user: bool,
+    what: str | None = None,
+) -> None:
+    tb = traceback.format_exc()
+    error_type = f"{type(exc).__module__}.{type(exc).__qualname__}"
+    error = f"{type(exc).__name__}: {exc}"
+    if what is not None:
+        error = f"{what} cannot be pickled: {error}"
+    # Only ordinary exceptions raised by the user's code are re-raised locally;
+    # SystemExit, KeyboardInterrupt and runner failures become Kinetic errors.
+    carry = exc if user and isinstance(exc, Exception) else None
+    payload = protocol.result_payload(
+        success=False,
+        exception=carry,
+        traceback=tb,
+        phase=phase,
+        error=error,
+        error_type=error_type,
+    )
+    try:
+        data = cloudpickle.dumps(payload)
+        cloudpickle.loads(data)  # an exception that pickles may still fail to rebuild
+    except BaseException:  # noqa: BLE001
+        payload["exception"] = None
+        data = cloudpickle.dumps(payload)
+    print(f"kinetic runner: job {job_id} failed in phase {phase}: {error}", file=sys.stderr)
+    final: protocol.FinalRecord = {
+        "state": "failed",
+        "phase": phase,
+        "error": error,
+        "error_type": error_type,
+    }
+    _upload(store, job_id, data, final, protocol.EXIT_RUNNER_ERROR)
+
+
+def _upload(
+    store: RunnerStore, job_id: str, data: bytes, final: protocol.FinalRecord, code: int
+) -> int:
+    _flush_std()
+    try:
+        store.write(protocol.result_key(job_id), data)
+        store.write(protocol.final_key(job_id), protocol.dump_json(final))
+    except BaseException as exc:  # noqa: BLE001
+        print(f"kinetic runner: could not record the result ({exc})", file=sys.stderr)
+        return protocol.EXIT_RUNNER_ERROR
+    return code
+
+
+def _flush_std() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point: ``python -m runner --storage URL --job-id ID``."""
+    parser = argparse.ArgumentParser(prog="python -m runner", description="Run a Kinetic job.")
+    parser.add_argument("--storage", required=True, help="file:///dir or gs://bucket")
+    parser.add_argument("--job-id", required=True)
+    parser.add_argument("--upload-logs", action="store_true", help="copy output to storage")
+    ns = parser.parse_args(argv)
+    store = open_store(ns.storage)
+    workdir = Path(tempfile.mkdtemp(prefix="kinetic-run-"))
+    try:
+        if ns.upload_logs:
+            from runner._tee import captured_output
+
+            with captured_output(store, protocol.logs_key(ns.job_id)):
+                return run_job(store, ns.job_id, workdir=workdir)
+        return run_job(store, ns.job_id, workdir=workdir)
+    finally:
+        os.chdir("/")
+        shutil.rmtree(workdir, ignore_errors=True)
+        store.close()
