@@ -7,6 +7,7 @@ hold job records are created private (0700).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -57,7 +58,5 @@ def iter_files(root: Path) -> Iterator[Path]:
 
 
 def _unlink_quietly(path: str) -> None:
-    try:
+    with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
-    except FileNotFoundError:
-        pass

@@ -12,6 +12,7 @@ runner killed by a signal never leaves a job looking alive.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import os
 import shutil
@@ -197,10 +198,8 @@ def _upload(
 
 def _flush_std() -> None:
     for stream in (sys.stdout, sys.stderr):
-        try:
+        with contextlib.suppress(OSError, ValueError):
             stream.flush()
-        except (OSError, ValueError):
-            pass
 
 
 def main(argv: Sequence[str] | None = None) -> int:

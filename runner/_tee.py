@@ -27,7 +27,7 @@ def captured_output(store: RunnerStore, key: str) -> Iterator[None]:
     os.dup2(write_fd, 1)
     os.dup2(write_fd, 2)
     os.close(write_fd)
-    spool = tempfile.TemporaryFile()
+    spool = tempfile.TemporaryFile()  # noqa: SIM115 - closed in the finally below
 
     def pump() -> None:
         while chunk := os.read(read_fd, 65536):

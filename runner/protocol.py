@@ -23,7 +23,16 @@ from typing import Any, Final, TypedDict
 
 FORMAT: Final = 1
 
-PHASES: Final = ("fetch", "verify", "unpack", "deserialize", "resolve", "execute", "serialize", "upload")
+PHASES: Final = (
+    "fetch",
+    "verify",
+    "unpack",
+    "deserialize",
+    "resolve",
+    "execute",
+    "serialize",
+    "upload",
+)
 """Runner phases, in order. A failure names the phase it happened in."""
 
 EXIT_OK: Final = 0

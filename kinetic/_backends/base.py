@@ -33,8 +33,15 @@ class JobRef(Protocol):
 class Backend(Protocol):
     """Runs jobs and reports on them."""
 
-    name: str
-    storage: Storage
+    @property
+    def name(self) -> str:
+        """``"local"``, ``"gke"`` or ``"pathways"``."""
+        ...
+
+    @property
+    def storage(self) -> Storage:
+        """Where this backend's jobs keep their objects."""
+        ...
 
     async def launch(self, job: JobRef) -> None:
         """Start the job. Its spec, payload and handle are already stored.

@@ -43,7 +43,11 @@ _LAUNCH = "launch.json"
 _EXIT = "exit_code"
 _CANCEL = "cancel.json"
 _CANCEL_GRACE = 3.0
-_LOG_POLL = 0.1  # no portable "file grew" event: tailing re-reads at this pace
+_LOG_POLL = 0.1
+# Makes our own `runner` importable by the job even when Kinetic runs from a source tree.
+_RUNNER_HOME = os.path.dirname(
+    os.path.dirname(os.path.abspath(runner.__file__))
+)  # no portable "file grew" event: tailing re-reads at this pace
 
 
 class LocalBackend:
@@ -69,13 +73,11 @@ class LocalBackend:
         return f"{job.job_id}/{name}"
 
     async def launch(self, job: JobRef) -> None:
-        job_dir = self.storage.path_for(job.job_id)
+        job_dir = self.storage.path_for(job.job_id)  # a name only; created in the thread below
         env = dict(os.environ)
         env["PYTHONUNBUFFERED"] = "1"  # so followed logs arrive as they are printed
-        # Make our own `runner` importable even when Kinetic runs from a source tree.
-        runner_home = str(Path(runner.__file__).resolve().parent.parent)
         env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (env.get("PYTHONPATH", ""), runner_home) if p
+            p for p in (env.get("PYTHONPATH", ""), _RUNNER_HOME) if p
         )
         argv = [
             sys.executable,
@@ -154,9 +156,7 @@ class LocalBackend:
 
     async def logs(self, job: JobRef, *, tail: int | None = None) -> str:
         try:
-            text = (await self.storage.read(protocol.logs_key(job.job_id))).decode(
-                errors="replace"
-            )
+            text = (await self.storage.read(protocol.logs_key(job.job_id))).decode(errors="replace")
         except ObjectNotFoundError:
             return ""
         if tail is not None:

@@ -124,7 +124,7 @@ class JobHandle(JobRecord):
         if cleanup:
             try:
                 await self.cleanup(k8s=True, gcs=True)
-            except Exception:
+            except Exception:  # noqa: BLE001 - the value is in hand; cleanup is best effort
                 logger.warning("could not clean up job %s after collecting its result", self.job_id)
         return value
 
@@ -136,12 +136,16 @@ class JobHandle(JobRecord):
             data = await storage.read(protocol.result_key(self.job_id))
         except ObjectNotFoundError:
             if report.cancelled:
-                raise JobCancelledError(f"job {self.job_id} was cancelled", job_id=self.job_id) from None
+                raise JobCancelledError(
+                    f"job {self.job_id} was cancelled", job_id=self.job_id
+                ) from None
             if report.status is JobStatus.FAILED and not await storage.exists(
                 protocol.final_key(self.job_id)
             ):
                 raise JobFailedError(
-                    f"job {self.job_id} failed: {report.reason}", job_id=self.job_id, phase=report.phase
+                    f"job {self.job_id} failed: {report.reason}",
+                    job_id=self.job_id,
+                    phase=report.phase,
                 ) from None
             raise ResultError(
                 f"the result of job {self.job_id} is missing from {storage.url}", job_id=self.job_id
@@ -177,4 +181,6 @@ async def load_handle(backend: Backend, job_id: str) -> JobHandle:
     try:
         return JobHandle.from_dict(protocol.load_json(data))
     except (ValueError, TypeError) as exc:
-        raise ResultError(f"the stored handle of job {job_id} is corrupted: {exc}", job_id=job_id) from exc
+        raise ResultError(
+            f"the stored handle of job {job_id} is corrupted: {exc}", job_id=job_id
+        ) from exc

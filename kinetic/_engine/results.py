@@ -26,8 +26,10 @@ def load_payload(data: bytes, job_id: str) -> dict[str, Any]:
             job_id=job_id,
         ) from exc
     except (pickle.UnpicklingError, EOFError, ValueError, TypeError, IndexError) as exc:
-        raise ResultError(f"the result payload of job {job_id} is corrupted: {exc}", job_id=job_id)
-    except Exception as exc:  # noqa: BLE001 - a user __setstate__ may raise anything
+        raise ResultError(
+            f"the result payload of job {job_id} is corrupted: {exc}", job_id=job_id
+        ) from exc
+    except Exception as exc:
         raise ResultError(
             f"the result payload of job {job_id} cannot be loaded: {type(exc).__name__}: {exc}",
             job_id=job_id,
@@ -63,7 +65,9 @@ def unwrap(payload: dict[str, Any], job_id: str) -> Any:
             job_id=job_id,
         )
     else:
-        err = JobFailedError(f"job {job_id} failed in phase {phase!r}: {error}", job_id=job_id, phase=phase)
+        err = JobFailedError(
+            f"job {job_id} failed in phase {phase!r}: {error}", job_id=job_id, phase=phase
+        )
     if tb:
         err.add_note(f"Remote traceback (job {job_id}):\n{tb}")
     raise err

@@ -43,9 +43,7 @@ def backend_for_settings(settings: Settings) -> Backend:
     """
     if settings.backend == "local":
         return local_backend(settings.local_root)
-    raise ConfigError(
-        f"backend {settings.backend!r} is not available yet; use backend='local'"
-    )
+    raise ConfigError(f"backend {settings.backend!r} is not available yet; use backend='local'")
 
 
 def backend_for_location(backend: str, bucket_name: str, namespace: str) -> Backend:

@@ -75,7 +75,9 @@ class RunOptions:
 
 def _check_volumes(volumes: Mapping[str, Any]) -> None:
     if not isinstance(volumes, Mapping):
-        raise DataError(f"volumes must be a dict of mount path -> Data, got {type(volumes).__name__}")
+        raise DataError(
+            f"volumes must be a dict of mount path -> Data, got {type(volumes).__name__}"
+        )
     for mount, value in volumes.items():
         if not isinstance(mount, str) or not mount.startswith("/"):
             raise DataError(f"volume mount path must be absolute (start with '/'), got {mount!r}")

@@ -70,9 +70,7 @@ class Storage(Protocol):
         """Delete every object under ``prefix``; return how many were deleted."""
         ...
 
-    async def upload_file(
-        self, key: str, path: Path, *, timeout: float = TRANSFER_TIMEOUT
-    ) -> None:
+    async def upload_file(self, key: str, path: Path, *, timeout: float = TRANSFER_TIMEOUT) -> None:
         """Stream a local file into the object, without reading it whole into memory."""
         ...
 

@@ -33,7 +33,6 @@ into place.
 
 # The Storage protocol gives every IO method a ``timeout`` argument on purpose
 # (STYLE.md, principles 6-7); it is enforced with anyio.fail_after inside.
-# ruff: noqa: ASYNC109
 
 from __future__ import annotations
 

@@ -7,6 +7,7 @@ rename, so a reader never sees half an object, and directories are created
 
 from __future__ import annotations
 
+import builtins
 import os
 import shutil
 from collections.abc import AsyncIterator
@@ -75,7 +76,7 @@ class LocalStorage:
         for key in keys:
             yield key
 
-    def _list_sync(self, prefix: str) -> list[str]:
+    def _list_sync(self, prefix: str) -> builtins.list[str]:
         # Walk only the directory the prefix names, then filter by the rest.
         base = self.root / prefix.rsplit("/", 1)[0] if "/" in prefix else self.root
         if not base.is_dir():

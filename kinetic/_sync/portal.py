@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import os
 import threading
 import warnings
@@ -144,10 +145,8 @@ class LoopThread:
         portal, thread = self._portal, self._thread
         if portal is None or thread is None or os.getpid() != _PID[0]:
             return
-        try:
+        with contextlib.suppress(Exception):  # shutting down anyway
             portal.call(portal.stop, True)
-        except Exception:  # noqa: BLE001, S110 - shutting down anyway
-            pass
         thread.join(timeout=5)
         self._portal = None
 
