@@ -13,6 +13,11 @@ Load it with ``pytest_plugins = ["tests.fix_gcs"]`` in ``tests/conftest.py`` (or
     a fresh, uniquely named bucket on the emulator; yields its name.
 ``gcs_storage``
     a :class:`~kinetic._storage.gcs.GCSStorage` on ``gcs_bucket``, closed afterwards.
+``gcs_fault_proxy``
+    a loopback HTTP proxy in front of the emulator that answers the next requests with
+    injected faults (an HTTP status, or ``RESET`` to drop the connection) and forwards
+    the rest; ``STORAGE_EMULATOR_HOST`` points at it for the test. Only for small
+    requests (it buffers bodies).
 """
 
 from __future__ import annotations
@@ -27,11 +32,13 @@ import urllib.error
 import urllib.request
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
+from aiohttp import web
 
 from kinetic._storage.gcs import GCSStorage
 
@@ -191,3 +198,75 @@ async def gcs_storage(gcs_bucket: str) -> AsyncIterator[GCSStorage]:
         yield store
     finally:
         await store.aclose()
+
+
+RESET = -1
+"""A fault for :class:`FaultProxy`: close the connection without answering."""
+
+_HOP_HEADERS = frozenset(
+    {"connection", "content-length", "content-encoding", "transfer-encoding", "host", "keep-alive"}
+)
+
+
+@dataclass
+class FaultProxy:
+    """Injects ``faults`` (statuses or RESET, in order) before forwarding to ``upstream``."""
+
+    url: str
+    upstream: str
+    faults: list[int] = field(default_factory=list)
+    seen: list[str] = field(default_factory=list)
+
+    async def handle(self, request: web.Request, session: aiohttp.ClientSession) -> web.Response:
+        self.seen.append(f"{request.method} {request.rel_url.path}")
+        if self.faults:
+            fault = self.faults.pop(0)
+            if fault == RESET:
+                assert request.transport is not None
+                request.transport.abort()
+                raise asyncio_cancelled()
+            error = {"error": {"code": fault, "message": "injected by FaultProxy"}}
+            return web.json_response(error, status=fault)
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_HEADERS}
+        async with session.request(
+            request.method,
+            self.upstream + str(request.rel_url),
+            headers=headers,
+            data=await request.read(),
+        ) as resp:
+            body = await resp.read()
+            out = {k: v for k, v in resp.headers.items() if k.lower() not in _HOP_HEADERS}
+            return web.Response(status=resp.status, body=body, headers=out)
+
+
+def asyncio_cancelled() -> BaseException:
+    """What a handler raises once its connection is gone (aiohttp then stays quiet)."""
+    import asyncio
+
+    return asyncio.CancelledError()
+
+
+@pytest.fixture
+async def gcs_fault_proxy(
+    gcs_emulator: GCSEmulator, gcs_bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[FaultProxy]:
+    """A fault-injecting proxy to the emulator; ``gcs_bucket`` exists behind it."""
+    async with aiohttp.ClientSession(auto_decompress=False) as session:
+        proxy = FaultProxy(url="", upstream=gcs_emulator.url)
+
+        async def handle(request: web.Request) -> web.Response:
+            return await proxy.handle(request, session)
+
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", handle)
+        runner = web.AppRunner(app, handle_signals=False, access_log=None)
+        await runner.setup()
+        try:
+            site = web.TCPSite(runner, "127.0.0.1", 0)
+            await site.start()
+            host, port = runner.addresses[0][:2]
+            proxy.url = f"http://{host}:{port}"
+            monkeypatch.setenv(EMULATOR_ENV, proxy.url)
+            yield proxy
+        finally:
+            await runner.cleanup()

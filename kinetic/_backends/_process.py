@@ -23,10 +23,12 @@ import anyio
 
 from kinetic._exceptions import BackendError
 
-# $1: the log file, $2: the exit-status file; the rest is the command.
+# $1: the log file, $2: the exit-status file; the rest is the command. The subshell
+# must not hold our stdout pipe, or reading the pid would wait for the whole job.
 _WRAPPER = """
 log=$1; status=$2; shift 2
-( "$@" > "$log" 2>&1 < /dev/null; echo $? > "$status.tmp" && mv "$status.tmp" "$status" ) &
+( "$@" > "$log" 2>&1; echo $? > "$status.tmp" && mv "$status.tmp" "$status" ) \
+    < /dev/null > /dev/null 2>&1 &
 echo $!
 """
 

@@ -17,6 +17,7 @@ from kinetic._engine.submit import RunOptions, submit
 from kinetic._exceptions import ConfigError
 from kinetic._settings import load_settings
 
+_UNBOUND: Any = object()
 P = ParamSpec("P")
 R = TypeVar("R")
 
@@ -28,9 +29,12 @@ class AsyncRemoteFunction(Generic[P, R]):
     as the first argument.
     """
 
-    def __init__(self, fn: Callable[P, R], options: RunOptions) -> None:
+    def __init__(
+        self, fn: Callable[P, R], options: RunOptions, *, instance: object = _UNBOUND
+    ) -> None:
         self.__wrapped__ = check_function(fn)
         self.options = options
+        self._instance = instance
         functools.update_wrapper(self, fn)
 
     def __repr__(self) -> str:
@@ -51,7 +55,8 @@ class AsyncRemoteFunction(Generic[P, R]):
         :raises ConfigError: for invalid settings; :raises SerializationError: when an
             argument cannot be pickled. In both cases nothing is left behind.
         """
-        return await submit(self.__wrapped__, args, kwargs, self.options)
+        call_args = args if self._instance is _UNBOUND else (self._instance, *args)
+        return await submit(self.__wrapped__, call_args, kwargs, self.options)
 
     @overload
     def __get__(self, instance: None, owner: type[Any]) -> AsyncRemoteFunction[P, R]: ...
@@ -60,7 +65,8 @@ class AsyncRemoteFunction(Generic[P, R]):
     def __get__(self, instance: object | None, owner: type[Any]) -> AsyncRemoteFunction[..., R]:
         if instance is None:
             return self
-        return AsyncRemoteFunction(functools.partial(self.__wrapped__, instance), self.options)
+        # The plain function travels, with the instance as its first argument.
+        return AsyncRemoteFunction(self.__wrapped__, self.options, instance=instance)
 
 
 def run(

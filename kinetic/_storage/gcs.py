@@ -31,9 +31,6 @@ writes to a temporary file that is removed, under a shield, unless it was rename
 into place.
 """
 
-# The Storage protocol gives every IO method a ``timeout`` argument on purpose
-# (STYLE.md, principles 6-7); it is enforced with anyio.fail_after inside.
-
 from __future__ import annotations
 
 import contextlib
@@ -87,7 +84,8 @@ class GCSStorage:
         on first use and closes it in :meth:`aclose`.
     :param page_size: objects asked for per list request (GCS caps it at 1000).
     :param attempts: tries per request, the first included, for transient faults.
-    :param backoff: seconds of the first back-off; it doubles per retry, with jitter.
+    :param backoff: upper bound of the first back-off in seconds; it doubles per retry
+        (full jitter: each sleep is uniform between 0 and the bound).
     :param max_backoff: cap on one back-off sleep, in seconds.
     :param max_concurrency: deletions in flight at once in :meth:`delete_prefix`.
     :raises ConfigError: on an invalid bucket name or option.
@@ -224,7 +222,7 @@ class GCSStorage:
         async def op(client: _GCloudStorage, t: int) -> bytes:
             return await client.download(self._bucket, key, timeout=t)
 
-        return await self._call("read", op, key=key, timeout=timeout)
+        return await self._call(f"read {key!r}", op, key=key, timeout=timeout)
 
     async def write(self, key: str, data: bytes, *, timeout: float = DEFAULT_TIMEOUT) -> None:
         """Create or replace the object with ``data`` (one request; GCS makes it atomic).
@@ -244,7 +242,8 @@ class GCSStorage:
                 timeout=t,
             )
 
-        await self._call("write", op, key=key, timeout=timeout)
+        # A 404 here means the bucket is missing: StorageError, not ObjectNotFoundError.
+        await self._call(f"write {key!r}", op, key=None, timeout=timeout)
 
     async def _metadata(self, key: str, timeout: float) -> dict[str, Any]:
         check_key(key)
@@ -252,7 +251,7 @@ class GCSStorage:
         async def op(client: _GCloudStorage, t: int) -> dict[str, Any]:
             return await client.download_metadata(self._bucket, key, timeout=t)
 
-        return await self._call("stat", op, key=key, timeout=timeout)
+        return await self._call(f"stat {key!r}", op, key=key, timeout=timeout)
 
     async def exists(self, key: str, *, timeout: float = DEFAULT_TIMEOUT) -> bool:
         """Whether the object exists.
@@ -311,7 +310,7 @@ class GCSStorage:
                 token = page.get("nextPageToken")
                 return names, str(token) if token else None
 
-            names, page_token = await self._call("list", op, key=None, timeout=timeout)
+            names, page_token = await self._call(f"list {prefix!r}", op, key=None, timeout=timeout)
             for name in names:
                 yield name
             if page_token is None:
@@ -329,7 +328,7 @@ class GCSStorage:
             await client.delete(self._bucket, key, timeout=t)
 
         try:
-            await self._call("delete", op, key=key, timeout=timeout)
+            await self._call(f"delete {key!r}", op, key=key, timeout=timeout)
         except ObjectNotFoundError:
             return False
         return True
@@ -406,7 +405,7 @@ class GCSStorage:
             finally:
                 f.close()
 
-        await self._call("upload_file", op, key=key, timeout=timeout, transfer=True)
+        await self._call(f"upload_file {key!r}", op, key=None, timeout=timeout, transfer=True)
 
     async def download_file(
         self, key: str, path: Path, *, timeout: float = TRANSFER_TIMEOUT
@@ -429,7 +428,7 @@ class GCSStorage:
             async with stream as response:
                 await _save_atomically(response, dest)
 
-        await self._call("download_file", op, key=key, timeout=timeout, transfer=True)
+        await self._call(f"download_file {key!r}", op, key=key, timeout=timeout, transfer=True)
 
     # -- lifecycle -----------------------------------------------------------------
 

@@ -26,7 +26,7 @@ from kinetic._exceptions import ConfigError, KineticError, ObjectNotFoundError, 
 from kinetic._storage.base import Storage
 from kinetic._storage.gcs import GCSStorage
 from kinetic._storage.local import LocalStorage
-from tests.fix_gcs import GCSEmulator
+from tests.fix_gcs import RESET, FaultProxy, GCSEmulator
 
 BIG_SIZE = 50 * 1024 * 1024 + 12_345  # >= 50 MB, not a multiple of any chunk size
 MEMORY_BOUND = 24 * 1024 * 1024  # peak Python allocations during a big transfer
@@ -458,3 +458,75 @@ async def test_cancelled_transfers_leave_nothing_partial(
     # The store is still usable afterwards.
     await store.write("c/after", b"ok")
     assert await store.read("c/after") == b"ok"
+
+
+# -- retries through a fault-injecting proxy in front of the emulator --------------------
+
+
+@pytest.mark.storage
+@pytest.mark.parametrize("faults", [[503], [429, 500], [RESET], [502, RESET, 504]])
+async def test_gcs_transient_faults_are_retried(
+    gcs_fault_proxy: FaultProxy, gcs_bucket: str, faults: list[int]
+) -> None:
+    async with GCSStorage(gcs_bucket, attempts=4, backoff=0.01) as store:
+        await store.write("k", b"v")
+        gcs_fault_proxy.faults[:] = faults
+        gcs_fault_proxy.seen.clear()
+        assert await store.read("k") == b"v"
+        assert len(gcs_fault_proxy.seen) == len(faults) + 1
+
+        gcs_fault_proxy.faults[:] = faults
+        await store.write("k", b"w")
+        assert await store.read("k") == b"w"
+
+
+@pytest.mark.storage
+@pytest.mark.parametrize("status", [400, 401, 403, 412])
+async def test_gcs_permanent_faults_are_not_retried(
+    gcs_fault_proxy: FaultProxy, gcs_bucket: str, status: int
+) -> None:
+    async with GCSStorage(gcs_bucket, attempts=4, backoff=0.01) as store:
+        gcs_fault_proxy.faults[:] = [status]
+        with pytest.raises(StorageError, match=f"HTTP {status}") as info:
+            await store.read("k")
+        assert type(info.value) is StorageError
+        assert isinstance(info.value.__cause__, aiohttp.ClientResponseError)
+        assert len(gcs_fault_proxy.seen) == 1
+
+
+@pytest.mark.storage
+async def test_gcs_gives_up_after_its_attempts(
+    gcs_fault_proxy: FaultProxy, gcs_bucket: str
+) -> None:
+    async with GCSStorage(gcs_bucket, attempts=3, backoff=0.01) as store:
+        gcs_fault_proxy.faults[:] = [503] * 5
+        with pytest.raises(StorageError, match="HTTP 503"):
+            await store.exists("k")
+        assert len(gcs_fault_proxy.seen) == 3
+
+
+@pytest.mark.storage
+async def test_gcs_list_retries_each_page(gcs_fault_proxy: FaultProxy, gcs_bucket: str) -> None:
+    async with GCSStorage(gcs_bucket, page_size=2, backoff=0.01) as store:
+        keys = [f"l/{i}" for i in range(5)]
+        for key in keys:
+            await store.write(key, b"x")
+        gcs_fault_proxy.seen.clear()
+        seen: list[str] = []
+        async for key in store.list("l/"):
+            seen.append(key)
+            if len(seen) == 2:
+                gcs_fault_proxy.faults[:] = [503]  # hits the second page's request
+        assert seen == keys
+        assert len(gcs_fault_proxy.seen) == 4  # 3 pages + 1 retry
+
+
+@pytest.mark.storage
+async def test_gcs_write_to_missing_bucket(gcs_emulator: GCSEmulator, tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.write_bytes(b"x")
+    async with GCSStorage("kt-bucket-that-does-not-exist") as store:
+        for call in (lambda: store.write("k", b"x"), lambda: store.upload_file("k", src)):
+            with pytest.raises(StorageError, match="HTTP 404") as info:
+                await call()
+            assert not isinstance(info.value, ObjectNotFoundError)

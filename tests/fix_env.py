@@ -1,0 +1,43 @@
+"""Pytest plugin: every test runs with a private, clean Kinetic environment.
+
+``KINETIC_*`` and GCP variables of the developer's shell are removed, the
+profiles file and the local backend's root point into the test's temporary
+directory, and the local-backend notice is silenced. Tests that need other
+values set them with ``monkeypatch``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+_CLEARED_PREFIXES = ("KINETIC_", "GOOGLE_CLOUD_PROJECT", "CLOUDSDK_")
+
+
+@pytest.fixture(autouse=True)
+def kinetic_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """Isolate the test; yields the local backend root (``KINETIC_LOCAL_ROOT``)."""
+    for name in list(os.environ):
+        if name.startswith(_CLEARED_PREFIXES):
+            monkeypatch.delenv(name)
+    root = tmp_path / "kinetic-root"
+    monkeypatch.setenv("KINETIC_LOCAL_ROOT", str(root))
+    monkeypatch.setenv("KINETIC_PROFILES_FILE", str(tmp_path / "profiles.json"))
+    monkeypatch.setenv("KINETIC_QUIET", "1")
+    yield root
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def job_dirs(root: Path) -> list[str]:
+    """Names of the job directories in a local root's storage."""
+    storage = root / "storage"
+    if not storage.is_dir():
+        return []
+    return sorted(p.name for p in storage.iterdir() if p.name.startswith("job-"))
