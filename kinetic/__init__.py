@@ -31,6 +31,7 @@ from kinetic._exceptions import (
     JobFailedError,
     JobNotFoundError,
     JobTimeoutError,
+    KineticBlockingWarning,
     KineticError,
     ObjectNotFoundError,
     ProfileError,
@@ -40,7 +41,6 @@ from kinetic._exceptions import (
     StorageError,
 )
 from kinetic._sync.api import JobHandle, RemoteFunction, attach, list_jobs, run
-from kinetic._sync.portal import KineticBlockingWarning
 from kinetic._version import __version__
 
 __all__ = [

@@ -29,6 +29,8 @@ a timeout), it inherits the builtin too, so ``except ValueError`` keeps working:
     │   └── ObjectNotFoundError (LookupError)
     ├── BackendError                      the execution backend failed
     └── BlockingCallError (RuntimeError)  sync API called from Kinetic's own loop thread
+
+    KineticBlockingWarning (RuntimeWarning)   sync API called while the caller's loop runs
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ __all__ = [
     "JobFailedError",
     "JobNotFoundError",
     "JobTimeoutError",
+    "KineticBlockingWarning",
     "KineticError",
     "ObjectNotFoundError",
     "ProfileError",
@@ -196,6 +199,13 @@ class BlockingCallError(KineticError, RuntimeError):
     """A blocking (sync) Kinetic call was made from Kinetic's own event loop thread.
 
     It would deadlock; use the ``kinetic.aio`` twin with ``await`` instead.
+    """
+
+
+class KineticBlockingWarning(RuntimeWarning):
+    """A blocking Kinetic call was made from a thread that runs an event loop.
+
+    It works (the job runs on Kinetic's own loop thread) but stalls the caller's loop.
     """
 
 

@@ -19,8 +19,19 @@ DIR_MODE = 0o700
 
 
 def make_private_dirs(path: Path) -> None:
-    """Create ``path`` and its missing parents with mode 0700."""
-    path.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+    """Create ``path`` and its missing parents, each with mode 0700.
+
+    (``Path.mkdir(parents=True)`` would give the parents the default mode.)
+    """
+    if path.is_dir():
+        return
+    missing = []
+    for p in (path, *path.parents):
+        if p.is_dir():
+            break
+        missing.append(p)
+    for p in reversed(missing):
+        p.mkdir(mode=DIR_MODE, exist_ok=True)
 
 
 def atomic_write(path: Path, data: bytes) -> None:

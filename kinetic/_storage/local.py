@@ -77,6 +77,8 @@ class LocalStorage:
             yield key
 
     def _list_sync(self, prefix: str) -> builtins.list[str]:
+        if prefix:
+            check_key(prefix)
         # Walk only the directory the prefix names, then filter by the rest.
         base = self.root / prefix.rsplit("/", 1)[0] if "/" in prefix else self.root
         if not base.is_dir():

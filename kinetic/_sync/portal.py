@@ -8,7 +8,7 @@ portal, started on first use and kept for the life of the process.
   :class:`~kinetic.BlockingCallError` instead.
 - A blocking call from a thread whose own event loop is running (Jupyter, or
   a coroutine calling the sync API by mistake) works, because the work runs
-  on our loop, not the caller's; it warns once, since it stalls the caller's loop.
+  on our loop, not the caller's; it warns, since it stalls the caller's loop.
 - Ctrl-C (KeyboardInterrupt) while blocked cancels the underlying task and
   re-raises; for ``result()`` that cancels the wait, never the job.
 - After ``fork()`` the child starts a fresh loop thread on first use (the
@@ -30,13 +30,9 @@ from typing import Any, TypeVar
 import anyio
 from anyio.from_thread import BlockingPortal
 
-from kinetic._exceptions import BlockingCallError
+from kinetic._exceptions import BlockingCallError, KineticBlockingWarning
 
 T = TypeVar("T")
-
-
-class KineticBlockingWarning(RuntimeWarning):
-    """A blocking Kinetic call was made while the calling thread runs an event loop."""
 
 
 class LoopThread:
@@ -47,7 +43,6 @@ class LoopThread:
         self._portal: BlockingPortal | None = None
         self._thread: threading.Thread | None = None
         self._loop_ident: int | None = None
-        self._warned = False
 
     def _reset_after_fork(self) -> None:
         self._lock = threading.Lock()
@@ -88,13 +83,11 @@ class LoopThread:
                 "(inside an async callback?); it would deadlock: use the kinetic.aio API "
                 "and await it"
             )
-        if self._warned:
-            return
         try:
             asyncio.get_running_loop()
         except RuntimeError:
             return
-        self._warned = True
+        # Shown once per call site by the warnings machinery's default filter.
         warnings.warn(
             "a blocking kinetic call was made from a thread that runs an event loop; it works, "
             "but blocks that loop meanwhile: prefer `await fn.aio(...)` and kinetic.aio",

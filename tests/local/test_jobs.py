@@ -165,8 +165,15 @@ def test_corrupted_payload_fails_in_verify_phase(kinetic_env: Path) -> None:
     (kinetic_env / "storage" / job.job_id / "status.json").unlink()
     (kinetic_env / "storage" / job.job_id / "result.pkl").unlink()
     subprocess.run(
-        [sys.executable, "-m", "runner", "--storage", (kinetic_env / "storage").as_uri(),
-         "--job-id", job.job_id],
+        [
+            sys.executable,
+            "-m",
+            "runner",
+            "--storage",
+            (kinetic_env / "storage").as_uri(),
+            "--job-id",
+            job.job_id,
+        ],
         check=False,
         capture_output=True,
     )

@@ -526,7 +526,11 @@ async def test_gcs_write_to_missing_bucket(gcs_emulator: GCSEmulator, tmp_path: 
     src = tmp_path / "src"
     src.write_bytes(b"x")
     async with GCSStorage("kt-bucket-that-does-not-exist") as store:
-        for call in (lambda: store.write("k", b"x"), lambda: store.upload_file("k", src)):
+        calls: list[Callable[[], Awaitable[object]]] = [
+            lambda: store.write("k", b"x"),
+            lambda: store.upload_file("k", src),
+        ]
+        for call in calls:
             with pytest.raises(StorageError, match="HTTP 404") as info:
                 await call()
             assert not isinstance(info.value, ObjectNotFoundError)

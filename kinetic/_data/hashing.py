@@ -1,0 +1,654 @@
+"""Content hashing of local ``Data`` paths: the IO side of :mod:`kinetic._core.content_hash`.
+
+Theory of operation
+-------------------
+One call hashes one root (a directory or a single file) in five steps:
+
+1. **Walk.** The calling thread walks the tree in the canonical order (a directory's
+   files sorted by name, then its subdirectories sorted by name, depth first), reading each
+   directory once through a directory fd and ``stat``-ing each file (following symlinks).
+   Symlinked directories are skipped, dangling symlinks and special files raise
+   :class:`~kinetic.DataError`. Only one directory listing is held at a time.
+2. **Stat cache.** Each file's ``(size, mtime_ns, ctime_ns, inode, device)`` is compared
+   with the entry cached for it under this root. A match reuses the cached digest without
+   opening the file, so an unchanged tree costs one ``stat`` per file.
+3. **Read.** Misses are grouped into batches (by count and by bytes, so a big file gets a
+   batch of its own) and hashed by a thread pool owned by the call; :mod:`hashlib` and
+   ``os.readv`` release the GIL, so large files hash on all cores. Each file is read in
+   1 MiB chunks through one fd; an ``fstat`` before and after the read must agree, or the
+   file is read once more and then :class:`~kinetic.DataError` is raised. Files changed
+   less than one timestamp tick ago are waited on first (see
+   :func:`~kinetic._core.content_hash.is_settled`), so a change during the read cannot
+   hide behind an unchanged mtime.
+4. **Combine.** Digests are fed to the directory hash in walk order. At most
+   ``4 * workers`` batches are in flight, which bounds memory on trees of any size.
+5. **Save.** If anything changed, the cache file of this root is rewritten atomically.
+
+Stat cache
+----------
+One file per hashed root under ``${KINETIC_CACHE_DIR:-~/.kinetic/cache}/hash-stat-cache-v1/``,
+named by the SHA-256 of the root's kind and absolute path. Content: a magic line, the
+SHA-256 of the payload, then a :mod:`marshal` payload (never :mod:`pickle`, loading must
+not run code) ``(kind, root, os.sep, {dir relpath: {name: (size, mtime_ns, ctime_ns,
+inode, device, digest)}})``. Writers write a private temporary file and ``os.replace`` it,
+so concurrent processes only ever read a complete file; the last writer wins, and each
+writer's content is a complete, valid cache. A missing, truncated or foreign file reads
+as empty. Failing to write the cache is logged, never raised.
+
+Cancellation: :func:`ahash_path` checks for cancellation between directories and batches
+and waits for the pool's threads, which stop between files and between 1 MiB chunks.
+POSIX only (directory fds).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import marshal
+import os
+import stat
+import tempfile
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import partial
+from operator import attrgetter
+from pathlib import Path
+
+import anyio.from_thread
+import anyio.to_thread
+
+from kinetic._core import content_hash as ch
+from kinetic._exceptions import DataError
+
+__all__ = [
+    "HashResult",
+    "HashStats",
+    "ahash_path",
+    "ahash_tree",
+    "default_cache_dir",
+    "hash_path",
+    "hash_tree",
+]
+
+logger = logging.getLogger(__name__)
+
+_CHUNK = 1 << 20
+# A batch closes at this many files to read or this many bytes to read, whichever first:
+# big enough to amortise the pool's per-task cost, small enough to spread work over cores.
+_BATCH_FILES = 64
+_BATCH_BYTES = 4 << 20
+# A batch of cache hits waiting behind unfinished reads closes at this many entries.
+_BATCH_HITS = 4096
+_ATTEMPTS = 2  # read a file changing under us once more, then give up
+_SETTLE_ROUNDS = 3
+_WAIT_POLL_S = 0.1  # how often a blocked wait checks for cancellation
+
+_CACHE_SUBDIR = "hash-stat-cache-v1"
+_CACHE_MAGIC = b"kinetic-hash-stat-cache-v1\n"
+_CACHE_MAX_FILES = 512
+_CACHE_STALE_TMP_S = 3600.0
+
+_OPEN_FILE = os.O_RDONLY | os.O_CLOEXEC | os.O_NOCTTY | os.O_NONBLOCK
+_OPEN_DIR = os.O_RDONLY | os.O_CLOEXEC | os.O_DIRECTORY
+
+# (size, mtime_ns, ctime_ns, inode, device, digest)
+_Entry = tuple[int, int, int, int, int, bytes]
+_Tree = dict[str, dict[str, _Entry]]
+_Checkpoint = Callable[[], None]
+_NAME = attrgetter("name")
+
+
+@dataclass(frozen=True, slots=True)
+class HashStats:
+    """What one hash call did.
+
+    :ivar files: files in the tree (digests combined).
+    :ivar cache_hits: digests taken from the stat cache without opening the file.
+    :ivar files_read: files whose bytes were read (includes re-reads).
+    :ivar bytes_read: bytes read from those files.
+    :ivar cache_file: the stat cache file of this root, or ``None`` when caching is off.
+    :ivar cache_saved: whether the call rewrote the cache file.
+    """
+
+    files: int
+    cache_hits: int
+    files_read: int
+    bytes_read: int
+    cache_file: Path | None
+    cache_saved: bool
+
+
+@dataclass(frozen=True, slots=True)
+class HashResult:
+    """A content hash and the statistics of the call that computed it."""
+
+    digest: str
+    stats: HashStats
+
+
+def default_cache_dir() -> Path:
+    """Return the stat cache directory: ``${KINETIC_CACHE_DIR:-~/.kinetic/cache}/hash-stat-cache-v1``.
+
+    Read at each call, so tests and users may change the variable at any time.
+    """
+    base = os.environ.get("KINETIC_CACHE_DIR") or os.path.join("~", ".kinetic", "cache")
+    return Path(base).expanduser() / _CACHE_SUBDIR
+
+
+def hash_path(path: str | os.PathLike[str]) -> str:
+    """Return the content hash of a local file or directory (equal to the original's).
+
+    Blocks the calling thread; the reads run on a private thread pool.
+
+    :raises DataError: if the path does not exist, cannot be read, contains a dangling
+        symlink or a special file, or a file kept changing while it was read.
+    """
+    return hash_tree(path).digest
+
+
+async def ahash_path(path: str | os.PathLike[str]) -> str:
+    """Return the content hash of a local file or directory, from a worker thread.
+
+    No timeout of its own: hashing is bounded by the size of the tree. Cancellation is
+    honoured between directories and batches; in-flight reads stop between 1 MiB chunks
+    and the call returns only after every thread it started has finished.
+
+    :raises DataError: as :func:`hash_path`.
+    """
+    return (await ahash_tree(path)).digest
+
+
+async def ahash_tree(
+    path: str | os.PathLike[str],
+    *,
+    use_cache: bool = True,
+    cache_dir: Path | None = None,
+    max_workers: int | None = None,
+) -> HashResult:
+    """Async twin of :func:`hash_tree`, cancellable as :func:`ahash_path`.
+
+    :raises DataError: as :func:`hash_path`.
+    """
+    work = partial(
+        hash_tree,
+        path,
+        use_cache=use_cache,
+        cache_dir=cache_dir,
+        max_workers=max_workers,
+        checkpoint=anyio.from_thread.check_cancelled,
+    )
+    return await anyio.to_thread.run_sync(work)
+
+
+def hash_tree(
+    path: str | os.PathLike[str],
+    *,
+    use_cache: bool = True,
+    cache_dir: Path | None = None,
+    max_workers: int | None = None,
+    checkpoint: _Checkpoint | None = None,
+) -> HashResult:
+    """Hash a local file or directory and report what it took.
+
+    :param path: the file or directory; relative paths are taken from the cwd.
+    :param use_cache: read and update the persistent stat cache.
+    :param cache_dir: the cache directory; :func:`default_cache_dir` when ``None``.
+    :param max_workers: threads reading files; by default ``os.cpu_count()`` (at least 2).
+    :param checkpoint: called between directories and batches; whatever it raises aborts
+        the call after the threads stopped (used for anyio cancellation).
+    :raises DataError: as :func:`hash_path`.
+    """
+    root = os.path.abspath(os.fspath(path))
+    try:
+        st = os.stat(root)
+    except FileNotFoundError:
+        raise DataError(f"Data path does not exist: {root}") from None
+    except OSError as exc:
+        raise DataError(f"cannot read Data path {root}: {exc.strerror or exc}") from exc
+    if stat.S_ISDIR(st.st_mode):
+        kind = "dir"
+    elif stat.S_ISREG(st.st_mode):
+        kind = "file"
+    else:
+        raise DataError(f"Data path is neither a regular file nor a directory: {root}")
+
+    cache = _StatCache.load(cache_dir or default_cache_dir(), kind, root) if use_cache else None
+    workers = max_workers if max_workers is not None else max(2, os.cpu_count() or 2)
+    run = _Run(root, cache, workers, checkpoint or _no_checkpoint)
+    digest = run.hash_dir() if kind == "dir" else run.hash_file(st)
+    saved = cache.save(run.new_tree, run.cache_hits) if cache is not None else False
+    stats = HashStats(
+        files=run.files,
+        cache_hits=run.cache_hits,
+        files_read=run.files_read,
+        bytes_read=run.bytes_read,
+        cache_file=cache.file if cache is not None else None,
+        cache_saved=saved,
+    )
+    return HashResult(digest, stats)
+
+
+def _no_checkpoint() -> None:
+    pass
+
+
+class _Stopped(Exception):
+    """Raised in a pool thread when the call is being torn down; nobody waits for it."""
+
+
+# A batch element: a known digest, or a file to read as
+# (dir relpath, name, relpath, abspath, size).
+_Miss = tuple[str, str, str, str, int]
+_Element = bytes | _Miss
+# A file read by a pool thread: its digest, its cache entry (None: not settled), bytes read.
+_Read = tuple[bytes, _Entry | None, int]
+
+
+class _Run:
+    """State of one hash call. Only the calling thread touches it; pool threads run
+    :meth:`_read_batch`, which reads ``stop`` and ``local`` and returns its results."""
+
+    def __init__(
+        self, root: str, cache: _StatCache | None, workers: int, checkpoint: _Checkpoint
+    ) -> None:
+        self.root = root
+        self.old_tree: _Tree = cache.tree if cache is not None else {}
+        self.new_tree: _Tree = {}
+        self.workers = max(1, workers)
+        self.checkpoint = checkpoint
+        self.stop = threading.Event()
+        self.local = threading.local()
+        self.files = 0
+        self.cache_hits = 0
+        self.files_read = 0
+        self.bytes_read = 0
+
+    # -- single file -------------------------------------------------------------------
+
+    def hash_file(self, st: os.stat_result) -> str:
+        name = os.path.basename(self.root)
+        self.files = 1
+        cached = _lookup(self.old_tree.get(""), name, st)
+        if cached is not None:
+            self.cache_hits = 1
+            self.new_tree[""] = {name: cached}
+            return ch.single_file_hash(cached[5])
+        # The original hashed a single file under its base name.
+        [(digest, entry, _)] = self._read_inline([("", name, name, self.root, st.st_size)])
+        if entry is not None:
+            self.new_tree[""] = {name: entry}
+        return ch.single_file_hash(digest)
+
+    # -- directory ---------------------------------------------------------------------
+
+    def hash_dir(self) -> str:
+        dh = ch.dir_hasher()
+        # Closed batches in walk order, each with the future of its reads (None: all hits).
+        pending: deque[tuple[list[_Element], Future[list[_Read]] | None]] = deque()
+        batch: list[_Element] = []
+        misses = 0
+        miss_bytes = 0
+        pool: ThreadPoolExecutor | None = None
+
+        def merge(elements: list[_Element], reads: list[_Read]) -> None:
+            it = iter(reads)
+            for el in elements:
+                if isinstance(el, bytes):
+                    dh.update(el)
+                    continue
+                digest, entry, _ = next(it)
+                dh.update(digest)
+                if entry is not None:
+                    self.new_tree.setdefault(el[0], {})[el[1]] = entry
+
+        def drain(limit: int) -> None:
+            # Merge finished batches at the head; block on the oldest one only while more
+            # than `limit` are in flight (bounded memory, the walk keeps the pool busy).
+            while pending and (
+                len(pending) > limit or pending[0][1] is None or pending[0][1].done()
+            ):
+                elements, fut = pending.popleft()
+                merge(elements, self._wait(fut) if fut is not None else [])
+
+        def close_batch() -> None:
+            nonlocal pool, batch, misses, miss_bytes
+            fut: Future[list[_Read]] | None = None
+            if misses:
+                if pool is None:
+                    pool = ThreadPoolExecutor(
+                        self.workers, "kinetic-hash", initializer=self._init_thread
+                    )
+                fut = pool.submit(self._read_batch, _misses(batch))
+            pending.append((batch, fut))
+            batch, misses, miss_bytes = [], 0, 0
+            self.checkpoint()
+            drain(4 * self.workers)
+
+        try:
+            for rel_dir, abs_dir, files in _walk(self.root):
+                self.checkpoint()
+                old_d = self.old_tree.get(rel_dir)
+                new_d = self.new_tree.setdefault(rel_dir, {})
+                self.files += len(files)
+                for name, st in files:
+                    cached = _lookup(old_d, name, st)
+                    if cached is not None:
+                        self.cache_hits += 1
+                        new_d[name] = cached
+                        if pending or batch:
+                            batch.append(cached[5])  # keep its place behind unfinished reads
+                            if len(batch) >= _BATCH_HITS:
+                                close_batch()
+                        else:
+                            dh.update(cached[5])  # nothing ahead of it: combine at once
+                        continue
+                    rel = ch.join_relpath(rel_dir, name)
+                    batch.append((rel_dir, name, rel, f"{abs_dir}/{name}", st.st_size))
+                    misses += 1
+                    miss_bytes += st.st_size
+                    if misses >= _BATCH_FILES or miss_bytes >= _BATCH_BYTES:
+                        close_batch()
+            if batch and pool is None and not pending:
+                # A small tree: read it here rather than start threads for it.
+                merge(batch, self._read_inline(_misses(batch)))
+            elif batch:
+                close_batch()
+            drain(0)
+        finally:
+            if pool is not None:
+                self.stop.set()  # a no-op on success: every batch has finished by now
+                pool.shutdown(wait=True, cancel_futures=True)
+        self.new_tree = {d: e for d, e in self.new_tree.items() if e}
+        return dh.hexdigest()
+
+    def _wait(self, fut: Future[list[_Read]]) -> list[_Read]:
+        while True:
+            try:
+                reads = fut.result(timeout=_WAIT_POLL_S)
+            except TimeoutError:
+                self.checkpoint()
+                continue
+            self._count(reads)
+            return reads
+
+    def _read_inline(self, items: list[_Miss]) -> list[_Read]:
+        reads = self._read_batch(items)
+        self._count(reads)
+        return reads
+
+    def _count(self, reads: list[_Read]) -> None:
+        self.files_read += len(reads)
+        self.bytes_read += sum(n for _, _, n in reads)
+
+    # -- pool threads ------------------------------------------------------------------
+
+    def _init_thread(self) -> None:
+        self.local.buf = bytearray(_CHUNK)  # one read buffer per thread, reused
+
+    def _read_batch(self, items: list[_Miss]) -> list[_Read]:
+        buf: bytearray | None = getattr(self.local, "buf", None)
+        if buf is None:  # the calling thread, hashing a small tree inline
+            buf = bytearray(_CHUNK)
+        view = memoryview(buf)
+        try:
+            out: list[_Read] = []
+            for _, _, rel, path, _ in items:
+                if self.stop.is_set():
+                    raise _Stopped
+                out.append(self._read_file(rel, path, view))
+            return out
+        finally:
+            view.release()
+
+    def _read_file(self, rel: str, path: str, view: memoryview) -> _Read:
+        total_read = 0
+        for _ in range(_ATTEMPTS):
+            try:
+                fd = os.open(path, _OPEN_FILE)
+            except FileNotFoundError:
+                raise DataError(f"file vanished while being hashed: {path}") from None
+            except OSError as exc:
+                raise DataError(f"cannot read {path}: {exc.strerror or exc}") from exc
+            try:
+                before, settled = self._settle(fd, path)
+                h = ch.file_hasher(rel)
+                size = before.st_size
+                done = 0
+                # Stop at the size fstat reported: growth shows in the second fstat anyway,
+                # and skipping the EOF read saves a syscall per small file.
+                while done < size:
+                    if self.stop.is_set():
+                        raise _Stopped
+                    n = os.readv(fd, [view])
+                    if not n:
+                        break
+                    h.update(view[:n])
+                    done += n
+                after = os.fstat(fd)
+            except OSError as exc:
+                raise DataError(f"cannot read {path}: {exc.strerror or exc}") from exc
+            finally:
+                os.close(fd)
+            total_read += done
+            if done == size and _same_state(before, after):
+                entry: _Entry | None = None
+                if settled:
+                    entry = (
+                        size,
+                        before.st_mtime_ns,
+                        before.st_ctime_ns,
+                        before.st_ino,
+                        before.st_dev,
+                        h.digest(),
+                    )
+                return h.digest(), entry, total_read
+        raise DataError(
+            f"file changed while being hashed ({_ATTEMPTS} attempts): {path}; "
+            "wait until whatever writes it has finished, then retry"
+        )
+
+    def _settle(self, fd: int, path: str) -> tuple[os.stat_result, bool]:
+        """Return the fd's stat once a change during the read must show in it.
+
+        A file changed within one timestamp tick may change again without a new mtime;
+        waiting out the tick first makes the before/after comparison conclusive. Returns
+        ``settled=False`` (do not cache) if it keeps changing or its clock is in the future.
+        """
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise DataError(f"not a regular file: {path}")
+        for _ in range(_SETTLE_ROUNDS):
+            now = time.time_ns()
+            if ch.is_settled(st.st_mtime_ns, st.st_ctime_ns, now):
+                return st, True
+            wait_ns = (
+                max(st.st_mtime_ns, st.st_ctime_ns)
+                + ch.racy_window_ns(st.st_mtime_ns, st.st_ctime_ns)
+                - now
+            )
+            if wait_ns > 2 * ch.racy_window_ns(st.st_mtime_ns, st.st_ctime_ns):
+                return st, False  # timestamp in the future: waiting would not help
+            if self.stop.is_set():
+                raise _Stopped
+            time.sleep(wait_ns / 1e9)
+            st = os.fstat(fd)
+        return st, False
+
+
+def _lookup(old_d: dict[str, _Entry] | None, name: str, st: os.stat_result) -> _Entry | None:
+    """Return the cached entry of ``name`` if ``st`` still matches it."""
+    if old_d is None:
+        return None
+    e = old_d.get(name)
+    if (
+        e is not None
+        and e[0] == st.st_size
+        and e[1] == st.st_mtime_ns
+        and e[2] == st.st_ctime_ns
+        and e[3] == st.st_ino
+        and e[4] == st.st_dev
+    ):
+        return e
+    return None
+
+
+def _misses(batch: list[_Element]) -> list[_Miss]:
+    return [el for el in batch if not isinstance(el, bytes)]
+
+
+def _same_state(a: os.stat_result, b: os.stat_result) -> bool:
+    return (
+        a.st_size == b.st_size
+        and a.st_mtime_ns == b.st_mtime_ns
+        and a.st_ctime_ns == b.st_ctime_ns
+        and a.st_ino == b.st_ino
+        and a.st_dev == b.st_dev
+    )
+
+
+def _walk(root: str) -> Iterator[tuple[str, str, list[tuple[str, os.stat_result]]]]:
+    """Yield ``(dir relpath, dir abspath, [(file name, stat)])`` in canonical walk order.
+
+    Mirrors ``os.walk(root, followlinks=False)`` with sorted names: symlinks to
+    directories are listed as directories and not descended. Unlike ``os.walk``, an
+    unreadable directory raises instead of silently dropping its files from the hash.
+
+    :raises DataError: unreadable directory, dangling symlink, special file, or a
+        directory replaced while walking.
+    """
+    stack = [("", root)]
+    while stack:
+        rel_dir, abs_dir = stack.pop()
+        files: list[tuple[str, os.stat_result]] = []
+        subdirs: list[str] = []
+        try:
+            # The root may be a symlink (the original followed it); below the root,
+            # O_NOFOLLOW refuses a directory swapped for a symlink since we listed it.
+            fd = os.open(abs_dir, _OPEN_DIR | (os.O_NOFOLLOW if rel_dir else 0))
+        except OSError as exc:
+            raise DataError(f"cannot read directory {abs_dir}: {exc.strerror or exc}") from exc
+        try:
+            with os.scandir(fd) as it:
+                entries = list(it)
+            entries.sort(key=_NAME)
+            for e in entries:
+                try:
+                    if e.is_dir(follow_symlinks=False):
+                        subdirs.append(e.name)
+                        continue
+                    st = e.stat()  # follows symlinks: a symlinked file hashes its target
+                except FileNotFoundError:
+                    raise DataError(
+                        f"dangling symlink or file removed while hashing: {abs_dir}/{e.name}"
+                    ) from None
+                if stat.S_ISREG(st.st_mode):
+                    files.append((e.name, st))
+                elif not stat.S_ISDIR(st.st_mode):  # a symlinked directory is skipped
+                    raise DataError(f"not a regular file: {abs_dir}/{e.name}")
+        except OSError as exc:
+            raise DataError(f"cannot read directory {abs_dir}: {exc.strerror or exc}") from exc
+        finally:
+            os.close(fd)
+        yield rel_dir, abs_dir, files
+        for name in reversed(subdirs):
+            stack.append((ch.join_relpath(rel_dir, name), f"{abs_dir}/{name}"))
+
+
+class _StatCache:
+    """The persistent stat cache of one root (format in the module docstring)."""
+
+    def __init__(self, file: Path, kind: str, root: str, tree: _Tree) -> None:
+        self.file = file
+        self.kind = kind
+        self.root = root
+        self.tree = tree
+        self.size = sum(len(d) for d in tree.values())
+
+    @classmethod
+    def load(cls, cache_dir: Path, kind: str, root: str) -> _StatCache:
+        key = hashlib.sha256(f"{kind}\0{root}".encode("utf-8", "surrogateescape")).hexdigest()
+        file = cache_dir / f"{key[:40]}.bin"
+        return cls(file, kind, root, _read_cache(file, kind, root))
+
+    def save(self, tree: _Tree, hits: int) -> bool:
+        """Write ``tree`` if it differs from what was loaded; return whether it wrote."""
+        if hits == self.size and sum(len(d) for d in tree.values()) == hits:
+            return False  # every loaded entry was hit and nothing was added
+        payload = marshal.dumps((self.kind, self.root, ch.SEP, tree), 4)
+        blob = _CACHE_MAGIC + hashlib.sha256(payload).digest() + payload
+        tmp: str | None = None
+        try:
+            self.file.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(
+                prefix=self.file.name + ".", suffix=".tmp", dir=self.file.parent
+            )
+            with os.fdopen(fd, "wb") as f:
+                f.write(blob)
+            new_file = not self.file.exists()
+            os.replace(tmp, self.file)
+            tmp = None
+            if new_file:
+                _prune(self.file.parent)
+        except OSError as exc:
+            # The cache only saves time: a read-only or full disk must not fail the hash.
+            logger.warning("cannot write hash stat cache %s: %s", self.file, exc)
+            return False
+        finally:
+            if tmp is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+        return True
+
+
+def _read_cache(file: Path, kind: str, root: str) -> _Tree:
+    try:
+        data = file.read_bytes()
+    except FileNotFoundError:
+        return {}
+    except OSError as exc:
+        logger.warning("cannot read hash stat cache %s: %s", file, exc)
+        return {}
+    head = len(_CACHE_MAGIC)
+    payload = data[head + 32 :]
+    if (
+        not data.startswith(_CACHE_MAGIC)
+        or hashlib.sha256(payload).digest() != data[head : head + 32]
+    ):
+        return {}  # torn, foreign or from another format version: start over
+    try:
+        obj = marshal.loads(payload)
+    except (EOFError, ValueError, TypeError):
+        return {}
+    if (
+        isinstance(obj, tuple)
+        and len(obj) == 4
+        and obj[:3] == (kind, root, ch.SEP)
+        and isinstance(obj[3], dict)
+    ):
+        tree: _Tree = obj[3]
+        return tree
+    return {}
+
+
+def _prune(cache_dir: Path) -> None:
+    """Keep the cache directory bounded: drop the least recently written roots."""
+    now = time.time()
+    files: list[tuple[float, Path]] = []
+    for p in cache_dir.iterdir():
+        with contextlib.suppress(OSError):
+            mtime = p.stat().st_mtime
+            if p.name.endswith(".tmp"):
+                if now - mtime > _CACHE_STALE_TMP_S:  # left by a writer that died
+                    p.unlink()
+            elif p.name.endswith(".bin"):
+                files.append((mtime, p))
+    if len(files) > _CACHE_MAX_FILES:
+        files.sort()
+        for _, p in files[: len(files) - _CACHE_MAX_FILES * 3 // 4]:
+            with contextlib.suppress(OSError):
+                p.unlink()
