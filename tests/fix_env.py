@@ -9,7 +9,6 @@ values set them with ``monkeypatch``.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,7 +17,7 @@ _CLEARED_PREFIXES = ("KINETIC_", "GOOGLE_CLOUD_PROJECT", "CLOUDSDK_")
 
 
 @pytest.fixture(autouse=True)
-def kinetic_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+def kinetic_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Isolate the test; yields the local backend root (``KINETIC_LOCAL_ROOT``)."""
     for name in list(os.environ):
         if name.startswith(_CLEARED_PREFIXES):
@@ -27,7 +26,7 @@ def kinetic_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pat
     monkeypatch.setenv("KINETIC_LOCAL_ROOT", str(root))
     monkeypatch.setenv("KINETIC_PROFILES_FILE", str(tmp_path / "profiles.json"))
     monkeypatch.setenv("KINETIC_QUIET", "1")
-    yield root
+    return root
 
 
 @pytest.fixture

@@ -96,8 +96,14 @@ _CACHE_STALE_TMP_S = 3600.0
 _OPEN_FILE = os.O_RDONLY | os.O_CLOEXEC | os.O_NOCTTY | os.O_NONBLOCK
 _OPEN_DIR = os.O_RDONLY | os.O_CLOEXEC | os.O_DIRECTORY
 
-# (size, mtime_ns, ctime_ns, inode, device, digest)
-_Entry = tuple[int, int, int, int, int, bytes]
+# What must not change for a cached digest to stay valid: (size, mtime_ns, ctime_ns,
+# inode, device). A rename-over or a restored mtime (``touch -r``, ``rsync -t``) still
+# changes ctime or the inode.
+_Key = tuple[int, int, int, int, int]
+_KEY: Callable[[os.stat_result], _Key] = attrgetter(
+    "st_size", "st_mtime_ns", "st_ctime_ns", "st_ino", "st_dev"
+)
+_Entry = tuple[_Key, bytes]
 _Tree = dict[str, dict[str, _Entry]]
 _Checkpoint = Callable[[], None]
 _NAME = attrgetter("name")
@@ -273,11 +279,11 @@ class _Run:
     def hash_file(self, st: os.stat_result) -> str:
         name = os.path.basename(self.root)
         self.files = 1
-        cached = _lookup(self.old_tree.get(""), name, st)
-        if cached is not None:
+        cached = self.old_tree.get("", {}).get(name)
+        if cached is not None and cached[0] == _KEY(st):
             self.cache_hits = 1
             self.new_tree[""] = {name: cached}
-            return ch.single_file_hash(cached[5])
+            return ch.single_file_hash(cached[1])
         # The original hashed a single file under its base name.
         [(digest, entry, _)] = self._read_inline([("", name, name, self.root, st.st_size)])
         if entry is not None:
@@ -335,22 +341,24 @@ class _Run:
                 old_d = self.old_tree.get(rel_dir)
                 new_d = self.new_tree.setdefault(rel_dir, {})
                 self.files += len(files)
-                for name, st in files:
-                    cached = _lookup(old_d, name, st)
-                    if cached is not None:
+                for name, key in files:
+                    # The hot loop of an unchanged tree: keep it to a dict lookup and one
+                    # tuple comparison per file.
+                    cached = old_d.get(name) if old_d is not None else None
+                    if cached is not None and cached[0] == key:
                         self.cache_hits += 1
                         new_d[name] = cached
                         if pending or batch:
-                            batch.append(cached[5])  # keep its place behind unfinished reads
+                            batch.append(cached[1])  # keep its place behind unfinished reads
                             if len(batch) >= _BATCH_HITS:
                                 close_batch()
                         else:
-                            dh.update(cached[5])  # nothing ahead of it: combine at once
+                            dh.update(cached[1])  # nothing ahead of it: combine at once
                         continue
                     rel = ch.join_relpath(rel_dir, name)
-                    batch.append((rel_dir, name, rel, f"{abs_dir}/{name}", st.st_size))
+                    batch.append((rel_dir, name, rel, f"{abs_dir}/{name}", key[0]))
                     misses += 1
-                    miss_bytes += st.st_size
+                    miss_bytes += key[0]
                     if misses >= _BATCH_FILES or miss_bytes >= _BATCH_BYTES:
                         close_batch()
             if batch and pool is None and not pending:
@@ -435,18 +443,10 @@ class _Run:
             finally:
                 os.close(fd)
             total_read += done
-            if done == size and _same_state(before, after):
-                entry: _Entry | None = None
-                if settled:
-                    entry = (
-                        size,
-                        before.st_mtime_ns,
-                        before.st_ctime_ns,
-                        before.st_ino,
-                        before.st_dev,
-                        h.digest(),
-                    )
-                return h.digest(), entry, total_read
+            key = _KEY(before)
+            if done == size and key == _KEY(after):
+                digest = h.digest()
+                return digest, (key, digest) if settled else None, total_read
         raise DataError(
             f"file changed while being hashed ({_ATTEMPTS} attempts): {path}; "
             "wait until whatever writes it has finished, then retry"
@@ -480,39 +480,12 @@ class _Run:
         return st, False
 
 
-def _lookup(old_d: dict[str, _Entry] | None, name: str, st: os.stat_result) -> _Entry | None:
-    """Return the cached entry of ``name`` if ``st`` still matches it."""
-    if old_d is None:
-        return None
-    e = old_d.get(name)
-    if (
-        e is not None
-        and e[0] == st.st_size
-        and e[1] == st.st_mtime_ns
-        and e[2] == st.st_ctime_ns
-        and e[3] == st.st_ino
-        and e[4] == st.st_dev
-    ):
-        return e
-    return None
-
-
 def _misses(batch: list[_Element]) -> list[_Miss]:
     return [el for el in batch if not isinstance(el, bytes)]
 
 
-def _same_state(a: os.stat_result, b: os.stat_result) -> bool:
-    return (
-        a.st_size == b.st_size
-        and a.st_mtime_ns == b.st_mtime_ns
-        and a.st_ctime_ns == b.st_ctime_ns
-        and a.st_ino == b.st_ino
-        and a.st_dev == b.st_dev
-    )
-
-
-def _walk(root: str) -> Iterator[tuple[str, str, list[tuple[str, os.stat_result]]]]:
-    """Yield ``(dir relpath, dir abspath, [(file name, stat)])`` in canonical walk order.
+def _walk(root: str) -> Iterator[tuple[str, str, list[tuple[str, _Key]]]]:
+    """Yield ``(dir relpath, dir abspath, [(file name, stat key)])`` in canonical walk order.
 
     Mirrors ``os.walk(root, followlinks=False)`` with sorted names: symlinks to
     directories are listed as directories and not descended. Unlike ``os.walk``, an
@@ -524,7 +497,7 @@ def _walk(root: str) -> Iterator[tuple[str, str, list[tuple[str, os.stat_result]
     stack = [("", root)]
     while stack:
         rel_dir, abs_dir = stack.pop()
-        files: list[tuple[str, os.stat_result]] = []
+        files: list[tuple[str, _Key]] = []
         subdirs: list[str] = []
         try:
             # The root may be a symlink (the original followed it); below the root,
@@ -547,7 +520,7 @@ def _walk(root: str) -> Iterator[tuple[str, str, list[tuple[str, os.stat_result]
                         f"dangling symlink or file removed while hashing: {abs_dir}/{e.name}"
                     ) from None
                 if stat.S_ISREG(st.st_mode):
-                    files.append((e.name, st))
+                    files.append((e.name, _KEY(st)))
                 elif not stat.S_ISDIR(st.st_mode):  # a symlinked directory is skipped
                     raise DataError(f"not a regular file: {abs_dir}/{e.name}")
         except OSError as exc:

@@ -113,7 +113,9 @@ def list_context_files(root: Path, *, exclude: tuple[Path, ...] = ()) -> list[Co
         dirnames[:] = sorted(
             d
             for d in dirnames
-            if not rules.excludes(rel_base + d, is_dir=True) and (base / d).resolve() not in skip
+            if not rules.excludes(rel_base + d, is_dir=True)
+            and (base / d).resolve() not in skip
+            and not (base / d / "pyvenv.cfg").exists()  # any virtualenv, whatever its name
         )
         for name in sorted(filenames):
             path = base / name

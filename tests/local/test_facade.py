@@ -38,7 +38,7 @@ def test_blocking_call_from_the_loop_thread_raises_instead_of_deadlocking() -> N
         # Runs on Kinetic's loop thread: a blocking call here would wait on itself.
         try:
             job.status()
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: BLE001 - the test inspects what was raised
             errors.append(exc)
 
     assert job.result(on_status_change=callback) == 2
@@ -80,7 +80,7 @@ def test_keeps_working_in_a_forked_child() -> None:
         try:
             value = double(5)
             os.write(write_fd, json.dumps({"value": value}).encode())
-        except BaseException as exc:  # report, never return into pytest in the child
+        except BaseException as exc:  # noqa: BLE001 - report; never return into pytest here
             os.write(write_fd, json.dumps({"error": repr(exc)}).encode())
         finally:
             os._exit(0)
