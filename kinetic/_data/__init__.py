@@ -1,0 +1,1 @@
+"""Local and remote data dependencies of jobs: the ``Data`` value and content hashing."""

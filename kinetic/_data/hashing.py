@@ -423,7 +423,10 @@ class _Run:
             except OSError as exc:
                 raise DataError(f"cannot read {path}: {exc.strerror or exc}") from exc
             try:
-                before, settled = self._settle(fd, path)
+                settled = self._settle(fd, path)
+                if settled is None:
+                    continue  # still being written: counts as a failed attempt
+                before, cacheable = settled
                 h = ch.file_hasher(rel)
                 size = before.st_size
                 done = 0
@@ -446,18 +449,21 @@ class _Run:
             key = _KEY(before)
             if done == size and key == _KEY(after):
                 digest = h.digest()
-                return digest, (key, digest) if settled else None, total_read
+                return digest, (key, digest) if cacheable else None, total_read
         raise DataError(
             f"file changed while being hashed ({_ATTEMPTS} attempts): {path}; "
             "wait until whatever writes it has finished, then retry"
         )
 
-    def _settle(self, fd: int, path: str) -> tuple[os.stat_result, bool]:
-        """Return the fd's stat once a change during the read must show in it.
+    def _settle(self, fd: int, path: str) -> tuple[os.stat_result, bool] | None:
+        """Return the fd's stat once any further change must show in it, and whether a
+        digest read now may be cached; ``None`` if the file keeps changing.
 
-        A file changed within one timestamp tick may change again without a new mtime;
-        waiting out the tick first makes the before/after comparison conclusive. Returns
-        ``settled=False`` (do not cache) if it keeps changing or its clock is in the future.
+        A change in the same timestamp tick as the previous one leaves mtime and ctime
+        as they were, so a file changed less than a tick ago is waited on first; then an
+        equal stat before and after the read proves the bytes read are one state.
+        Timestamps in the future (clock skew, extracted archives) cannot collide with a
+        change made now, but they are not cached: that proof is all we have for them.
         """
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
@@ -466,18 +472,15 @@ class _Run:
             now = time.time_ns()
             if ch.is_settled(st.st_mtime_ns, st.st_ctime_ns, now):
                 return st, True
-            wait_ns = (
-                max(st.st_mtime_ns, st.st_ctime_ns)
-                + ch.racy_window_ns(st.st_mtime_ns, st.st_ctime_ns)
-                - now
-            )
-            if wait_ns > 2 * ch.racy_window_ns(st.st_mtime_ns, st.st_ctime_ns):
-                return st, False  # timestamp in the future: waiting would not help
+            window = ch.racy_window_ns(st.st_mtime_ns, st.st_ctime_ns)
+            latest = max(st.st_mtime_ns, st.st_ctime_ns)
+            if latest > now + window:
+                return st, False
             if self.stop.is_set():
                 raise _Stopped
-            time.sleep(wait_ns / 1e9)
+            time.sleep((latest + window - now) / 1e9)
             st = os.fstat(fd)
-        return st, False
+        return None
 
 
 def _misses(batch: list[_Element]) -> list[_Miss]:

@@ -7,7 +7,12 @@ import pytest
 from kinetic._core.config import capture_env, parse_profiles, resolve_settings
 from kinetic._exceptions import ConfigError, ProfileError
 
-PROFILE = {"project": "prof-proj", "zone": "prof-zone", "cluster": "prof-cl", "namespace": "prof-ns"}
+PROFILE = {
+    "project": "prof-proj",
+    "zone": "prof-zone",
+    "cluster": "prof-cl",
+    "namespace": "prof-ns",
+}
 
 
 def resolve(**kw: object) -> object:
@@ -37,7 +42,12 @@ def test_precedence_argument_env_profile_default(field: str) -> None:
     assert getattr(resolve(**{field: "arg"}, env={var: "env"}, profile=PROFILE), field) == "arg"
     assert getattr(resolve(env={var: "env"}, profile=PROFILE), field) == "env"
     assert getattr(resolve(profile=PROFILE), field) == PROFILE[field]
-    defaults = {"project": None, "zone": "us-central1-a", "cluster": "kinetic-cluster", "namespace": "default"}
+    defaults = {
+        "project": None,
+        "zone": "us-central1-a",
+        "cluster": "kinetic-cluster",
+        "namespace": "default",
+    }
     assert getattr(resolve(), field) == defaults[field]
 
 
@@ -73,7 +83,13 @@ def test_parse_profiles_valid_and_stale_current() -> None:
 
 @pytest.mark.parametrize(
     "doc",
-    [[], {"current": 3}, {"profiles": []}, {"profiles": {"a": "x"}}, {"profiles": {"a": {"zone": 1}}}],
+    [
+        [],
+        {"current": 3},
+        {"profiles": []},
+        {"profiles": {"a": "x"}},
+        {"profiles": {"a": {"zone": 1}}},
+    ],
 )
 def test_parse_profiles_malformed_names_the_file(doc: object) -> None:
     with pytest.raises(ProfileError, match="/etc/p.json"):

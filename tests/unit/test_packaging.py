@@ -41,7 +41,9 @@ def test_root_escapes_packages_then_finds_the_nearest_marker(tmp_path: Path) -> 
 @pytest.mark.parametrize("marker", ["requirements.txt", "setup.py", "setup.cfg", ".git"])
 def test_each_marker_counts(tmp_path: Path, marker: str) -> None:
     (tmp_path / "p" / "a" / "b").mkdir(parents=True)
-    (tmp_path / "p" / marker).mkdir() if marker == ".git" else (tmp_path / "p" / marker).write_text("")
+    (tmp_path / "p" / marker).mkdir() if marker == ".git" else (tmp_path / "p" / marker).write_text(
+        ""
+    )
     assert find_package_root(tmp_path / "p/a/b", {}) == (tmp_path / "p").resolve()
 
 

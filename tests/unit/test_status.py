@@ -9,7 +9,11 @@ from kinetic._core.status import JobStatus, describe_exit, status_from_local_rec
 
 def derive(**kw: object) -> object:
     base: dict[str, object] = {
-        "final": None, "cancelled": False, "launched": True, "alive": False, "exit_code": None
+        "final": None,
+        "cancelled": False,
+        "launched": True,
+        "alive": False,
+        "exit_code": None,
     }
     base.update(kw)
     return status_from_local_records(**base)  # type: ignore[arg-type]
@@ -45,5 +49,7 @@ def test_describe_exit(code: int | None, words: str) -> None:
 
 def test_terminal_statuses() -> None:
     assert {s for s in JobStatus if s.is_terminal} == {
-        JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.NOT_FOUND
+        JobStatus.SUCCEEDED,
+        JobStatus.FAILED,
+        JobStatus.NOT_FOUND,
     }
