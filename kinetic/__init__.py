@@ -41,12 +41,14 @@ from kinetic._exceptions import (
     StorageError,
 )
 from kinetic._sync.api import JobHandle, RemoteFunction, attach, list_jobs, run
+from kinetic._sync.batch import BatchHandle, attach_batch
 from kinetic._version import __version__
 
 __all__ = [
     "AcceleratorError",
     "BackendError",
     "BatchError",
+    "BatchHandle",
     "BlockingCallError",
     "ConfigError",
     "DataError",
@@ -71,6 +73,7 @@ __all__ = [
     "__version__",
     "aio",
     "attach",
+    "attach_batch",
     "list_jobs",
     "run",
 ]

@@ -132,44 +132,34 @@ class RemoteError(JobError):
 
 
 class BatchError(KineticError):
-    """Some inputs of a batch failed.
+    """Some inputs of a batch failed (raised by ``BatchHandle.results()``).
 
     :ivar group_id: the batch's id.
-    :ivar failures: input index -> the exception that input ended with.
-    :ivar partial_results: input index -> value, for the inputs that succeeded.
+    :ivar failures: the handles of the inputs that failed or were cancelled.
+    :ivar partial_results: one entry per input (in the order results were asked for):
+        the value where the input succeeded, ``None`` where it failed.
     :ivar submission_failures: input index -> the error that kept it from being submitted.
     """
 
     def __init__(
         self,
         group_id: str,
-        failures: Mapping[int, BaseException],
-        partial_results: Mapping[int, Any],
+        failures: Sequence[Any],
+        partial_results: Sequence[Any],
         submission_failures: Mapping[int, BaseException] | None = None,
     ):
         self.group_id = group_id
-        self.failures = dict(failures)
-        self.partial_results = dict(partial_results)
+        self.failures = list(failures)
+        self.partial_results = list(partial_results)
         self.submission_failures = dict(submission_failures or {})
         n_bad = len(self.failures) + len(self.submission_failures)
-        super().__init__(
-            f"batch {group_id}: {n_bad} input(s) failed, {len(self.partial_results)} succeeded"
-            + _first_failure_hint(self.failures, self.submission_failures)
-        )
+        super().__init__(f"batch {group_id}: {n_bad} of {len(self.partial_results)} inputs failed")
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (
             type(self),
             (self.group_id, self.failures, self.partial_results, self.submission_failures),
         )
-
-
-def _first_failure_hint(*maps: Mapping[int, BaseException]) -> str:
-    for m in maps:
-        for index in sorted(m):
-            exc = m[index]
-            return f" (first: input {index}: {type(exc).__name__}: {exc})"
-    return ""
 
 
 class JobTimeoutError(KineticError, TimeoutError):

@@ -55,19 +55,9 @@ def run_job(
     try:
         spec = protocol.load_json(store.read(protocol.spec_key(job_id)))
         payload_bytes = store.read(protocol.payload_key(job_id))
-        context_bytes = store.read(spec["context_key"]) if spec.get("context_key") else None
-
         phase = "verify"
         _verify(payload_bytes, spec["payload_sha256"], "payload.pkl")
-        if context_bytes is not None:
-            _verify(context_bytes, spec["context_sha256"], "context archive")
-
-        phase = "unpack"
-        root = workdir / "workspace"
-        root.mkdir(parents=True, exist_ok=True)
-        if context_bytes is not None:
-            _unpack(context_bytes, root)
-        _enter_workspace(root, spec)
+        prepare_workspace(store, spec, workdir)
 
         phase = "deserialize"
         payload = cloudpickle.loads(payload_bytes)
@@ -91,6 +81,28 @@ def run_job(
         return protocol.EXIT_USER_ERROR
     _flush_std()
     return _record_success(store, job_id, value)
+
+
+def prepare_workspace(store: RunnerStore, spec: protocol.JobSpec, workdir: Path) -> None:
+    """Fetch, verify and unpack the context archive, then enter it (cwd, sys.path, env).
+
+    :raises PhaseError: naming the phase (fetch, verify, unpack) that failed.
+    """
+    root = workdir / "workspace"
+    root.mkdir(parents=True, exist_ok=True)
+    if spec.get("context_key"):
+        try:
+            context_bytes = store.read(str(spec["context_key"]))
+        except OSError as exc:
+            raise PhaseError("fetch", f"cannot read the context archive: {exc}") from exc
+        _verify(context_bytes, str(spec["context_sha256"]), "context archive")
+        try:
+            _unpack(context_bytes, root)
+        except PhaseError:
+            raise
+        except Exception as exc:
+            raise PhaseError("unpack", f"cannot unpack the context archive: {exc}") from exc
+    _enter_workspace(root, spec)
 
 
 def _verify(data: bytes, expected: str, what: str) -> None:
@@ -127,30 +139,25 @@ def _enter_workspace(root: Path, spec: protocol.JobSpec) -> None:
     os.chdir(root / spec["cwd"] if spec["cwd"] else root)
 
 
-def _record_success(store: RunnerStore, job_id: str, value: Any) -> int:
+def build_success(value: Any) -> tuple[bytes, protocol.FinalRecord]:
+    """The result payload and final record for a value (a serialize failure if it won't pickle)."""
     try:
         data = cloudpickle.dumps(protocol.result_payload(success=True, result=value))
     except BaseException as exc:  # noqa: BLE001 - pickling may raise anything
-        _record_failure(store, job_id, "serialize", exc, user=False, what="the result")
-        return protocol.EXIT_RUNNER_ERROR
+        return build_failure("serialize", exc, user=False, what="the result")
     final: protocol.FinalRecord = {
         "state": "succeeded",
         "phase": None,
         "error": None,
         "error_type": None,
     }
-    return _upload(store, job_id, data, final, protocol.EXIT_OK)
+    return data, final
 
 
-def _record_failure(
-    store: RunnerStore,
-    job_id: str,
-    phase: str,
-    exc: BaseException,
-    *,
-    user: bool,
-    what: str | None = None,
-) -> None:
+def build_failure(
+    phase: str, exc: BaseException, *, user: bool, what: str | None = None
+) -> tuple[bytes, protocol.FinalRecord]:
+    """The result payload and final record for a failure. Call from the ``except`` block."""
     tb = traceback.format_exc()
     error_type = f"{type(exc).__module__}.{type(exc).__qualname__}"
     error = f"{type(exc).__name__}: {exc}"
@@ -173,13 +180,28 @@ def _record_failure(
     except BaseException:  # noqa: BLE001
         payload["exception"] = None
         data = cloudpickle.dumps(payload)
-    print(f"kinetic runner: job {job_id} failed in phase {phase}: {error}", file=sys.stderr)
     final: protocol.FinalRecord = {
         "state": "failed",
         "phase": phase,
         "error": error,
         "error_type": error_type,
     }
+    return data, final
+
+
+def _record_success(store: RunnerStore, job_id: str, value: Any) -> int:
+    data, final = build_success(value)
+    code = protocol.EXIT_OK if final["state"] == "succeeded" else protocol.EXIT_RUNNER_ERROR
+    return _upload(store, job_id, data, final, code)
+
+
+def _record_failure(
+    store: RunnerStore, job_id: str, phase: str, exc: BaseException, *, user: bool
+) -> None:
+    data, final = build_failure(phase, exc, user=user)
+    print(
+        f"kinetic runner: job {job_id} failed in phase {phase}: {final['error']}", file=sys.stderr
+    )
     _upload(store, job_id, data, final, protocol.EXIT_RUNNER_ERROR)
 
 

@@ -29,6 +29,12 @@ class JobRef(Protocol):
     @property
     def namespace(self) -> str: ...
 
+    @property
+    def group_id(self) -> str | None: ...
+
+    @property
+    def group_index(self) -> int | None: ...
+
 
 class Backend(Protocol):
     """Runs jobs and reports on them."""
@@ -72,6 +78,17 @@ class Backend(Protocol):
 
     async def cancel(self, job: JobRef) -> None:
         """End the job if it is still running. Idempotent."""
+        ...
+
+    async def read_result(self, job: JobRef) -> bytes:
+        """The job's pickled result payload.
+
+        :raises ObjectNotFoundError: when the job has not recorded one.
+        """
+        ...
+
+    async def delete_objects(self, job: JobRef) -> None:
+        """Delete what the job stored. Shared, content-addressed artifacts are kept."""
         ...
 
     async def list_job_ids(self) -> list[str]:

@@ -11,10 +11,15 @@ Status is derived from records plus liveness (see
 :func:`kinetic._core.status.status_from_local_records`): the runner's final
 record wins; a process that vanished without one is FAILED, with the signal or
 exit status as the reason. Waiting uses a pidfd, not a polling loop.
+
+Inputs of a batch (``group_id`` set) are run by the batch supervisor
+(:mod:`runner.batch`, driven through :mod:`kinetic._backends.local_batch`); the
+same methods answer for them from the batch's records and event stream.
 """
 
 from __future__ import annotations
 
+import codecs
 import os
 import signal
 import sys
@@ -34,7 +39,8 @@ from kinetic._backends._process import (
     wait_exit,
 )
 from kinetic._backends.base import JobRef, StatusCallback
-from kinetic._core.status import StatusReport, status_from_local_records
+from kinetic._backends.local_batch import LocalBatches, event_chunks
+from kinetic._core.status import JobStatus, StatusReport, status_from_local_records
 from kinetic._exceptions import ObjectNotFoundError
 from kinetic._storage.local import LocalStorage
 from runner import protocol
@@ -43,11 +49,18 @@ _LAUNCH = "launch.json"
 _EXIT = "exit_code"
 _CANCEL = "cancel.json"
 _CANCEL_GRACE = 3.0
+# There is no portable "file grew" event: following a log re-reads it at this pace.
 _LOG_POLL = 0.1
-# Makes our own `runner` importable by the job even when Kinetic runs from a source tree.
-_RUNNER_HOME = os.path.dirname(
-    os.path.dirname(os.path.abspath(runner.__file__))
-)  # no portable "file grew" event: tailing re-reads at this pace
+# Makes our own `runner` importable by jobs even when Kinetic runs from a source tree.
+_RUNNER_HOME = os.path.dirname(os.path.dirname(os.path.abspath(runner.__file__)))
+
+
+def job_environment() -> dict[str, str]:
+    """The environment local jobs start with: ours, unbuffered, with ``runner`` importable."""
+    env = dict(os.environ)
+    env["PYTHONUNBUFFERED"] = "1"  # so followed logs arrive as they are printed
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH", ""), _RUNNER_HOME) if p)
+    return env
 
 
 class LocalBackend:
@@ -61,24 +74,16 @@ class LocalBackend:
     def __init__(self, root: Path) -> None:
         self.root = Path(root).absolute()
         self.storage = LocalStorage(self.root / "storage")
+        self.batches = LocalBatches(self.storage, job_environment())
 
     def __repr__(self) -> str:
         return f"LocalBackend({str(self.root)!r})"
-
-    def output_dir(self, job_id: str) -> str:
-        """Where ``KINETIC_OUTPUT_DIR`` points for a job."""
-        return str(self.root / "outputs" / job_id)
 
     def _key(self, job: JobRef, name: str) -> str:
         return f"{job.job_id}/{name}"
 
     async def launch(self, job: JobRef) -> None:
         job_dir = self.storage.path_for(job.job_id)  # a name only; created in the thread below
-        env = dict(os.environ)
-        env["PYTHONUNBUFFERED"] = "1"  # so followed logs arrive as they are printed
-        env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (env.get("PYTHONPATH", ""), _RUNNER_HOME) if p
-        )
         argv = [
             sys.executable,
             "-m",
@@ -88,6 +93,7 @@ class LocalBackend:
             "--job-id",
             job.job_id,
         ]
+        env = job_environment()
 
         def _spawn() -> ProcessRef:
             job_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -113,6 +119,8 @@ class LocalBackend:
         return None if launch is None else ProcessRef.from_dict(launch)
 
     async def status(self, job: JobRef) -> StatusReport:
+        if job.group_id is not None:
+            return await self._member_status(job)
         final = await self._read_json(protocol.final_key(job.job_id))
         if final is not None:
             return status_from_local_records(
@@ -127,8 +135,6 @@ class LocalBackend:
             raw = await self._read_json(self._key(job, _EXIT))
             exit_code = raw if isinstance(raw, int) else None
         if ref is None and not await self.storage.exists(protocol.handle_key(job.job_id)):
-            from kinetic._core.status import JobStatus
-
             return StatusReport(JobStatus.NOT_FOUND, reason="no records for this job")
         return status_from_local_records(
             final=final,
@@ -147,39 +153,58 @@ class LocalBackend:
             last = report.status
             if report.status.is_terminal:
                 return report
+            if job.group_id is not None:
+                await self._member_event(job)
+                continue
             ref = await self._process(job)
             if ref is None:
-                # Submitted but not launched yet (another process is launching it).
+                # Recorded but not launched yet (another process is launching it).
                 await anyio.sleep(_LOG_POLL)
             else:
                 await wait_exit(ref)
 
     async def logs(self, job: JobRef, *, tail: int | None = None) -> str:
-        try:
-            text = (await self.storage.read(protocol.logs_key(job.job_id))).decode(errors="replace")
-        except ObjectNotFoundError:
-            return ""
+        if job.group_id is not None:
+            text = await self.batches.member_logs(job.group_id, _index(job))
+        else:
+            try:
+                data = await self.storage.read(protocol.logs_key(job.job_id))
+            except ObjectNotFoundError:
+                return ""
+            text = data.decode(errors="replace")
         if tail is not None:
             lines = text.splitlines(keepends=True)
             text = "".join(lines[-tail:]) if tail > 0 else ""
         return text
 
     async def follow_logs(self, job: JobRef) -> AsyncIterator[str]:
+        if job.group_id is not None:
+            # A batch input's output is interleaved in its worker's log: give it whole.
+            await self.wait(job)
+            yield await self.logs(job)
+            return
         path = self.storage.path_for(protocol.logs_key(job.job_id))
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         offset = 0
         while True:
-            # Decide "over" before reading, so output written just before the end is not lost.
+            # Decide "over" before reading, so output written just before the end is kept.
             over = (await self.status(job)).status.is_terminal
             chunk = await anyio.to_thread.run_sync(_read_from, path, offset)
             if chunk:
                 offset += len(chunk)
-                yield chunk.decode(errors="replace")
+                yield decoder.decode(chunk)
                 continue
             if over:
+                tail = decoder.decode(b"", final=True)
+                if tail:
+                    yield tail
                 return
             await anyio.sleep(_LOG_POLL)
 
     async def cancel(self, job: JobRef) -> None:
+        if job.group_id is not None:
+            await self._member_cancel(job)
+            return
         if await self.storage.exists(protocol.final_key(job.job_id)):
             return  # already over: nothing to cancel, and its record must stay truthful
         await self.storage.write(self._key(job, _CANCEL), protocol.dump_json({"cancelled": True}))
@@ -192,6 +217,20 @@ class LocalBackend:
             return
         signal_group(ref, signal.SIGKILL)
         await wait_exit(ref)
+
+    async def read_result(self, job: JobRef) -> bytes:
+        """The job's result payload. :raises ObjectNotFoundError: when there is none."""
+        if job.group_id is None:
+            return await self.storage.read(protocol.result_key(job.job_id))
+        _, payload = await self.batches.read_member(job.group_id, _index(job))
+        return payload
+
+    async def delete_objects(self, job: JobRef) -> None:
+        """Delete what the job stored (a batch input: its result only)."""
+        if job.group_id is None:
+            await self.storage.delete_prefix(f"{job.job_id}/")
+        else:
+            await self.storage.delete(protocol.group_result_key(job.group_id, _index(job)))
 
     async def list_job_ids(self) -> list[str]:
         def _scan() -> list[str]:
@@ -208,6 +247,84 @@ class LocalBackend:
 
     async def aclose(self) -> None:
         return None
+
+    # -- batch inputs ------------------------------------------------------------------
+
+    async def _member_status(self, job: JobRef) -> StatusReport:
+        group_id, index = str(job.group_id), _index(job)
+        try:
+            header, _ = await self.batches.read_member(group_id, index)
+        except ObjectNotFoundError:
+            header = None
+        if header is not None:
+            return member_report(header)
+        stop = await self.batches.read_json(protocol.group_stop_key(group_id))
+        if stop is not None:
+            return stopped_report(stop)
+        if not await self.storage.exists(protocol.group_manifest_key(group_id)):
+            return StatusReport(JobStatus.NOT_FOUND, reason="no records for this batch")
+        running = await anyio.to_thread.run_sync(self.batches.supervisor_running, group_id)
+        return StatusReport(JobStatus.RUNNING if running else JobStatus.PENDING)
+
+    async def _member_event(self, job: JobRef) -> None:
+        """Return once input ``job`` may have changed state (its batch reported, or ended)."""
+        group_id, index = str(job.group_id), _index(job)
+        stream = await self.batches.connect(group_id)
+        if stream is None:
+            if not await anyio.to_thread.run_sync(self.batches.supervisor_running, group_id):
+                await self.batches.launch(group_id)  # resume a batch nobody drives
+            await anyio.sleep(_LOG_POLL)
+            return
+        async with stream:
+            async for events in event_chunks(stream):
+                if any(i == index for i, _ in events.done):
+                    return
+
+    async def _member_cancel(self, job: JobRef) -> None:
+        group_id, index = str(job.group_id), _index(job)
+        if await self.storage.exists(protocol.group_result_key(group_id, index)):
+            return
+        if not await self.batches.send(group_id, f"c {index}"):
+            header = {"state": "cancelled", "attempt": 0, "error": "cancelled"}
+            payload = protocol.result_payload(success=False, error="cancelled")
+            import cloudpickle
+
+            await self.storage.write(
+                protocol.group_result_key(group_id, index),
+                protocol.encode_member_result(header, cloudpickle.dumps(payload)),
+            )
+
+
+def member_report(header: dict[str, Any]) -> StatusReport:
+    """The status a batch input's result header stands for."""
+    state = header.get("state")
+    if state == "succeeded":
+        return StatusReport(JobStatus.SUCCEEDED)
+    if state == "cancelled":
+        return StatusReport(JobStatus.FAILED, reason="cancelled", cancelled=True)
+    return StatusReport(
+        JobStatus.FAILED, reason=str(header.get("error") or "failed"), phase=header.get("phase")
+    )
+
+
+def stopped_report(stop: dict[str, Any]) -> StatusReport:
+    """The status of an input that never ran because its batch stopped."""
+    if stop.get("reason") == "failed":  # the function itself could not be set up
+        return StatusReport(
+            JobStatus.FAILED, reason=str(stop.get("detail")), phase=stop.get("phase")
+        )
+    return StatusReport(
+        JobStatus.FAILED,
+        reason=f"not run: the batch stopped ({stop.get('reason')}: {stop.get('detail')})",
+        cancelled=True,
+    )
+
+
+def _index(job: JobRef) -> int:
+    index = job.group_index
+    if index is None:
+        raise ValueError(f"job {job.job_id} belongs to a batch but has no index")
+    return index
 
 
 def _read_from(path: Path, offset: int) -> bytes:

@@ -121,27 +121,29 @@ class Data:
         for flag, value in (("fuse", fuse), ("hf_trust_remote_code", hf_trust_remote_code)):
             if not isinstance(value, bool):
                 raise DataError(f"Data {flag} must be True or False, got {value!r}")
-        self._fuse = fuse
-        self._hf_trust_remote_code = hf_trust_remote_code
-        self._gcs = None
-        self._hf = None
+        gcs: GcsSource | None = None
+        hf: HfSource | None = None
         if raw.startswith(_GCS):
-            self._gcs = _parse_gcs(raw)
+            gcs = _parse_gcs(raw)
             # A bare bucket is a directory: give it the slash that says so downstream.
-            self._path = raw if self._gcs.name or raw.endswith("/") else raw + "/"
+            resolved = raw if gcs.name or raw.endswith("/") else raw + "/"
         elif raw.startswith(_HF):
             if fuse:
                 raise DataError(
                     "fuse=True is not supported for Hugging Face datasets (hf:// URIs): "
                     "they are downloaded with the datasets library"
                 )
-            self._hf = _parse_hf(raw)
-            self._path = raw
+            hf = _parse_hf(raw)
+            resolved = raw
         else:
             resolved = os.path.abspath(os.path.expanduser(raw))
             if not os.path.exists(resolved):
                 raise DataError(f"Data path does not exist: {raw} (resolved to {resolved})")
-            self._path = resolved
+        self._path = resolved
+        self._fuse = fuse
+        self._hf_trust_remote_code = hf_trust_remote_code
+        self._gcs = gcs
+        self._hf = hf
 
     # -- what it is -----------------------------------------------------------------------
 

@@ -86,7 +86,7 @@ _BATCH_BYTES = 4 << 20
 _BATCH_HITS = 4096
 _ATTEMPTS = 2  # read a file changing under us once more, then give up
 _SETTLE_ROUNDS = 3
-_WAIT_POLL_S = 0.1  # how often a blocked wait checks for cancellation
+_WAIT_POLL_S = 0.02  # how often a blocked wait checks for cancellation
 
 _CACHE_SUBDIR = "hash-stat-cache-v1"
 _CACHE_MAGIC = b"kinetic-hash-stat-cache-v1\n"
@@ -320,6 +320,7 @@ class _Run:
             ):
                 elements, fut = pending.popleft()
                 merge(elements, self._wait(fut) if fut is not None else [])
+                self.checkpoint()
 
         def close_batch() -> None:
             nonlocal pool, batch, misses, miss_bytes

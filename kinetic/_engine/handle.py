@@ -131,27 +131,27 @@ class JobHandle(JobRecord):
     async def _collect(self, report: StatusReport) -> Any:
         if report.status is JobStatus.NOT_FOUND:
             raise JobNotFoundError(f"job {self.job_id} not found in {self.bucket_name}")
-        storage = self._backend().storage
+        backend = self._backend()
         try:
-            data = await storage.read(protocol.result_key(self.job_id))
+            data = await backend.read_result(self)
         except ObjectNotFoundError:
-            if report.cancelled:
-                raise JobCancelledError(
-                    f"job {self.job_id} was cancelled", job_id=self.job_id
-                ) from None
-            if report.status is JobStatus.FAILED and not await storage.exists(
-                protocol.final_key(self.job_id)
-            ):
-                raise JobFailedError(
-                    f"job {self.job_id} failed: {report.reason}",
-                    job_id=self.job_id,
-                    phase=report.phase,
-                ) from None
-            raise ResultError(
-                f"the result of job {self.job_id} is missing from {storage.url}", job_id=self.job_id
-            ) from None
+            raise self._no_result_error(report) from None
         payload = await anyio.to_thread.run_sync(load_payload, data, self.job_id)
         return unwrap(payload, self.job_id)
+
+    def _no_result_error(self, report: StatusReport) -> Exception:
+        if report.cancelled:
+            return JobCancelledError(
+                f"job {self.job_id} was cancelled: {report.reason}", job_id=self.job_id
+            )
+        if report.status is JobStatus.FAILED and report.reason:
+            return JobFailedError(
+                f"job {self.job_id} failed: {report.reason}", job_id=self.job_id, phase=report.phase
+            )
+        return ResultError(
+            f"the result of job {self.job_id} is missing from {self.bucket_name}",
+            job_id=self.job_id,
+        )
 
     async def cancel(self) -> None:
         """End the job if it is still running (its process group, or its Kubernetes Job)."""
@@ -166,7 +166,7 @@ class JobHandle(JobRecord):
         if k8s:
             await backend.cancel(self)
         if gcs:
-            await backend.storage.delete_prefix(f"{self.job_id}/")
+            await backend.delete_objects(self)
 
 
 async def load_handle(backend: Backend, job_id: str) -> JobHandle:

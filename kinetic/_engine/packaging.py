@@ -192,7 +192,7 @@ async def acontext_archive(root: Path, *, exclude: tuple[Path, ...] = ()) -> Con
     return await anyio.to_thread.run_sync(lambda: context_archive(root, exclude=exclude))
 
 
-def _module_to_ship(fn: Callable[..., Any], root: Path) -> ModuleType | None:
+def module_to_ship(fn: Callable[..., Any], root: Path) -> ModuleType | None:
     """The module defining ``fn`` if it lives inside ``root`` (ship its code by value)."""
     module = sys.modules.get(getattr(fn, "__module__", "") or "")
     filename = getattr(module, "__file__", None)
@@ -219,7 +219,7 @@ def pickle_payload(
     :raises SerializationError: naming the function or the argument that cannot be pickled.
     """
     payload = {"fn": fn, "args": tuple(args), "kwargs": dict(kwargs)}
-    module = _module_to_ship(fn, root)
+    module = module_to_ship(fn, root)
     with _PICKLE_LOCK:
         if module is not None:
             cloudpickle.register_pickle_by_value(module)
@@ -249,6 +249,32 @@ def _explain_pickling_failure(
                 "jobs receive their arguments by value"
             )
     return SerializationError(f"the call cannot be pickled: {type(exc).__name__}: {exc}")
+
+
+def pickle_function(fn: Callable[..., Any], root: Path) -> bytes:
+    """Pickle the function alone (a batch's shared payload). Blocking: call in a thread.
+
+    :raises SerializationError: when it cannot be pickled.
+    """
+    module = module_to_ship(fn, root)
+    with _PICKLE_LOCK:
+        if module is not None:
+            cloudpickle.register_pickle_by_value(module)
+        try:
+            return bytes(cloudpickle.dumps(fn))
+        except Exception as exc:
+            raise SerializationError(
+                f"the function {getattr(fn, '__qualname__', fn)!r} cannot be pickled "
+                f"({type(exc).__name__}: {exc})"
+            ) from exc
+        finally:
+            if module is not None:
+                cloudpickle.unregister_pickle_by_value(module)
+
+
+async def apickle_function(fn: Callable[..., Any], root: Path) -> bytes:
+    """:func:`pickle_function` in a worker thread."""
+    return await anyio.to_thread.run_sync(pickle_function, fn, root)
 
 
 async def apickle_payload(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 import anyio
@@ -12,6 +12,7 @@ from kinetic._core.config import BACKENDS
 from kinetic._core.functions import check_function
 from kinetic._core.ids import check_job_id
 from kinetic._engine import runtime
+from kinetic._engine.batch import BatchHandle, submit_batch
 from kinetic._engine.handle import JobHandle, load_handle
 from kinetic._engine.submit import RunOptions, submit
 from kinetic._exceptions import ConfigError
@@ -57,6 +58,45 @@ class AsyncRemoteFunction(Generic[P, R]):
         """
         call_args = args if self._instance is _UNBOUND else (self._instance, *args)
         return await submit(self.__wrapped__, call_args, kwargs, self.options)
+
+    async def run_async_map(
+        self,
+        inputs: Iterable[Any],
+        input_mode: str = "auto",
+        max_concurrent: int | None = None,
+        retries: int = 0,
+        fail_fast: bool = False,
+        cancel_running_on_fail: bool = False,
+        name: str | None = None,
+        tags: Mapping[str, str] | None = None,
+    ) -> BatchHandle:
+        """Fan the function out over ``inputs``; return once every input is durably recorded.
+
+        :param input_mode: ``"auto"`` (a dict with identifier keys -> ``**kwargs``, a
+            list/tuple -> ``*args``, else one argument), ``"single"``, ``"args"``, ``"kwargs"``.
+        :param max_concurrent: inputs running at once; None: the backend's default
+            (the number of cores on the local backend).
+        :param retries: extra attempts for a failed input (cancelled inputs are never retried).
+        :param fail_fast: stop launching inputs after the first final failure.
+        :param cancel_running_on_fail: with ``fail_fast``, also end running inputs.
+        :param name, tags: labels kept in the batch's manifest.
+        :raises ConfigError: for invalid options or empty inputs; :raises SerializationError:
+            naming an input that cannot be pickled. Nothing is left behind in either case.
+        """
+        prefix = () if self._instance is _UNBOUND else (self._instance,)
+        return await submit_batch(
+            self.__wrapped__,
+            inputs,
+            self.options,
+            input_mode=input_mode,
+            max_concurrent=max_concurrent,
+            retries=retries,
+            fail_fast=fail_fast,
+            cancel_running_on_fail=cancel_running_on_fail,
+            name=name,
+            tags=tags,
+            prefix_args=prefix,
+        )
 
     @overload
     def __get__(self, instance: None, owner: type[Any]) -> AsyncRemoteFunction[P, R]: ...

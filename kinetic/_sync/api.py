@@ -8,14 +8,17 @@ keeps the names and parameters of both worlds identical.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterator, Mapping
-from typing import Any, Generic, ParamSpec, TypeVar, overload
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 
 from kinetic._core.records import JobRecord
 from kinetic._core.status import JobStatus, StatusReport
 from kinetic._engine import handle as _aio_handle
 from kinetic._engine import remote as _aio_remote
 from kinetic._sync.portal import call, iterate
+
+if TYPE_CHECKING:
+    from kinetic._sync.batch import BatchHandle
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -106,6 +109,36 @@ class RemoteFunction(Generic[P, R]):
     def run_async(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle:
         """Submit the call as a job and return its handle once launched."""
         return JobHandle._from_aio(call(functools.partial(self.aio.run_async, *args, **kwargs)))
+
+    def run_async_map(
+        self,
+        inputs: Iterable[Any],
+        input_mode: str = "auto",
+        max_concurrent: int | None = None,
+        retries: int = 0,
+        fail_fast: bool = False,
+        cancel_running_on_fail: bool = False,
+        name: str | None = None,
+        tags: Mapping[str, str] | None = None,
+    ) -> BatchHandle:
+        """Fan out over ``inputs``; see ``kinetic.aio.RemoteFunction.run_async_map``."""
+        from kinetic._sync.batch import BatchHandle
+
+        return BatchHandle(
+            call(
+                functools.partial(
+                    self.aio.run_async_map,
+                    inputs,
+                    input_mode=input_mode,
+                    max_concurrent=max_concurrent,
+                    retries=retries,
+                    fail_fast=fail_fast,
+                    cancel_running_on_fail=cancel_running_on_fail,
+                    name=name,
+                    tags=tags,
+                )
+            )
+        )
 
     @overload
     def __get__(self, instance: None, owner: type[Any]) -> RemoteFunction[P, R]: ...

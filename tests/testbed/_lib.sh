@@ -23,6 +23,10 @@ KUBECONFIG_LOCAL=$RUN/kubeconfig
 # Components in start order; `down` stops them in reverse.
 COMPONENTS=(dockerd registry fake-gcs etcd kube-apiserver kube-controller-manager kube-scheduler kubelet)
 
+# Never fail silently: name the command and line that failed under `set -e`.
+set -E
+trap 'log "ERROR: \"$BASH_COMMAND\" failed (exit $?) at ${BASH_SOURCE[0]##*/}:$LINENO"' ERR
+
 log() { printf '[testbed %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 
@@ -76,9 +80,15 @@ stop() {
 
 fail_component() {
     log "ERROR: $1: $2"
-    if [[ -f $LOGS/$1.log ]]; then
-        log "last lines of $LOGS/$1.log:"
-        tail -n 40 "$LOGS/$1.log" >&2 || true
+    local f=$LOGS/$1.log
+    if [[ -f $f ]]; then
+        # A Go crash dumps thousands of goroutine lines: show its cause first.
+        if grep -qE '^(panic: |fatal error: |unexpected fault address|F[0-9]{4} )' "$f"; then
+            log "fatal lines of $f:"
+            grep -m 3 -A 4 -E '^(panic: |fatal error: |unexpected fault address|F[0-9]{4} )' "$f" | cut -c1-400 >&2 || true
+        fi
+        log "last lines of $f:"
+        grep -vE '^(goroutine |\s|created by |$)' "$f" | tail -n 30 | cut -c1-400 >&2 || true
     fi
     exit 1
 }
@@ -103,7 +113,7 @@ mounts_under() {
     dir=$(realpath -m "$1")
     awk '{print $5}' /proc/self/mountinfo | while IFS= read -r m; do
         m=$(printf '%b' "$m")
-        [[ $m == "$dir" || $m == "$dir"/* ]] && printf '%s\n' "$m"
+        if [[ $m == "$dir" || $m == "$dir"/* ]]; then printf '%s\n' "$m"; fi
     done | awk '{print length($0) "\t" $0}' | sort -rn | cut -f2-
 }
 

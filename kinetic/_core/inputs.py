@@ -1,0 +1,89 @@
+"""How each input of ``run_async_map`` becomes a call, and how inputs are chunked. Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from kinetic._exceptions import ConfigError
+
+INPUT_MODES = ("auto", "single", "args", "kwargs")
+
+
+def to_call(item: Any, mode: str, index: int) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The ``(args, kwargs)`` that input ``index`` is called with.
+
+    ``auto``: a dict whose keys are all identifiers becomes ``**kwargs``, a list or tuple
+    becomes ``*args``, anything else one positional argument. ``single``: always one
+    positional argument. ``args`` / ``kwargs``: the item must be a list/tuple / a dict
+    with string keys.
+
+    :raises ConfigError: naming the input when it does not fit the mode.
+    """
+    if mode == "single":
+        return (item,), {}
+    if mode == "args":
+        if not isinstance(item, (list, tuple)):
+            raise ConfigError(
+                f"input {index}: input_mode='args' needs a list or tuple, got {type(item).__name__}"
+            )
+        return tuple(item), {}
+    if mode == "kwargs":
+        if not isinstance(item, Mapping) or not all(isinstance(k, str) for k in item):
+            raise ConfigError(f"input {index}: input_mode='kwargs' needs a dict with string keys")
+        return (), dict(item)
+    if (
+        isinstance(item, Mapping)
+        and item
+        and all(isinstance(k, str) and k.isidentifier() for k in item)
+    ):
+        return (), dict(item)
+    if isinstance(item, (list, tuple)):
+        return tuple(item), {}
+    return (item,), {}
+
+
+def check_map_options(
+    *,
+    input_mode: object,
+    max_concurrent: object,
+    retries: object,
+    fail_fast: object,
+    cancel_running_on_fail: object,
+    name: object,
+    tags: object,
+) -> None:
+    """Validate ``run_async_map`` options before anything is written.
+
+    :raises ConfigError: naming the offending option.
+    """
+    if input_mode not in INPUT_MODES:
+        raise ConfigError(f"input_mode must be one of {', '.join(INPUT_MODES)}; got {input_mode!r}")
+    if max_concurrent is not None and (
+        not isinstance(max_concurrent, int)
+        or isinstance(max_concurrent, bool)
+        or max_concurrent < 1
+    ):
+        raise ConfigError(
+            f"max_concurrent must be a positive integer or None, got {max_concurrent!r}"
+        )
+    if not isinstance(retries, int) or isinstance(retries, bool) or retries < 0:
+        raise ConfigError(f"retries must be a non-negative integer, got {retries!r}")
+    for label, flag in (
+        ("fail_fast", fail_fast),
+        ("cancel_running_on_fail", cancel_running_on_fail),
+    ):
+        if not isinstance(flag, bool):
+            raise ConfigError(f"{label} must be True or False, got {flag!r}")
+    if name is not None and not isinstance(name, str):
+        raise ConfigError(f"name must be a string, got {type(name).__name__}")
+    if tags is not None and (
+        not isinstance(tags, Mapping)
+        or not all(isinstance(k, str) and isinstance(v, str) for k, v in tags.items())
+    ):
+        raise ConfigError("tags must be a dict of strings to strings")
+
+
+def chunk_size(n_inputs: int, *, target_chunks: int = 64, max_size: int = 2048) -> int:
+    """Inputs per stored chunk: few objects for many tiny inputs, bounded in size."""
+    return max(1, min(max_size, -(-n_inputs // target_chunks)))

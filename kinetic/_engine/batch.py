@@ -1,0 +1,698 @@
+"""``run_async_map`` and ``kinetic.aio.BatchHandle``: fan out, consume as completed.
+
+Theory of operation
+-------------------
+Submission records the whole batch before returning: the function (pickled
+once), the inputs in chunked objects, then the manifest — the commit point,
+written once and never rewritten. Then the backend starts running it; on the
+local backend, a detached supervisor with a pool of workers
+(:mod:`runner.batch`). The caller consumes completions while inputs still run.
+
+A :class:`BatchHandle` learns of completions from the backend's event stream
+while one exists, and from the durable per-input results otherwise; if the
+batch is unfinished and nobody drives it (the submitting side crashed), the
+handle starts a new supervisor, which resumes from the recorded results. Any
+process can do this through :func:`attach_batch`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.to_thread
+import cloudpickle
+
+from kinetic._backends.local import LocalBackend, stopped_report
+from kinetic._backends.local_batch import event_chunks
+from kinetic._core.ids import check_group_id, new_group_id
+from kinetic._core.inputs import check_map_options, chunk_size, to_call
+from kinetic._core.records import utcnow_iso
+from kinetic._core.status import JobStatus
+from kinetic._engine import runtime
+from kinetic._engine.handle import JobHandle
+from kinetic._engine.packaging import (
+    _PICKLE_LOCK,
+    acontext_archive,
+    apickle_function,
+    find_package_root,
+    function_source_dir,
+    module_to_ship,
+    relative_sys_path,
+)
+from kinetic._engine.results import load_payload, unwrap
+from kinetic._engine.submit import RunOptions, resolve_target
+from kinetic._exceptions import (
+    BackendError,
+    BatchError,
+    ConfigError,
+    JobCancelledError,
+    JobFailedError,
+    JobNotFoundError,
+    JobTimeoutError,
+    ObjectNotFoundError,
+    ResultError,
+    SerializationError,
+)
+from kinetic._settings import load_settings
+from runner import protocol
+
+_WRITE_CONCURRENCY = 16
+
+
+class BatchHandle:
+    """A batch of inputs fanned out over one function (``kinetic.aio.BatchHandle``).
+
+    :ivar group_id: the batch id (``grp-…``).
+    :ivar name: the name given at submission, or None.
+    :ivar tags: the tags given at submission.
+    :ivar jobs: a :class:`JobHandle` per input index (``None`` where submission failed).
+    """
+
+    def __init__(
+        self,
+        *,
+        backend: LocalBackend,
+        manifest: dict[str, Any],
+        jobs: list[JobHandle | None],
+        submission_failures: Mapping[int, Exception] | None = None,
+    ) -> None:
+        self._backend = backend
+        self._manifest = manifest
+        self.group_id: str = manifest["group_id"]
+        self.name: str | None = manifest.get("name")
+        self.tags: dict[str, str] = dict(manifest.get("tags") or {})
+        self.jobs = jobs
+        self._submission_failures = dict(submission_failures or {})
+        self._states: dict[int, str] = {}  # index -> succeeded/failed/cancelled
+        self._reasons: dict[int, tuple[str, str | None]] = {}  # never-run inputs: reason, phase
+        self._running: set[int] = set()
+        self._cleaned = False
+
+    def __repr__(self) -> str:
+        return f"<BatchHandle {self.group_id} inputs={len(self.jobs)}>"
+
+    @property
+    def submission_failures(self) -> dict[int, Exception]:
+        """Input index -> the error that kept it from being submitted."""
+        return dict(self._submission_failures)
+
+    @property
+    def total(self) -> int:
+        """How many inputs the batch has."""
+        return len(self.jobs)
+
+    # -- progress --------------------------------------------------------------------
+
+    def _accounted(self) -> int:
+        return len(self._states) + len(self._submission_failures)
+
+    def progress(self) -> dict[str, int]:
+        """done / failed / running / queued counts as last observed (no IO)."""
+        done = sum(1 for s in self._states.values() if s == "succeeded")
+        failed = len(self._states) - done + len(self._submission_failures)
+        running = len(self._running - self._states.keys())
+        return {
+            "done": done,
+            "failed": failed,
+            "running": running,
+            "queued": self.total - done - failed - running,
+        }
+
+    def _record(self, index: int, state: str) -> bool:
+        if index in self._states:
+            return False
+        self._states[index] = state
+        self._running.discard(index)
+        return True
+
+    async def _stream(self, deadline: float | None) -> AsyncIterator[list[int]]:
+        """Yield chunks of newly finished input indices, in completion order, until every
+        input is accounted for.
+
+        :raises JobTimeoutError: when ``deadline`` (monotonic) passes first.
+        """
+        yielded: set[int] = set()
+
+        def fresh() -> list[int]:
+            new = [i for i in self._order_since(yielded)]
+            yielded.update(new)
+            return new
+
+        batches = self._backend.batches
+        while True:
+            new = fresh()
+            if new:
+                yield new
+            if self._accounted() >= self.total:
+                return
+            stream = await _bounded(deadline, batches.connect(self.group_id))
+            if stream is not None:
+                async with stream:
+                    async for events in _bounded_iter(deadline, event_chunks(stream)):
+                        self._running.update(events.running)
+                        for index, state in events.done:
+                            self._record(index, state)
+                        new = fresh()
+                        if new:
+                            yield new
+                        if self._accounted() >= self.total:
+                            return
+                continue  # the supervisor ended: read what it left behind
+            for index, state in await batches.read_states(self.group_id, set(self._states)):
+                self._record(index, state)
+            if self._accounted() + len(self._pending_never_run()) >= self.total:
+                stop = await batches.read_json(protocol.group_stop_key(self.group_id))
+                if stop is not None or self._accounted() >= self.total:
+                    self._settle_stopped(stop)
+                    continue
+            stop = await batches.read_json(protocol.group_stop_key(self.group_id))
+            running = await anyio.to_thread.run_sync(batches.supervisor_running, self.group_id)
+            if stop is not None and not running:
+                self._settle_stopped(stop)
+                continue
+            if not running:
+                # Unfinished and nobody drives it: resume (a duplicate supervisor exits at once).
+                await batches.launch(self.group_id)
+            await _bounded(deadline, anyio.sleep(0.02))  # let the supervisor start listening
+
+    def _order_since(self, yielded: set[int]) -> list[int]:
+        return [i for i in self._states if i not in yielded]
+
+    def _pending_never_run(self) -> list[int]:
+        return [i for i in range(self.total) if i not in self._states]
+
+    def _settle_stopped(self, stop: dict[str, Any] | None) -> None:
+        """Inputs without a result in a stopped batch never ran: they are cancelled."""
+        if stop is None:
+            return
+        report = stopped_report(stop)
+        state = "cancelled" if report.cancelled else "failed"
+        for index in self._pending_never_run():
+            if index not in self._submission_failures:
+                self._reasons[index] = (str(report.reason), report.phase)
+                self._record(index, state)
+
+    # -- public API ------------------------------------------------------------------
+
+    async def statuses(self) -> list[tuple[int, JobStatus]]:
+        """``(index, status)`` for each submitted input."""
+        await self._refresh()
+        out: list[tuple[int, JobStatus]] = []
+        for i, job in enumerate(self.jobs):
+            if job is None:
+                continue
+            state = self._states.get(i)
+            if state is None:
+                status = JobStatus.RUNNING if i in self._running else JobStatus.PENDING
+            else:
+                status = JobStatus.SUCCEEDED if state == "succeeded" else JobStatus.FAILED
+            out.append((i, status))
+        return out
+
+    async def status_counts(self) -> dict[str, int]:
+        """How many inputs are in each status (keys are ``JobStatus`` values)."""
+        return dict(Counter(s.value for _, s in await self.statuses()))
+
+    async def _refresh(self) -> None:
+        """Bring the known states up to date: a snapshot from the supervisor, or the records."""
+        batches = self._backend.batches
+        stream = await batches.connect(self.group_id)
+        if stream is not None:
+            async with stream:
+                self._running.clear()
+                async for events in event_chunks(stream):
+                    self._running.update(events.running)
+                    for index, state in events.done:
+                        self._record(index, state)
+                    if events.snapshot_complete:
+                        return
+        for index, state in await batches.read_states(self.group_id, set(self._states)):
+            self._record(index, state)
+        stop = await batches.read_json(protocol.group_stop_key(self.group_id))
+        if stop is not None and not batches.supervisor_running(self.group_id):
+            self._settle_stopped(stop)
+
+    async def wait(self, timeout: float | None = None) -> None:
+        """Wait until every input has finished.
+
+        :raises JobTimeoutError: when ``timeout`` passes first; the batch keeps running.
+        """
+        async for _ in self._stream(_deadline(timeout)):
+            pass
+
+    async def as_completed(self, timeout: float | None = None) -> AsyncIterator[JobHandle]:
+        """Yield each input's handle as it finishes, in completion order.
+
+        :raises JobTimeoutError: when ``timeout`` passes before all inputs finished.
+        """
+        async for chunk in self._stream(_deadline(timeout)):
+            for index in chunk:
+                job = self.jobs[index]
+                if job is not None:
+                    yield job
+
+    async def _as_completed_chunks(
+        self, timeout: float | None = None
+    ) -> AsyncIterator[list[JobHandle]]:
+        """As :meth:`as_completed`, a list of ready handles at a time (for the sync facade)."""
+        async for chunk in self._stream(_deadline(timeout)):
+            yield [job for i in chunk if (job := self.jobs[i]) is not None]
+
+    async def results(
+        self,
+        timeout: float | None = None,
+        ordered: bool = True,
+        cleanup: bool = True,
+        return_exceptions: bool = False,
+    ) -> list[Any]:
+        """Wait for every input and return their values.
+
+        :param ordered: input order (True) or completion order (False).
+        :param cleanup: delete the inputs' results and artifacts afterwards (the manifest
+            and a summary stay, so :meth:`failures` remains accurate).
+        :param return_exceptions: put each failed input's exception in its place instead
+            of raising.
+        :raises BatchError: when some inputs failed and ``return_exceptions`` is False.
+        :raises JobTimeoutError: when ``timeout`` passes first.
+        """
+        values: dict[int, Any] = {}
+        errors: dict[int, BaseException] = {}
+        completion: list[int] = []
+        async for chunk in self._stream(_deadline(timeout)):
+            loaded = await self._load_many(chunk)
+            for index, ok, value in loaded:
+                completion.append(index)
+                (values if ok else errors)[index] = value
+        if cleanup:
+            await self.cleanup(k8s=True, gcs=True)
+        order = range(self.total) if ordered else completion
+        out: list[Any] = []
+        for index in order:
+            if index in values:
+                out.append(values[index])
+            elif return_exceptions:
+                out.append(errors.get(index, self._submission_failures.get(index)))
+            else:
+                out.append(None)
+        if (errors or self._submission_failures) and not return_exceptions:
+            failed = [j for i, j in enumerate(self.jobs) if j is not None and i in errors]
+            raise BatchError(self.group_id, failed, out, self._submission_failures)
+        return out
+
+    async def _load_many(self, indices: list[int]) -> list[tuple[int, bool, Any]]:
+        reads: dict[int, bytes | None] = {}
+        limiter = anyio.CapacityLimiter(_WRITE_CONCURRENCY)
+
+        async def _read(index: int) -> None:
+            async with limiter:
+                job = self.jobs[index]
+                if job is None or index in self._reasons:
+                    reads[index] = None
+                    return
+                try:
+                    reads[index] = await self._backend.read_result(job)
+                except ObjectNotFoundError:
+                    reads[index] = None
+
+        if len(indices) == 1:
+            await _read(indices[0])
+        else:
+            async with anyio.create_task_group() as tg:
+                for index in indices:
+                    tg.start_soon(_read, index)
+        return await anyio.to_thread.run_sync(self._decode_many, indices, reads)
+
+    def _decode_many(
+        self, indices: list[int], reads: dict[int, bytes | None]
+    ) -> list[tuple[int, bool, Any]]:
+        out: list[tuple[int, bool, Any]] = []
+        for index in indices:
+            job = self.jobs[index]
+            job_id = job.job_id if job is not None else str(index)
+            data = reads.get(index)
+            if data is None:
+                out.append((index, False, self._never_ran_error(index, job_id)))
+                continue
+            try:
+                out.append((index, True, unwrap(load_payload(data, job_id), job_id)))
+            except Exception as exc:  # noqa: BLE001 - the input's own outcome
+                out.append((index, False, exc))
+        return out
+
+    def _never_ran_error(self, index: int, job_id: str) -> Exception:
+        reason, phase = self._reasons.get(index, ("its result is missing", None))
+        if self._states.get(index) == "cancelled":
+            return JobCancelledError(f"input {index} ({job_id}): {reason}", job_id=job_id)
+        if phase is not None:
+            return JobFailedError(
+                f"input {index} ({job_id}) failed: {reason}", job_id=job_id, phase=phase
+            )
+        return ResultError(f"input {index} ({job_id}): {reason}", job_id=job_id)
+
+    async def failures(self) -> list[JobHandle]:
+        """Handles of the inputs that failed or were cancelled (accurate after cleanup)."""
+        if not self._cleaned:
+            await self._refresh()
+        return [
+            job
+            for i, job in enumerate(self.jobs)
+            if job is not None and self._states.get(i) in ("failed", "cancelled")
+        ]
+
+    async def cancel(self) -> None:
+        """Stop queued inputs from ever running and end the running ones. Not retried."""
+        batches = self._backend.batches
+        if await batches.send(self.group_id, "C"):
+            # Wait for the supervisor to finish stopping, so statuses are settled on return.
+            stream = await batches.connect(self.group_id)
+            if stream is not None:
+                async with stream:
+                    async for _ in event_chunks(stream):
+                        pass
+            return
+        await self._refresh()
+        if self._accounted() < self.total:
+            record = {"reason": "cancelled", "detail": "the batch was cancelled", "phase": None}
+            await self._backend.storage.write(
+                protocol.group_stop_key(self.group_id), protocol.dump_json(record)
+            )
+
+    async def cleanup(self, k8s: bool = True, gcs: bool = True) -> None:
+        """Stop what still runs (``k8s``) and delete inputs, results and logs (``gcs``).
+
+        The manifest and a summary of each input's state are kept.
+        """
+        if k8s and self._accounted() < self.total:
+            await self.cancel()
+        if not gcs:
+            return
+        await self._refresh()
+        summary = {"states": {str(i): s for i, s in self._states.items()}}
+        storage = self._backend.storage
+        await storage.write(protocol.group_summary_key(self.group_id), protocol.dump_json(summary))
+        for prefix in ("inputs/", "results/", "logs/"):
+            await storage.delete_prefix(protocol.group_prefix(self.group_id) + prefix)
+        await storage.delete(protocol.group_payload_key(self.group_id))
+        self._cleaned = True
+
+
+async def _bounded(deadline: float | None, awaitable: Any) -> Any:
+    if deadline is None:
+        return await awaitable
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
+        _close(awaitable)
+        raise JobTimeoutError("timed out waiting for the batch")
+    with anyio.move_on_after(remaining) as scope:
+        return await awaitable
+    if scope.cancelled_caught:
+        raise JobTimeoutError("timed out waiting for the batch")
+    return None
+
+
+def _close(awaitable: Any) -> None:
+    close = getattr(awaitable, "close", None)
+    if close is not None:
+        close()
+
+
+async def _bounded_iter(deadline: float | None, it: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    try:
+        while True:
+            try:
+                item = await _bounded(deadline, it.__anext__())
+            except StopAsyncIteration:
+                return
+            yield item
+    finally:
+        aclose = getattr(it, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+
+def _deadline(timeout: float | None) -> float | None:
+    return None if timeout is None else time.monotonic() + timeout
+
+
+# ---------------------------------------------------------------------------- submission
+
+
+def _member_jobs(manifest: dict[str, Any]) -> list[JobHandle | None]:
+    group_id = manifest["group_id"]
+    common = dict(manifest["handle"])
+    jobs: list[JobHandle | None] = []
+    for index in range(manifest["total"]):
+        job_id = protocol.member_job_id(group_id, index)
+        jobs.append(
+            JobHandle(
+                **common,
+                job_id=job_id,
+                k8s_name=f"kinetic-{job_id}",
+                display_name=f"kinetic-{manifest['func_name']}-{job_id}",
+                group_id=group_id,
+                group_kind="map",
+                group_index=index,
+            )
+        )
+    return jobs
+
+
+def _pickle_chunks(
+    fn: Callable[..., Any],
+    items: list[Any],
+    mode: str,
+    size: int,
+    root: Path,
+    prefix_args: tuple[Any, ...] = (),
+) -> list[bytes]:
+    """Convert and pickle the inputs, chunk by chunk. Blocking: call in a thread.
+
+    ``prefix_args`` (a bound method's instance) go before each input's own arguments.
+
+    :raises ConfigError: when an input does not fit ``mode``.
+    :raises SerializationError: naming the first input that cannot be pickled.
+    """
+    calls = [to_call(item, mode, i) for i, item in enumerate(items)]
+    if prefix_args:
+        calls = [((*prefix_args, *args), kwargs) for args, kwargs in calls]
+    module = module_to_ship(fn, root)
+    chunks: list[bytes] = []
+    with _PICKLE_LOCK:
+        if module is not None:
+            cloudpickle.register_pickle_by_value(module)
+        try:
+            for start in range(0, len(calls), size):
+                part = calls[start : start + size]
+                try:
+                    chunks.append(bytes(cloudpickle.dumps(part)))
+                except Exception as exc:
+                    for offset, call in enumerate(part):
+                        try:
+                            cloudpickle.dumps(call)
+                        except Exception as inner:
+                            raise SerializationError(
+                                f"input {start + offset} cannot be pickled "
+                                f"({type(inner).__name__}: {inner})"
+                            ) from inner
+                    raise SerializationError(f"inputs cannot be pickled: {exc}") from exc
+        finally:
+            if module is not None:
+                cloudpickle.unregister_pickle_by_value(module)
+    return chunks
+
+
+async def submit_batch(
+    fn: Callable[..., Any],
+    inputs: Iterable[Any],
+    opts: RunOptions,
+    *,
+    input_mode: str = "auto",
+    max_concurrent: int | None = None,
+    retries: int = 0,
+    fail_fast: bool = False,
+    cancel_running_on_fail: bool = False,
+    name: str | None = None,
+    tags: Mapping[str, str] | None = None,
+    prefix_args: tuple[Any, ...] = (),
+) -> BatchHandle:
+    """Record a batch durably, start running it, and return its handle.
+
+    :raises ConfigError: for invalid options, empty inputs or inputs that do not fit
+        ``input_mode`` — nothing is written.
+    :raises SerializationError: naming an input that cannot be pickled — nothing is written.
+    """
+    check_map_options(
+        input_mode=input_mode,
+        max_concurrent=max_concurrent,
+        retries=retries,
+        fail_fast=fail_fast,
+        cancel_running_on_fail=cancel_running_on_fail,
+        name=name,
+        tags=tags,
+    )
+    if isinstance(inputs, (str, bytes)) or not isinstance(inputs, Iterable):
+        raise ConfigError("inputs must be an iterable of inputs (a list, a range, ...)")
+    items = list(inputs)
+    if not items:
+        raise ConfigError("inputs must be non-empty")
+    settings, accel, backend = resolve_target(opts)
+    if not isinstance(backend, LocalBackend):
+        raise BackendError(f"batches are not available on the {backend.name} backend yet")
+    root = find_package_root(function_source_dir(fn))
+    size = chunk_size(len(items))
+    fn_bytes = await apickle_function(fn, root)
+    chunks = await anyio.to_thread.run_sync(
+        _pickle_chunks, fn, items, input_mode, size, root, prefix_args
+    )
+    archive = await acontext_archive(root, exclude=(Path(settings.local_root),))
+    sys_path, cwd = relative_sys_path(root, Path.cwd())
+
+    group_id = new_group_id()
+    func_name = getattr(fn, "__name__", type(fn).__name__)
+    pool = max_concurrent if max_concurrent is not None else (os.cpu_count() or 1)
+    manifest: dict[str, Any] = {
+        "format": protocol.FORMAT,
+        "group_id": group_id,
+        "group_kind": "map",
+        "name": name,
+        "tags": dict(tags or {}),
+        "func_name": func_name,
+        "total": len(items),
+        "chunk_size": size,
+        "n_chunks": len(chunks),
+        "delivery": protocol.DELIVERY,
+        "created_at": utcnow_iso(),
+        "options": {
+            "input_mode": input_mode,
+            "max_concurrent": pool,
+            "retries": retries,
+            "fail_fast": fail_fast,
+            "cancel_running_on_fail": cancel_running_on_fail,
+        },
+        "spec": {
+            "format": protocol.FORMAT,
+            "job_id": group_id,
+            "func_name": func_name,
+            "payload_sha256": hashlib.sha256(fn_bytes).hexdigest(),
+            "context_key": protocol.context_key(archive.sha256),
+            "context_sha256": archive.sha256,
+            "cwd": cwd,
+            "sys_path": sys_path,
+            "env": _captured_env(opts),
+            "output_dir": opts.output_dir or _outputs_dir(settings.local_root),
+        },
+        "handle": {
+            "backend": backend.name,
+            "project": settings.project or "",
+            "cluster_name": "local",
+            "zone": "",
+            "namespace": settings.namespace,
+            "bucket_name": str(backend.storage.root),
+            "image_uri": opts.container_image or "",
+            "accelerator": accel.name,
+            "func_name": func_name,
+            "created_at": utcnow_iso(),
+            "debug": opts.debug,
+        },
+    }
+    storage = backend.storage
+    context_key = protocol.context_key(archive.sha256)
+    if not await storage.exists(context_key):
+        await storage.write(context_key, archive.data)
+    try:
+        recording = {"pid": os.getpid(), "started_at": utcnow_iso()}
+        await storage.write(protocol.group_recording_key(group_id), protocol.dump_json(recording))
+        await storage.write(protocol.group_payload_key(group_id), fn_bytes)
+        limiter = anyio.CapacityLimiter(_WRITE_CONCURRENCY)
+
+        async def _write_chunk(n: int, data: bytes) -> None:
+            async with limiter:
+                await storage.write(protocol.group_inputs_key(group_id, n), data)
+
+        async with anyio.create_task_group() as tg:
+            for n, data in enumerate(chunks):
+                tg.start_soon(_write_chunk, n, data)
+        await storage.write(protocol.group_manifest_key(group_id), protocol.dump_json(manifest))
+    except BaseException:
+        with anyio.CancelScope(shield=True):
+            await storage.delete_prefix(protocol.group_prefix(group_id))
+        raise
+    handle = BatchHandle(backend=backend, manifest=manifest, jobs=_member_jobs(manifest))
+    # From here on the batch is durable: a failed launch is repaired by any attach.
+    await backend.batches.launch(group_id)
+    return handle
+
+
+def _outputs_dir(local_root: str) -> str:
+    return os.path.join(os.path.abspath(local_root), "outputs")
+
+
+def _captured_env(opts: RunOptions) -> dict[str, str]:
+    from kinetic._core.config import capture_env
+
+    return capture_env(list(opts.capture_env_vars or ()), os.environ)
+
+
+async def attach_batch(
+    group_id: str,
+    project: str | None = None,
+    cluster: str | None = None,
+    backend: str | None = None,
+    timeout: float = 60.0,
+) -> BatchHandle:
+    """Rebuild a batch's handle in any process, and make sure it is driven to completion.
+
+    If the submitting process is still recording the batch, waits (up to ``timeout``
+    seconds) for the manifest; if it died before committing the batch, that is a clear
+    error: its inputs were never all recorded.
+
+    :raises ConfigError: for a malformed id. :raises JobNotFoundError: for an unknown batch.
+    """
+    check_group_id(group_id)
+    settings = load_settings(backend=backend, project=project, cluster=cluster)
+    target = runtime.backend_for_settings(settings)
+    if not isinstance(target, LocalBackend):
+        raise BackendError(f"batches are not available on the {target.name} backend yet")
+    storage = target.storage
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            manifest = protocol.load_json(await storage.read(protocol.group_manifest_key(group_id)))
+            break
+        except ObjectNotFoundError:
+            pass
+        recording = await target.batches.read_json(protocol.group_recording_key(group_id))
+        if recording is None:
+            raise JobNotFoundError(f"no batch {group_id!r} in {storage.url}")
+        if not _pid_alive(int(recording.get("pid", 0))) or time.monotonic() > deadline:
+            raise JobNotFoundError(
+                f"batch {group_id} was never fully recorded (its submitting process stopped "
+                "before all inputs were stored); submit it again"
+            )
+        await anyio.sleep(0.05)
+    handle = BatchHandle(backend=target, manifest=manifest, jobs=_member_jobs(manifest))
+    summary = await target.batches.read_json(protocol.group_summary_key(group_id))
+    if summary is not None:
+        for key, state in summary.get("states", {}).items():
+            handle._record(int(key), state)
+        handle._cleaned = True
+    return handle
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
