@@ -136,7 +136,8 @@ def result_payload(
 #   _groups/{group_id}/fn.pkl             the function, pickled once per batch
 #   _groups/{group_id}/inputs/{c}.pkl     chunk c of the inputs: [(args, kwargs), ...]
 #   _groups/{group_id}/manifest.json      written once, after every input: the commit point
-#   _groups/{group_id}/results/{i}.res    input i's outcome: JSON header line + pickle
+#   _groups/{group_id}/results/*.log      appended outcomes, one record per input (see
+#                                         runner/_results_log.py): JSON header + pickle
 #   _groups/{group_id}/stop.json          the batch was cancelled or stopped (fail_fast)
 #   _groups/{group_id}/summary.json       states kept after cleanup deleted the results
 #   _groups/{group_id}/logs/worker-{n}.txt   worker output, with input markers
@@ -144,7 +145,6 @@ def result_payload(
 DELIVERY = "at-least-once"
 """An input whose worker or supervisor died mid-run is run again when the batch resumes."""
 
-MEMBER_STATES = ("succeeded", "failed", "cancelled")
 INPUT_MARKER = "\x1ekinetic-input"
 """Starts the line a worker writes to its log before each input: ``MARKER index``."""
 
@@ -173,10 +173,6 @@ def group_results_prefix(group_id: str) -> str:
     return f"_groups/{group_id}/results/"
 
 
-def group_result_key(group_id: str, index: int) -> str:
-    return f"_groups/{group_id}/results/{index:07d}.res"
-
-
 def group_stop_key(group_id: str) -> str:
     return f"_groups/{group_id}/stop.json"
 
@@ -192,20 +188,3 @@ def group_logs_prefix(group_id: str) -> str:
 def member_job_id(group_id: str, index: int) -> str:
     """The job id of input ``index`` of a batch: stable, and a valid job id."""
     return f"job-{group_id.removeprefix('grp-')}{index:08x}"
-
-
-def encode_member_result(header: dict[str, Any], payload: bytes) -> bytes:
-    """One object per input: a JSON header line (readable without unpickling) + the payload."""
-    return dump_json(header) + b"\n" + payload
-
-
-def decode_member_result(data: bytes) -> tuple[dict[str, Any], bytes]:
-    """Split :func:`encode_member_result` output.
-
-    :raises ValueError: when the header is not valid JSON.
-    """
-    head, _, payload = data.partition(b"\n")
-    header = load_json(head)
-    if not isinstance(header, dict) or header.get("state") not in MEMBER_STATES:
-        raise ValueError("not a member result")
-    return header, payload

@@ -29,6 +29,7 @@ from typing import Any
 
 import anyio
 import anyio.to_thread
+import cloudpickle
 
 import runner
 from kinetic._backends._process import (
@@ -227,10 +228,9 @@ class LocalBackend:
 
     async def delete_objects(self, job: JobRef) -> None:
         """Delete what the job stored (a batch input: its result only)."""
+        # A batch input's result is a record in a shared log: it goes with its batch's cleanup.
         if job.group_id is None:
             await self.storage.delete_prefix(f"{job.job_id}/")
-        else:
-            await self.storage.delete(protocol.group_result_key(job.group_id, _index(job)))
 
     async def list_job_ids(self) -> list[str]:
         def _scan() -> list[str]:
@@ -282,17 +282,12 @@ class LocalBackend:
 
     async def _member_cancel(self, job: JobRef) -> None:
         group_id, index = str(job.group_id), _index(job)
-        if await self.storage.exists(protocol.group_result_key(group_id, index)):
-            return
+        if await self.batches.load_many(group_id, [index]):
+            return  # already finished
         if not await self.batches.send(group_id, f"c {index}"):
             header = {"state": "cancelled", "attempt": 0, "error": "cancelled"}
             payload = protocol.result_payload(success=False, error="cancelled")
-            import cloudpickle
-
-            await self.storage.write(
-                protocol.group_result_key(group_id, index),
-                protocol.encode_member_result(header, cloudpickle.dumps(payload)),
-            )
+            await self.batches.record_member(group_id, index, header, cloudpickle.dumps(payload))
 
 
 def member_report(header: dict[str, Any]) -> StatusReport:

@@ -25,6 +25,7 @@ import anyio.to_thread
 from kinetic._backends._process import spawn_detached
 from kinetic._exceptions import BackendError, ObjectNotFoundError
 from kinetic._storage.local import LocalStorage
+from runner import _results_log as results_log
 from runner import protocol
 from runner.batch import socket_address
 
@@ -48,6 +49,9 @@ class LocalBatches:
     def __init__(self, storage: LocalStorage, env: dict[str, str]) -> None:
         self.storage = storage
         self._env = env
+        # What this process has parsed of each batch's results logs.
+        self._offsets: dict[str, dict[Path, int]] = {}
+        self._records: dict[str, dict[int, results_log.Record]] = {}
 
     def group_dir(self, group_id: str) -> Path:
         return self.storage.path_for(protocol.group_prefix(group_id).rstrip("/"))
@@ -109,41 +113,75 @@ class LocalBatches:
                 return True
         return False
 
-    async def read_states(self, group_id: str, known: set[int]) -> list[tuple[int, str]]:
-        """States of the inputs whose results exist and are not in ``known``, oldest first."""
+    def _scan_sync(self, group_id: str) -> list[results_log.Record]:
+        """Parse what was appended to the batch's results logs since the last scan."""
         results = self.storage.path_for(protocol.group_results_prefix(group_id).rstrip("/"))
+        offsets = self._offsets.setdefault(group_id, {})
+        known = self._records.setdefault(group_id, {})
+        fresh: list[results_log.Record] = []
+        for path in results_log.iter_logs(results):
+            records, offsets[path] = results_log.read_new(path, offsets.get(path, 0))
+            for record in records:
+                if record.index not in known:
+                    known[record.index] = record
+                    fresh.append(record)
+        return fresh
 
-        def _scan() -> list[tuple[int, str]]:
-            try:
-                entries = [e for e in os.scandir(results) if e.name.endswith(".res")]
-            except FileNotFoundError:
-                return []
-            found: list[tuple[float, int, str]] = []
-            for entry in entries:
-                index = int(entry.name[:7])
-                if index in known:
-                    continue
-                try:
-                    with open(entry.path, "rb") as f:
-                        header, _ = protocol.decode_member_result(f.readline())
-                    found.append((entry.stat().st_mtime, index, header["state"]))
-                except (OSError, ValueError):
-                    continue
-            found.sort()
-            return [(i, s) for _, i, s in found]
+    async def read_states(self, group_id: str, known: set[int]) -> list[tuple[int, str]]:
+        """(index, state) of the recorded inputs not in ``known``, in the order recorded."""
+        await anyio.to_thread.run_sync(self._scan_sync, group_id)
+        records = self._records.get(group_id, {})
+        return [(i, str(r.header["state"])) for i, r in records.items() if i not in known]
 
-        return await anyio.to_thread.run_sync(_scan)
+    def forget(self, group_id: str) -> None:
+        """Drop what was learnt of a batch's logs (after they were deleted)."""
+        self._offsets.pop(group_id, None)
+        self._records.pop(group_id, None)
 
     async def read_member(self, group_id: str, index: int) -> tuple[dict[str, Any], bytes]:
         """The header and payload of input ``index``'s result.
 
         :raises ObjectNotFoundError: when it has none yet.
         """
-        data = await self.storage.read(protocol.group_result_key(group_id, index))
-        try:
-            return protocol.decode_member_result(data)
-        except ValueError:
-            return {"state": "corrupted"}, data
+        loaded = await self.load_many(group_id, [index])
+        if index not in loaded:
+            raise ObjectNotFoundError(f"{protocol.group_results_prefix(group_id)}#{index}", self.storage.url)
+        return loaded[index]
+
+    async def load_many(
+        self, group_id: str, indices: list[int]
+    ) -> dict[int, tuple[dict[str, Any], bytes]]:
+        """Headers and payloads of the given inputs that have results, in one worker thread."""
+
+        def _load() -> dict[int, tuple[dict[str, Any], bytes]]:
+            known = self._records.setdefault(group_id, {})
+            if any(i not in known for i in indices):
+                self._scan_sync(group_id)
+            out: dict[int, tuple[dict[str, Any], bytes]] = {}
+            for index in indices:
+                record = known.get(index)
+                if record is not None:
+                    try:
+                        out[index] = (record.header, results_log.read_payload(record))
+                    except FileNotFoundError:
+                        continue
+            return out
+
+        return await anyio.to_thread.run_sync(_load)
+
+    async def record_member(self, group_id: str, index: int, header: dict[str, Any], payload: bytes) -> None:
+        """Append an outcome for an input on this process's own log (no supervisor runs)."""
+        path = self.storage.path_for(protocol.group_results_prefix(group_id) + f"client-{os.getpid()}.log")
+
+        def _append() -> None:
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            fd = results_log.open_log(path)
+            try:
+                results_log.append(fd, index, header, payload)
+            finally:
+                os.close(fd)
+
+        await anyio.to_thread.run_sync(_append)
 
     async def member_logs(self, group_id: str, index: int) -> str:
         """The output input ``index`` produced, cut out of its worker's log."""

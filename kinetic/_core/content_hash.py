@@ -93,9 +93,7 @@ def file_hasher(relpath: str) -> Hasher:
     Feed the file's bytes with ``update`` (in chunks of any size), then take ``digest()``.
     The NUL keeps ``("a", b"bc")`` and ``("ab", b"c")`` apart.
     """
-    h = hashlib.sha256(encode_relpath(relpath))
-    h.update(b"\0")
-    return h
+    return hashlib.sha256(encode_relpath(relpath) + b"\0")
 
 
 def file_digest(relpath: str, data: bytes | bytearray | memoryview) -> bytes:
@@ -162,7 +160,10 @@ def is_settled(mtime_ns: int, ctime_ns: int, now_ns: int) -> bool:
     are one state, and only then may the digest be cached under that stat (git's
     "racily clean" problem). A timestamp in the future is never settled.
     """
-    return max(mtime_ns, ctime_ns) + racy_window_ns(mtime_ns, ctime_ns) <= now_ns
+    latest = max(mtime_ns, ctime_ns)
+    if latest + _COARSE_WINDOW_NS <= now_ns:  # the common case, decided without a modulo
+        return True
+    return latest + racy_window_ns(mtime_ns, ctime_ns) <= now_ns
 
 
 def _check_digest(digest: bytes) -> None:

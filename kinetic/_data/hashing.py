@@ -210,6 +210,7 @@ def hash_tree(
     :raises DataError: as :func:`hash_path`.
     """
     root = os.path.abspath(os.fspath(path))
+    now = time.time_ns()  # before the stat: see _walk
     try:
         st = os.stat(root)
     except FileNotFoundError:
@@ -226,7 +227,7 @@ def hash_tree(
     cache = _StatCache.load(cache_dir or default_cache_dir(), kind, root) if use_cache else None
     workers = max_workers if max_workers is not None else max(2, os.cpu_count() or 2)
     run = _Run(root, cache, workers, checkpoint or _no_checkpoint)
-    digest = run.hash_dir() if kind == "dir" else run.hash_file(st)
+    digest = run.hash_dir() if kind == "dir" else run.hash_file(st, now)
     saved = cache.save(run.new_tree, run.cache_hits) if cache is not None else False
     stats = HashStats(
         files=run.files,
@@ -247,9 +248,9 @@ class _Stopped(Exception):
     """Raised in a pool thread when the call is being torn down; nobody waits for it."""
 
 
-# A batch element: a known digest, or a file to read as
-# (dir relpath, name, relpath, abspath, size).
-_Miss = tuple[str, str, str, str, int]
+# A batch element: a known digest, or a file to read as (dir relpath, name, relpath,
+# abspath, stat key from the walk, whether that stat was settled when taken).
+_Miss = tuple[str, str, str, str, _Key, bool]
 _Element = bytes | _Miss
 # A file read by a pool thread: its digest, its cache entry (None: not settled), bytes read.
 _Read = tuple[bytes, _Entry | None, int]
@@ -276,16 +277,18 @@ class _Run:
 
     # -- single file -------------------------------------------------------------------
 
-    def hash_file(self, st: os.stat_result) -> str:
+    def hash_file(self, st: os.stat_result, now: int) -> str:
         name = os.path.basename(self.root)
         self.files = 1
+        key = _KEY(st)
         cached = self.old_tree.get("", {}).get(name)
-        if cached is not None and cached[0] == _KEY(st):
+        if cached is not None and cached[0] == key:
             self.cache_hits = 1
             self.new_tree[""] = {name: cached}
             return ch.single_file_hash(cached[1])
         # The original hashed a single file under its base name.
-        [(digest, entry, _)] = self._read_inline([("", name, name, self.root, st.st_size)])
+        settled = ch.is_settled(key[1], key[2], now)
+        [(digest, entry, _)] = self._read_inline([("", name, name, self.root, key, settled)])
         if entry is not None:
             self.new_tree[""] = {name: entry}
         return ch.single_file_hash(digest)
@@ -337,7 +340,7 @@ class _Run:
             drain(4 * self.workers)
 
         try:
-            for rel_dir, abs_dir, files in _walk(self.root):
+            for rel_dir, abs_dir, now, files in _walk(self.root):
                 self.checkpoint()
                 old_d = self.old_tree.get(rel_dir)
                 new_d = self.new_tree.setdefault(rel_dir, {})
@@ -357,7 +360,8 @@ class _Run:
                             dh.update(cached[1])  # nothing ahead of it: combine at once
                         continue
                     rel = ch.join_relpath(rel_dir, name)
-                    batch.append((rel_dir, name, rel, f"{abs_dir}/{name}", key[0]))
+                    settled = ch.is_settled(key[1], key[2], now)
+                    batch.append((rel_dir, name, rel, f"{abs_dir}/{name}", key, settled))
                     misses += 1
                     miss_bytes += key[0]
                     if misses >= _BATCH_FILES or miss_bytes >= _BATCH_BYTES:
@@ -406,17 +410,28 @@ class _Run:
         view = memoryview(buf)
         try:
             out: list[_Read] = []
-            for _, _, rel, path, _ in items:
+            for _, _, rel, path, key, settled in items:
                 if self.stop.is_set():
                     raise _Stopped
-                out.append(self._read_file(rel, path, view))
+                out.append(self._read_file(rel, path, key, settled, view))
             return out
         finally:
             view.release()
 
-    def _read_file(self, rel: str, path: str, view: memoryview) -> _Read:
+    def _read_file(
+        self, rel: str, path: str, walk_key: _Key, walk_settled: bool, view: memoryview
+    ) -> _Read:
+        """Read and digest one file; return its digest, cache entry and bytes read.
+
+        The stat taken by the walk serves as the "before" stat when it was settled: a
+        change or a replacement since then must show in the fstat after the read. Any
+        other case (a racy file, a second attempt) fstats the fd first and settles it.
+
+        :raises DataError: the file vanished, cannot be read, is not a regular file, or
+            changed during both attempts.
+        """
         total_read = 0
-        for _ in range(_ATTEMPTS):
+        for attempt in range(_ATTEMPTS):
             try:
                 fd = os.open(path, _OPEN_FILE)
             except FileNotFoundError:
@@ -424,12 +439,15 @@ class _Run:
             except OSError as exc:
                 raise DataError(f"cannot read {path}: {exc.strerror or exc}") from exc
             try:
-                settled = self._settle(fd, path)
-                if settled is None:
-                    continue  # still being written: counts as a failed attempt
-                before, cacheable = settled
+                if attempt == 0 and walk_settled:
+                    key, cacheable = walk_key, True
+                else:
+                    settled = self._settle(fd, path)
+                    if settled is None:
+                        continue  # still being written: counts as a failed attempt
+                    key, cacheable = _KEY(settled[0]), settled[1]
                 h = ch.file_hasher(rel)
-                size = before.st_size
+                size = key[0]
                 done = 0
                 # Stop at the size fstat reported: growth shows in the second fstat anyway,
                 # and skipping the EOF read saves a syscall per small file.
@@ -447,7 +465,6 @@ class _Run:
             finally:
                 os.close(fd)
             total_read += done
-            key = _KEY(before)
             if done == size and key == _KEY(after):
                 digest = h.digest()
                 return digest, (key, digest) if cacheable else None, total_read
@@ -488,8 +505,11 @@ def _misses(batch: list[_Element]) -> list[_Miss]:
     return [el for el in batch if not isinstance(el, bytes)]
 
 
-def _walk(root: str) -> Iterator[tuple[str, str, list[tuple[str, _Key]]]]:
-    """Yield ``(dir relpath, dir abspath, [(file name, stat key)])`` in canonical walk order.
+def _walk(root: str) -> Iterator[tuple[str, str, int, list[tuple[str, _Key]]]]:
+    """Yield ``(dir relpath, dir abspath, now, [(file name, stat key)])`` in walk order.
+
+    ``now`` is the wall clock read before the directory's files were stat-ed: a stat
+    settled at ``now`` is settled at the moment it was taken.
 
     Mirrors ``os.walk(root, followlinks=False)`` with sorted names: symlinks to
     directories are listed as directories and not descended. Unlike ``os.walk``, an
@@ -510,6 +530,7 @@ def _walk(root: str) -> Iterator[tuple[str, str, list[tuple[str, _Key]]]]:
         except OSError as exc:
             raise DataError(f"cannot read directory {abs_dir}: {exc.strerror or exc}") from exc
         try:
+            now = time.time_ns()
             with os.scandir(fd) as it:
                 entries = list(it)
             entries.sort(key=_NAME)
@@ -531,7 +552,7 @@ def _walk(root: str) -> Iterator[tuple[str, str, list[tuple[str, _Key]]]]:
             raise DataError(f"cannot read directory {abs_dir}: {exc.strerror or exc}") from exc
         finally:
             os.close(fd)
-        yield rel_dir, abs_dir, files
+        yield rel_dir, abs_dir, now, files
         for name in reversed(subdirs):
             stack.append((ch.join_relpath(rel_dir, name), f"{abs_dir}/{name}"))
 

@@ -91,6 +91,7 @@ class BatchHandle:
         self.jobs = jobs
         self._submission_failures = dict(submission_failures or {})
         self._states: dict[int, str] = {}  # index -> succeeded/failed/cancelled
+        self._completion: list[int] = []  # indices in the order they finished
         self._reasons: dict[int, tuple[str, str | None]] = {}  # never-run inputs: reason, phase
         self._running: set[int] = set()
         self._cleaned = False
@@ -129,6 +130,7 @@ class BatchHandle:
         if index in self._states:
             return False
         self._states[index] = state
+        self._completion.append(index)
         self._running.discard(index)
         return True
 
@@ -138,11 +140,12 @@ class BatchHandle:
 
         :raises JobTimeoutError: when ``deadline`` (monotonic) passes first.
         """
-        yielded: set[int] = set()
+        cursor = 0
 
         def fresh() -> list[int]:
-            new = [i for i in self._order_since(yielded)]
-            yielded.update(new)
+            nonlocal cursor
+            new = self._completion[cursor:]
+            cursor = len(self._completion)
             return new
 
         batches = self._backend.batches
@@ -181,9 +184,6 @@ class BatchHandle:
                 # Unfinished and nobody drives it: resume (a duplicate supervisor exits at once).
                 await batches.launch(self.group_id)
             await _bounded(deadline, anyio.sleep(0.02))  # let the supervisor start listening
-
-    def _order_since(self, yielded: set[int]) -> list[int]:
-        return [i for i in self._states if i not in yielded]
 
     def _pending_never_run(self) -> list[int]:
         return [i for i in range(self.total) if i not in self._states]
@@ -307,31 +307,12 @@ class BatchHandle:
         return out
 
     async def _load_many(self, indices: list[int]) -> list[tuple[int, bool, Any]]:
-        reads: dict[int, bytes | None] = {}
-        limiter = anyio.CapacityLimiter(_WRITE_CONCURRENCY)
-
-        async def _read(index: int) -> None:
-            async with limiter:
-                job = self.jobs[index]
-                if job is None or index in self._reasons:
-                    reads[index] = None
-                    return
-                try:
-                    reads[index] = await self._backend.read_result(job)
-                except ObjectNotFoundError:
-                    reads[index] = None
-
-        if len(indices) == 1:
-            await _read(indices[0])
-        else:
-            async with anyio.create_task_group() as tg:
-                for index in indices:
-                    tg.start_soon(_read, index)
+        wanted = [i for i in indices if self.jobs[i] is not None and i not in self._reasons]
+        loaded = await self._backend.batches.load_many(self.group_id, wanted)
+        reads = {i: payload for i, (_, payload) in loaded.items()}
         return await anyio.to_thread.run_sync(self._decode_many, indices, reads)
 
-    def _decode_many(
-        self, indices: list[int], reads: dict[int, bytes | None]
-    ) -> list[tuple[int, bool, Any]]:
+    def _decode_many(self, indices: list[int], reads: dict[int, bytes]) -> list[tuple[int, bool, Any]]:
         out: list[tuple[int, bool, Any]] = []
         for index in indices:
             job = self.jobs[index]
