@@ -66,7 +66,9 @@ def parse(data: bytes, path: Path, start: int = 0) -> tuple[list[Record], int]:
         head, _, _ = body.partition(b"\n")
         header = protocol.load_json(head)
         payload_offset = body_start + len(head) + 1
-        records.append(Record(index, header, path, payload_offset, body_start + length - payload_offset))
+        records.append(
+            Record(index, header, path, payload_offset, body_start + length - payload_offset)
+        )
         pos = body_start + length
     return records, pos
 

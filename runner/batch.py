@@ -402,8 +402,9 @@ class Supervisor:
         snapshot += [f"r {i}\n" for w in self.workers.values() for i, _ in w.assigned]
         snapshot.append("e\n")  # end of snapshot: what follows is live
         client.wbuf += "".join(snapshot).encode()
-        self.sel.register(sock, selectors.EVENT_READ, ("client", client))
-        self.flush_client(client)
+        # Read before writing: a client that sends a command and hangs up at once must
+        # still be heard (writing to it first would fail and drop it unread).
+        self.sel.register(sock, selectors.EVENT_READ | selectors.EVENT_WRITE, ("client", client))
 
     def on_client(self, client: _Client, mask: int) -> None:
         if mask & selectors.EVENT_READ:
@@ -549,6 +550,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0  # another supervisor drives this batch
     if (store.root / protocol.group_stop_key(ns.group)).exists():
         return 0
+    # Who drives the batch now (for people and tests; liveness is the lock, not this).
+    atomic_write(group_dir / "supervisor.json", protocol.dump_json({"pid": os.getpid()}))
     manifest = protocol.load_json(store.read(protocol.group_manifest_key(ns.group)))
     sup = Supervisor(ns.storage, store, manifest)
     sup.load_done()

@@ -145,7 +145,9 @@ class LocalBatches:
         """
         loaded = await self.load_many(group_id, [index])
         if index not in loaded:
-            raise ObjectNotFoundError(f"{protocol.group_results_prefix(group_id)}#{index}", self.storage.url)
+            raise ObjectNotFoundError(
+                f"{protocol.group_results_prefix(group_id)}#{index}", self.storage.url
+            )
         return loaded[index]
 
     async def load_many(
@@ -169,9 +171,13 @@ class LocalBatches:
 
         return await anyio.to_thread.run_sync(_load)
 
-    async def record_member(self, group_id: str, index: int, header: dict[str, Any], payload: bytes) -> None:
+    async def record_member(
+        self, group_id: str, index: int, header: dict[str, Any], payload: bytes
+    ) -> None:
         """Append an outcome for an input on this process's own log (no supervisor runs)."""
-        path = self.storage.path_for(protocol.group_results_prefix(group_id) + f"client-{os.getpid()}.log")
+        path = self.storage.path_for(
+            protocol.group_results_prefix(group_id) + f"client-{os.getpid()}.log"
+        )
 
         def _append() -> None:
             path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)

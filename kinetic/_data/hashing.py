@@ -5,13 +5,15 @@ Theory of operation
 One call hashes one root (a directory or a single file) in five steps:
 
 1. **Walk.** The calling thread walks the tree in the canonical order (a directory's
-   files sorted by name, then its subdirectories sorted by name, depth first), reading each
-   directory once through a directory fd and ``stat``-ing each file (following symlinks).
-   Symlinked directories are skipped, dangling symlinks and special files raise
-   :class:`~kinetic.DataError`. Only one directory listing is held at a time.
+   files sorted by name, then its subdirectories sorted by name, depth first), listing
+   each directory once through a directory fd and ``stat``-ing each entry relative to it
+   (following symlinks). Symlinked directories are skipped, dangling symlinks and special
+   files raise :class:`~kinetic.DataError`. Only one directory listing is held at a time.
 2. **Stat cache.** Each file's ``(size, mtime_ns, ctime_ns, inode, device)`` is compared
-   with the entry cached for it under this root. A match reuses the cached digest without
-   opening the file, so an unchanged tree costs one ``stat`` per file.
+   with the one cached with its digest under this root. A match reuses the digest without
+   opening the file, so an unchanged tree costs one ``stat`` per file; a directory whose
+   file names and stats all match is settled with two list comparisons and one hash
+   update, without per-file Python work.
 3. **Read.** Misses are grouped into batches (by count and by bytes, so a big file gets a
    batch of its own) and hashed by a thread pool owned by the call; :mod:`hashlib` and
    ``os.readv`` release the GIL, so large files hash on all cores. Each file is read in
@@ -29,8 +31,9 @@ Stat cache
 One file per hashed root under ``${KINETIC_CACHE_DIR:-~/.kinetic/cache}/hash-stat-cache-v1/``,
 named by the SHA-256 of the root's kind and absolute path. Content: a magic line, the
 SHA-256 of the payload, then a :mod:`marshal` payload (never :mod:`pickle`, loading must
-not run code) ``(kind, root, os.sep, {dir relpath: {name: (size, mtime_ns, ctime_ns,
-inode, device, digest)}})``. Writers write a private temporary file and ``os.replace`` it,
+not run code) ``(kind, root, os.sep, {dir relpath: (names, stat keys, digests)})``, three
+parallel lists per directory in walk order, a stat key being ``(size, mtime_ns, ctime_ns,
+inode, device)``. Writers write a private temporary file and ``os.replace`` it,
 so concurrent processes only ever read a complete file; the last writer wins, and each
 writer's content is a complete, valid cache. A missing, truncated or foreign file reads
 as empty. Failing to write the cache is logged, never raised.
@@ -103,10 +106,14 @@ _Key = tuple[int, int, int, int, int]
 _KEY: Callable[[os.stat_result], _Key] = attrgetter(
     "st_size", "st_mtime_ns", "st_ctime_ns", "st_ino", "st_dev"
 )
-_Entry = tuple[_Key, bytes]
-_Tree = dict[str, dict[str, _Entry]]
+# A directory's cache record: its regular files in walk order, their stat keys and their
+# digests, three parallel lists. Records under construction hold None for digests not yet
+# read (or not cacheable); they are compacted before saving.
+_Record = tuple[list[str], list[_Key], list[bytes]]
+_Build = tuple[list[str], list[_Key], list[bytes | None]]
+_Tree = dict[str, _Record]
 _Checkpoint = Callable[[], None]
-_NAME = attrgetter("name")
+_MODE: Callable[[os.stat_result], int] = attrgetter("st_mode")
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,7 +235,7 @@ def hash_tree(
     workers = max_workers if max_workers is not None else max(2, os.cpu_count() or 2)
     run = _Run(root, cache, workers, checkpoint or _no_checkpoint)
     digest = run.hash_dir() if kind == "dir" else run.hash_file(st, now)
-    saved = cache.save(run.new_tree, run.cache_hits) if cache is not None else False
+    saved = cache.save(run.new_tree) if cache is not None and run.dirty else False
     stats = HashStats(
         files=run.files,
         cache_hits=run.cache_hits,
@@ -248,12 +255,13 @@ class _Stopped(Exception):
     """Raised in a pool thread when the call is being torn down; nobody waits for it."""
 
 
-# A batch element: a known digest, or a file to read as (dir relpath, name, relpath,
-# abspath, stat key from the walk, whether that stat was settled when taken).
-_Miss = tuple[str, str, str, str, _Key, bool]
+# A batch element: a known digest, or a file to read as (its directory's record, its
+# index there, relpath, abspath, stat key from the walk, whether that stat was settled).
+_Miss = tuple[_Build, int, str, str, _Key, bool]
 _Element = bytes | _Miss
-# A file read by a pool thread: its digest, its cache entry (None: not settled), bytes read.
-_Read = tuple[bytes, _Entry | None, int]
+# A file read by a pool thread: its digest, the stat key to cache it under (None: not
+# cacheable), bytes read.
+_Read = tuple[bytes, _Key | None, int]
 
 
 class _Run:
@@ -266,6 +274,7 @@ class _Run:
         self.root = root
         self.old_tree: _Tree = cache.tree if cache is not None else {}
         self.new_tree: _Tree = {}
+        self.dirty = False  # new_tree differs from old_tree
         self.workers = max(1, workers)
         self.checkpoint = checkpoint
         self.stop = threading.Event()
@@ -278,19 +287,21 @@ class _Run:
     # -- single file -------------------------------------------------------------------
 
     def hash_file(self, st: os.stat_result, now: int) -> str:
+        # The original hashed a single file under its base name.
         name = os.path.basename(self.root)
         self.files = 1
         key = _KEY(st)
-        cached = self.old_tree.get("", {}).get(name)
-        if cached is not None and cached[0] == key:
+        old = self.old_tree.get("")
+        if old is not None and old[0] == [name] and old[1] == [key]:
             self.cache_hits = 1
-            self.new_tree[""] = {name: cached}
-            return ch.single_file_hash(cached[1])
-        # The original hashed a single file under its base name.
+            self.new_tree[""] = old
+            return ch.single_file_hash(old[2][0])
+        self.dirty = True
+        build: _Build = ([name], [key], [None])
         settled = ch.is_settled(key[1], key[2], now)
-        [(digest, entry, _)] = self._read_inline([("", name, name, self.root, key, settled)])
-        if entry is not None:
-            self.new_tree[""] = {name: entry}
+        [(digest, cache_key, _)] = self._read_inline([(build, 0, name, self.root, key, settled)])
+        if cache_key is not None:
+            self.new_tree[""] = ([name], [cache_key], [digest])
         return ch.single_file_hash(digest)
 
     # -- directory ---------------------------------------------------------------------
@@ -303,6 +314,7 @@ class _Run:
         misses = 0
         miss_bytes = 0
         pool: ThreadPoolExecutor | None = None
+        builds: list[tuple[str, _Build]] = []
 
         def merge(elements: list[_Element], reads: list[_Read]) -> None:
             it = iter(reads)
@@ -310,10 +322,12 @@ class _Run:
                 if isinstance(el, bytes):
                     dh.update(el)
                     continue
-                digest, entry, _ = next(it)
+                digest, cache_key, _ = next(it)
                 dh.update(digest)
-                if entry is not None:
-                    self.new_tree.setdefault(el[0], {})[el[1]] = entry
+                if cache_key is not None:
+                    build, index = el[0], el[1]
+                    build[1][index] = cache_key
+                    build[2][index] = digest
 
         def drain(limit: int) -> None:
             # Merge finished batches at the head; block on the oldest one only while more
@@ -339,29 +353,42 @@ class _Run:
             self.checkpoint()
             drain(4 * self.workers)
 
+        def add_hits(digests: list[bytes]) -> None:
+            if pending or batch:
+                batch.extend(digests)  # keep their place behind unfinished reads
+                if len(batch) >= _BATCH_HITS:
+                    close_batch()
+            else:
+                dh.update(b"".join(digests))  # nothing ahead of them: combine at once
+
         try:
-            for rel_dir, abs_dir, now, files in _walk(self.root):
+            for rel_dir, abs_dir, now, names, keys in _walk(self.root):
                 self.checkpoint()
-                old_d = self.old_tree.get(rel_dir)
-                new_d = self.new_tree.setdefault(rel_dir, {})
-                self.files += len(files)
-                for name, key in files:
-                    # The hot loop of an unchanged tree: keep it to a dict lookup and one
-                    # tuple comparison per file.
-                    cached = old_d.get(name) if old_d is not None else None
-                    if cached is not None and cached[0] == key:
+                self.files += len(names)
+                if not names:
+                    continue
+                old = self.old_tree.get(rel_dir)
+                if old is not None and old[0] == names and old[1] == keys:
+                    # An unchanged directory (the common case of a warm hash): no
+                    # per-file work at all.
+                    self.cache_hits += len(names)
+                    self.new_tree[rel_dir] = old
+                    add_hits(old[2])
+                    continue
+                self.dirty = True
+                build: _Build = (names, list(keys), [None] * len(names))
+                builds.append((rel_dir, build))
+                index = {n: i for i, n in enumerate(old[0])} if old is not None else {}
+                for i, (name, key) in enumerate(zip(names, keys, strict=True)):
+                    j = index.get(name)
+                    if old is not None and j is not None and old[1][j] == key:
                         self.cache_hits += 1
-                        new_d[name] = cached
-                        if pending or batch:
-                            batch.append(cached[1])  # keep its place behind unfinished reads
-                            if len(batch) >= _BATCH_HITS:
-                                close_batch()
-                        else:
-                            dh.update(cached[1])  # nothing ahead of it: combine at once
+                        build[2][i] = old[2][j]
+                        add_hits([old[2][j]])
                         continue
                     rel = ch.join_relpath(rel_dir, name)
                     settled = ch.is_settled(key[1], key[2], now)
-                    batch.append((rel_dir, name, rel, f"{abs_dir}/{name}", key, settled))
+                    batch.append((build, i, rel, f"{abs_dir}/{name}", key, settled))
                     misses += 1
                     miss_bytes += key[0]
                     if misses >= _BATCH_FILES or miss_bytes >= _BATCH_BYTES:
@@ -376,7 +403,18 @@ class _Run:
             if pool is not None:
                 self.stop.set()  # a no-op on success: every batch has finished by now
                 pool.shutdown(wait=True, cancel_futures=True)
-        self.new_tree = {d: e for d, e in self.new_tree.items() if e}
+        for rel_dir, (names, keys, digests) in builds:
+            kept = [
+                (n, k, d) for n, k, d in zip(names, keys, digests, strict=True) if d is not None
+            ]
+            if kept:
+                self.new_tree[rel_dir] = (
+                    [n for n, _, _ in kept],
+                    [k for _, k, _ in kept],
+                    [d for _, _, d in kept],
+                )
+        if len(self.new_tree) != len(self.old_tree):
+            self.dirty = True  # directories came or went
         return dh.hexdigest()
 
     def _wait(self, fut: Future[list[_Read]]) -> list[_Read]:
@@ -466,8 +504,7 @@ class _Run:
                 os.close(fd)
             total_read += done
             if done == size and key == _KEY(after):
-                digest = h.digest()
-                return digest, (key, digest) if cacheable else None, total_read
+                return h.digest(), key if cacheable else None, total_read
         raise DataError(
             f"file changed while being hashed ({_ATTEMPTS} attempts): {path}; "
             "wait until whatever writes it has finished, then retry"
@@ -505,15 +542,14 @@ def _misses(batch: list[_Element]) -> list[_Miss]:
     return [el for el in batch if not isinstance(el, bytes)]
 
 
-def _walk(root: str) -> Iterator[tuple[str, str, int, list[tuple[str, _Key]]]]:
-    """Yield ``(dir relpath, dir abspath, now, [(file name, stat key)])`` in walk order.
-
-    ``now`` is the wall clock read before the directory's files were stat-ed: a stat
-    settled at ``now`` is settled at the moment it was taken.
+def _walk(root: str) -> Iterator[tuple[str, str, int, list[str], list[_Key]]]:
+    """Yield ``(dir relpath, dir abspath, now, file names, stat keys)`` in walk order.
 
     Mirrors ``os.walk(root, followlinks=False)`` with sorted names: symlinks to
-    directories are listed as directories and not descended. Unlike ``os.walk``, an
-    unreadable directory raises instead of silently dropping its files from the hash.
+    directories are listed as directories and not descended; a symlinked file is a file.
+    Unlike ``os.walk``, an unreadable directory raises instead of silently dropping its
+    files from the hash. ``now`` is the wall clock read before the directory was listed:
+    a stat settled at ``now`` was settled when it was taken.
 
     :raises DataError: unreadable directory, dangling symlink, special file, or a
         directory replaced while walking.
@@ -521,8 +557,6 @@ def _walk(root: str) -> Iterator[tuple[str, str, int, list[tuple[str, _Key]]]]:
     stack = [("", root)]
     while stack:
         rel_dir, abs_dir = stack.pop()
-        files: list[tuple[str, _Key]] = []
-        subdirs: list[str] = []
         try:
             # The root may be a symlink (the original followed it); below the root,
             # O_NOFOLLOW refuses a directory swapped for a symlink since we listed it.
@@ -531,30 +565,56 @@ def _walk(root: str) -> Iterator[tuple[str, str, int, list[tuple[str, _Key]]]]:
             raise DataError(f"cannot read directory {abs_dir}: {exc.strerror or exc}") from exc
         try:
             now = time.time_ns()
-            with os.scandir(fd) as it:
-                entries = list(it)
-            entries.sort(key=_NAME)
-            for e in entries:
-                try:
-                    if e.is_dir(follow_symlinks=False):
-                        subdirs.append(e.name)
-                        continue
-                    st = e.stat()  # follows symlinks: a symlinked file hashes its target
-                except FileNotFoundError:
-                    raise DataError(
-                        f"dangling symlink or file removed while hashing: {abs_dir}/{e.name}"
-                    ) from None
-                if stat.S_ISREG(st.st_mode):
-                    files.append((e.name, _KEY(st)))
-                elif not stat.S_ISDIR(st.st_mode):  # a symlinked directory is skipped
-                    raise DataError(f"not a regular file: {abs_dir}/{e.name}")
+            names = os.listdir(fd)
+            names.sort()
+            try:
+                # One C-level pass: stat every entry relative to the directory fd.
+                sts = list(map(partial(os.stat, dir_fd=fd), names))
+            except OSError:
+                sts = None  # _classify finds the culprit and names it
+            subdirs: list[str] = []
+            if sts is not None and all(map(stat.S_ISREG, map(_MODE, sts))):
+                files, keys = names, list(map(_KEY, sts))  # a leaf directory
+            else:
+                files, keys, subdirs = _classify(fd, abs_dir, names)
         except OSError as exc:
             raise DataError(f"cannot read directory {abs_dir}: {exc.strerror or exc}") from exc
         finally:
             os.close(fd)
-        yield rel_dir, abs_dir, now, files
+        yield rel_dir, abs_dir, now, files, keys
         for name in reversed(subdirs):
             stack.append((ch.join_relpath(rel_dir, name), f"{abs_dir}/{name}"))
+
+
+def _classify(fd: int, abs_dir: str, names: list[str]) -> tuple[list[str], list[_Key], list[str]]:
+    """Split a directory's sorted entries into files (with stat keys) and subdirectories.
+
+    :raises DataError: dangling symlink, symlink loop, special file, vanished entry.
+    """
+    files: list[str] = []
+    keys: list[_Key] = []
+    subdirs: list[str] = []
+    for name in names:
+        try:
+            st = os.stat(name, dir_fd=fd)  # follows symlinks: a symlinked file is a file
+            is_link = stat.S_ISDIR(st.st_mode) and stat.S_ISLNK(
+                os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode
+            )
+        except FileNotFoundError:
+            raise DataError(
+                f"dangling symlink or file removed while hashing: {abs_dir}/{name}"
+            ) from None
+        except OSError as exc:
+            raise DataError(f"cannot stat {abs_dir}/{name}: {exc.strerror or exc}") from exc
+        if stat.S_ISREG(st.st_mode):
+            files.append(name)
+            keys.append(_KEY(st))
+        elif stat.S_ISDIR(st.st_mode):
+            if not is_link:  # os.walk lists a symlinked directory but does not descend
+                subdirs.append(name)
+        else:
+            raise DataError(f"not a regular file: {abs_dir}/{name}")
+    return files, keys, subdirs
 
 
 class _StatCache:
@@ -565,7 +625,6 @@ class _StatCache:
         self.kind = kind
         self.root = root
         self.tree = tree
-        self.size = sum(len(d) for d in tree.values())
 
     @classmethod
     def load(cls, cache_dir: Path, kind: str, root: str) -> _StatCache:
@@ -573,10 +632,8 @@ class _StatCache:
         file = cache_dir / f"{key[:40]}.bin"
         return cls(file, kind, root, _read_cache(file, kind, root))
 
-    def save(self, tree: _Tree, hits: int) -> bool:
-        """Write ``tree`` if it differs from what was loaded; return whether it wrote."""
-        if hits == self.size and sum(len(d) for d in tree.values()) == hits:
-            return False  # every loaded entry was hit and nothing was added
+    def save(self, tree: _Tree) -> bool:
+        """Write ``tree`` atomically; return whether it was written."""
         payload = marshal.dumps((self.kind, self.root, ch.SEP, tree), 4)
         blob = _CACHE_MAGIC + hashlib.sha256(payload).digest() + payload
         tmp: str | None = None
@@ -622,15 +679,25 @@ def _read_cache(file: Path, kind: str, root: str) -> _Tree:
         obj = marshal.loads(payload)
     except (EOFError, ValueError, TypeError):
         return {}
-    if (
+    if not (
         isinstance(obj, tuple)
         and len(obj) == 4
         and obj[:3] == (kind, root, ch.SEP)
         and isinstance(obj[3], dict)
     ):
-        tree: _Tree = obj[3]
-        return tree
-    return {}
+        return {}
+    tree: _Tree = obj[3]
+    # The checksum proves the bytes are what a writer meant; check the shape too (one
+    # test per directory), so a writer of another layout cannot crash the walk.
+    for record in tree.values():
+        if not (
+            type(record) is tuple
+            and len(record) == 3
+            and all(type(column) is list for column in record)
+            and len(record[0]) == len(record[1]) == len(record[2])
+        ):
+            return {}
+    return tree
 
 
 def _prune(cache_dir: Path) -> None:

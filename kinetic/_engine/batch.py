@@ -312,7 +312,9 @@ class BatchHandle:
         reads = {i: payload for i, (_, payload) in loaded.items()}
         return await anyio.to_thread.run_sync(self._decode_many, indices, reads)
 
-    def _decode_many(self, indices: list[int], reads: dict[int, bytes]) -> list[tuple[int, bool, Any]]:
+    def _decode_many(
+        self, indices: list[int], reads: dict[int, bytes]
+    ) -> list[tuple[int, bool, Any]]:
         out: list[tuple[int, bool, Any]] = []
         for index in indices:
             job = self.jobs[index]

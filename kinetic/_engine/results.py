@@ -58,7 +58,7 @@ def unwrap(payload: dict[str, Any], job_id: str) -> Any:
         if tb:
             exc.add_note(f"Remote traceback (job {job_id}):\n{tb}")
         raise exc
-    if phase == "execute" and error_type not in _NOT_REBUILT:
+    if phase == "execute" and error_type and error_type not in _NOT_REBUILT:
         err: Exception = RemoteError(
             f"job {job_id} raised {error} (the exception could not be rebuilt locally)",
             remote_type=error_type,

@@ -247,6 +247,20 @@ def test_corrupt_cache_file_is_ignored_and_rewritten(tree: Path, cache_dir: Path
     assert hash_tree(tree).stats.cache_hits == 51
 
 
+def test_cache_file_of_another_layout_is_ignored(tree: Path, cache_dir: Path) -> None:
+    import marshal
+
+    from kinetic._data import hashing
+
+    first = hash_tree(tree)
+    assert first.stats.cache_file is not None
+    payload = marshal.dumps(("dir", str(tree), os.sep, {"": ("not", "a", "record")}))
+    blob = hashing._CACHE_MAGIC + hashlib.sha256(payload).digest() + payload
+    first.stats.cache_file.write_bytes(blob)
+    result = hash_tree(tree)
+    assert (result.digest, result.stats.cache_hits) == (PINNED["."], 0)
+
+
 def test_unwritable_cache_dir_does_not_fail_the_hash(
     tree: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
