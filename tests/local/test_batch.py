@@ -166,7 +166,8 @@ def test_as_completed_and_unordered_results_follow_completion_order(tmp_path: Pa
     )
     seen = [h.group_index for h in batch.as_completed()]
     assert sorted(seen) == [0, 1, 2, 3]
-    assert seen[0] == 3 and seen[-1] == 0
+    assert seen[0] == 3
+    assert seen[-1] == 0
     assert batch.results(ordered=False) == seen
 
 
@@ -192,7 +193,8 @@ def test_member_handles_work_like_jobs() -> None:
     batch = reject_odd.run_async_map(range(3))
     batch.wait()
     ok, bad = batch.jobs[0], batch.jobs[1]
-    assert ok is not None and bad is not None
+    assert ok is not None
+    assert bad is not None
     assert ok.status() is kinetic.JobStatus.SUCCEEDED
     assert ok.result(cleanup=False) == 0
     assert bad.status() is kinetic.JobStatus.FAILED
