@@ -30,6 +30,7 @@ import statistics
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -196,7 +197,7 @@ def main() -> None:
     }
     work = Path(tempfile.mkdtemp(prefix="kinetic-bench-hash-", dir=args.workdir))
     try:
-        trees = {
+        trees: dict[str, Callable[[Path], int]] = {
             "small": lambda root: make_small_tree(
                 root, args.small_files, args.small_min_kib, args.small_max_kib
             ),

@@ -17,11 +17,12 @@ One call hashes one root (a directory or a single file) in five steps:
 3. **Read.** Misses are grouped into batches (by count and by bytes, so a big file gets a
    batch of its own) and hashed by a thread pool owned by the call; :mod:`hashlib` and
    ``os.readv`` release the GIL, so large files hash on all cores. Each file is read in
-   1 MiB chunks through one fd; an ``fstat`` before and after the read must agree, or the
-   file is read once more and then :class:`~kinetic.DataError` is raised. Files changed
-   less than one timestamp tick ago are waited on first (see
+   1 MiB chunks through one fd; its stat before the read (the walk's) and its ``fstat``
+   after must agree, or the file is read once more and then
+   :class:`~kinetic.DataError` is raised. Files changed less than one timestamp tick
+   before that first stat are waited on first (see
    :func:`~kinetic._core.content_hash.is_settled`), so a change during the read cannot
-   hide behind an unchanged mtime.
+   hide behind an unchanged mtime or ctime, nor can a cached digest go stale that way.
 4. **Combine.** Digests are fed to the directory hash in walk order. At most
    ``4 * workers`` batches are in flight, which bounds memory on trees of any size.
 5. **Save.** If anything changed, the cache file of this root is rewritten atomically.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
+import marshal
 import os
 import pickle
 import subprocess
@@ -19,6 +20,7 @@ import cloudpickle
 import pytest
 
 from kinetic._core import content_hash as ch
+from kinetic._data import hashing
 from kinetic._data.data import Data, GcsSource, HfSource
 from kinetic._data.hashing import ahash_path, hash_path, hash_tree
 from kinetic._exceptions import ConfigError, DataError
@@ -248,10 +250,6 @@ def test_corrupt_cache_file_is_ignored_and_rewritten(tree: Path, cache_dir: Path
 
 
 def test_cache_file_of_another_layout_is_ignored(tree: Path, cache_dir: Path) -> None:
-    import marshal
-
-    from kinetic._data import hashing
-
     first = hash_tree(tree)
     assert first.stats.cache_file is not None
     payload = marshal.dumps(("dir", str(tree), os.sep, {"": ("not", "a", "record")}))
@@ -580,7 +578,7 @@ def test_repr_equality_and_hash(tree: Path) -> None:
 def test_data_is_immutable(tree: Path) -> None:
     d = Data(tree)
     with pytest.raises(AttributeError, match="immutable"):
-        d._path = "/elsewhere"  # type: ignore[misc]
+        d._path = "/elsewhere"
 
 
 @pytest.mark.parametrize("dumps", [pickle.dumps, cloudpickle.dumps])
