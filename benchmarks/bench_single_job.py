@@ -299,6 +299,8 @@ def submit_steps(ns: argparse.Namespace, raw_fn: Any, workdir: Path) -> dict[str
 
 
 def facade_overhead(ns: argparse.Namespace, job: Any) -> dict[str, Any]:
+    import anyio.to_thread
+
     from kinetic._sync import portal
 
     aio_job = job.aio
@@ -306,6 +308,9 @@ def facade_overhead(ns: argparse.Namespace, job: Any) -> dict[str, Any]:
 
     async def nop() -> None:
         return None
+
+    async def hop() -> None:  # one worker-thread hop, as every local storage call makes
+        await anyio.to_thread.run_sync(int)
 
     async def async_status(n: int) -> float:
         start = time.perf_counter()
@@ -331,19 +336,34 @@ def facade_overhead(ns: argparse.Namespace, job: Any) -> dict[str, Any]:
             portal.call(nop)
         return (time.perf_counter() - start) / n
 
+    async def async_hop(n: int) -> float:
+        start = time.perf_counter()
+        for _ in range(n):
+            await hop()
+        return (time.perf_counter() - start) / n
+
+    def sync_hop(n: int) -> float:
+        start = time.perf_counter()
+        for _ in range(n):
+            portal.call(hop)
+        return (time.perf_counter() - start) / n
+
     n_status, n_nop = ns.calls, ns.calls * 4
     sync_status(50)
     asyncio.run(async_status(50))
     rows: dict[str, list[float]] = {k: [] for k in ("sync_status", "async_status")}
-    rows |= {"sync_nop": [], "async_nop": []}
+    rows |= {"sync_nop": [], "async_nop": [], "sync_hop": [], "async_hop": []}
     for _ in range(ns.rounds):
         rows["sync_status"].append(sync_status(n_status))
         rows["async_status"].append(asyncio.run(async_status(n_status)))
         rows["sync_nop"].append(sync_nop(n_nop))
         rows["async_nop"].append(asyncio.run(async_nop(n_nop)))
+        rows["sync_hop"].append(sync_hop(n_status))
+        rows["async_hop"].append(asyncio.run(async_hop(n_status)))
     per_call = {k: median(v) for k, v in rows.items()}
     status_overhead = per_call["sync_status"] - per_call["async_status"]
     nop_overhead = per_call["sync_nop"] - per_call["async_nop"]
+    hop_overhead = per_call["sync_hop"] - per_call["async_hop"]
     return {
         "calls_per_round": {"status": n_status, "nop": n_nop},
         "rounds": ns.rounds,
@@ -351,6 +371,9 @@ def facade_overhead(ns: argparse.Namespace, job: Any) -> dict[str, Any]:
         "overhead_per_call_ms": {
             "status (job.status() vs await job.aio.status())": round(status_overhead * 1000, 4),
             "bare crossing (portal.call(nop) vs await nop())": round(nop_overhead * 1000, 4),
+            "crossing + one to_thread hop (portal.call(hop) vs await hop())": round(
+                hop_overhead * 1000, 4
+            ),
         },
         "target_ms": TARGET_CALL_OVERHEAD_MS,
         "verdict": verdict(status_overhead * 1000, TARGET_CALL_OVERHEAD_MS),

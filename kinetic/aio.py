@@ -15,7 +15,8 @@ Same names and parameters as ``kinetic``; every call that waits is a coroutine::
 from __future__ import annotations
 
 from kinetic._core.status import JobStatus, StatusReport
-from kinetic._engine.batch import BatchHandle, attach_batch
+from kinetic._engine.batch import BatchHandle
+from kinetic._engine.batch_submit import attach_batch
 from kinetic._engine.handle import JobHandle
 from kinetic._engine.remote import AsyncRemoteFunction as RemoteFunction
 from kinetic._engine.remote import attach, list_jobs, run

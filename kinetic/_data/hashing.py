@@ -411,8 +411,8 @@ class _Run:
             if kept:
                 self.new_tree[rel_dir] = (
                     [n for n, _, _ in kept],
-                    [k for _, k, _ in kept],
-                    [d for _, _, d in kept],
+                    b"".join(k for _, k, _ in kept),
+                    b"".join(d for _, _, d in kept),
                 )
         if len(self.new_tree) != len(self.old_tree):
             self.dirty = True  # directories came or went

@@ -29,7 +29,7 @@ from kinetic._core.context_rules import ROOT_MARKERS, ExcludeRules
 from kinetic._core.functions import name_arguments
 from kinetic._exceptions import ConfigError, SerializationError
 
-_PICKLE_LOCK = threading.Lock()
+PICKLE_LOCK = threading.Lock()
 _ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
 _MAX_CONTEXT_BYTES = int(os.environ.get("KINETIC_MAX_CONTEXT_MB", "1024")) << 20
 
@@ -220,7 +220,7 @@ def pickle_payload(
     """
     payload = {"fn": fn, "args": tuple(args), "kwargs": dict(kwargs)}
     module = module_to_ship(fn, root)
-    with _PICKLE_LOCK:
+    with PICKLE_LOCK:
         if module is not None:
             cloudpickle.register_pickle_by_value(module)
         try:
@@ -257,7 +257,7 @@ def pickle_function(fn: Callable[..., Any], root: Path) -> bytes:
     :raises SerializationError: when it cannot be pickled.
     """
     module = module_to_ship(fn, root)
-    with _PICKLE_LOCK:
+    with PICKLE_LOCK:
         if module is not None:
             cloudpickle.register_pickle_by_value(module)
         try:

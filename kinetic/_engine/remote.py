@@ -12,7 +12,8 @@ from kinetic._core.config import BACKENDS
 from kinetic._core.functions import check_function
 from kinetic._core.ids import check_job_id
 from kinetic._engine import runtime
-from kinetic._engine.batch import BatchHandle, submit_batch
+from kinetic._engine.batch import BatchHandle
+from kinetic._engine.batch_submit import submit_batch
 from kinetic._engine.handle import JobHandle, load_handle
 from kinetic._engine.submit import RunOptions, submit
 from kinetic._exceptions import ConfigError

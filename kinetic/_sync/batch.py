@@ -16,6 +16,7 @@ import anyio
 
 from kinetic._core.status import JobStatus
 from kinetic._engine import batch as _aio_batch
+from kinetic._engine import batch_submit as _aio_batch_submit
 from kinetic._engine.handle import JobHandle as _AioJobHandle
 from kinetic._sync.api import JobHandle
 from kinetic._sync.portal import call, iterate
@@ -174,4 +175,6 @@ def attach_batch(
     timeout: float = 60.0,
 ) -> BatchHandle:
     """Rebuild a batch's handle in any process; see ``kinetic.aio.attach_batch``."""
-    return BatchHandle(call(_aio_batch.attach_batch, group_id, project, cluster, backend, timeout))
+    return BatchHandle(
+        call(_aio_batch_submit.attach_batch, group_id, project, cluster, backend, timeout)
+    )

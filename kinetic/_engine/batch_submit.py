@@ -1,0 +1,302 @@
+"""Recording a batch durably and attaching to one: ``run_async_map`` and ``attach_batch``.
+
+Submission writes the function once, the inputs in chunked objects, and the
+manifest last — the commit point, written once and never rewritten — then asks
+the backend to run it. Validation and pickling happen before the first write,
+so bad input leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.to_thread
+import cloudpickle
+
+from kinetic._backends.local import LocalBackend
+from kinetic._core.config import capture_env
+from kinetic._core.ids import check_group_id, new_group_id
+from kinetic._core.inputs import check_map_options, chunk_size, to_call
+from kinetic._core.records import utcnow_iso
+from kinetic._engine import runtime
+from kinetic._engine.batch import BatchHandle
+from kinetic._engine.handle import JobHandle
+from kinetic._engine.packaging import (
+    PICKLE_LOCK,
+    acontext_archive,
+    apickle_function,
+    find_package_root,
+    function_source_dir,
+    module_to_ship,
+    relative_sys_path,
+)
+from kinetic._engine.submit import RunOptions, resolve_target
+from kinetic._exceptions import (
+    BackendError,
+    ConfigError,
+    JobNotFoundError,
+    ObjectNotFoundError,
+    SerializationError,
+)
+from kinetic._settings import load_settings
+from runner import protocol
+
+_WRITE_CONCURRENCY = 16
+
+
+def _member_jobs(manifest: dict[str, Any]) -> list[JobHandle | None]:
+    group_id = manifest["group_id"]
+    common = dict(manifest["handle"])
+    jobs: list[JobHandle | None] = []
+    for index in range(manifest["total"]):
+        job_id = protocol.member_job_id(group_id, index)
+        jobs.append(
+            JobHandle(
+                **common,
+                job_id=job_id,
+                k8s_name=f"kinetic-{job_id}",
+                display_name=f"kinetic-{manifest['func_name']}-{job_id}",
+                group_id=group_id,
+                group_kind="map",
+                group_index=index,
+            )
+        )
+    return jobs
+
+
+def _pickle_chunks(
+    fn: Callable[..., Any],
+    items: list[Any],
+    mode: str,
+    size: int,
+    root: Path,
+    prefix_args: tuple[Any, ...] = (),
+) -> list[bytes]:
+    """Convert and pickle the inputs, chunk by chunk. Blocking: call in a thread.
+
+    ``prefix_args`` (a bound method's instance) go before each input's own arguments.
+
+    :raises ConfigError: when an input does not fit ``mode``.
+    :raises SerializationError: naming the first input that cannot be pickled.
+    """
+    calls = [to_call(item, mode, i) for i, item in enumerate(items)]
+    if prefix_args:
+        calls = [((*prefix_args, *args), kwargs) for args, kwargs in calls]
+    module = module_to_ship(fn, root)
+    chunks: list[bytes] = []
+    with PICKLE_LOCK:
+        if module is not None:
+            cloudpickle.register_pickle_by_value(module)
+        try:
+            for start in range(0, len(calls), size):
+                part = calls[start : start + size]
+                try:
+                    chunks.append(bytes(cloudpickle.dumps(part)))
+                except Exception as exc:
+                    for offset, call in enumerate(part):
+                        try:
+                            cloudpickle.dumps(call)
+                        except Exception as inner:
+                            raise SerializationError(
+                                f"input {start + offset} cannot be pickled "
+                                f"({type(inner).__name__}: {inner})"
+                            ) from inner
+                    raise SerializationError(f"inputs cannot be pickled: {exc}") from exc
+        finally:
+            if module is not None:
+                cloudpickle.unregister_pickle_by_value(module)
+    return chunks
+
+
+async def submit_batch(
+    fn: Callable[..., Any],
+    inputs: Iterable[Any],
+    opts: RunOptions,
+    *,
+    input_mode: str = "auto",
+    max_concurrent: int | None = None,
+    retries: int = 0,
+    fail_fast: bool = False,
+    cancel_running_on_fail: bool = False,
+    name: str | None = None,
+    tags: Mapping[str, str] | None = None,
+    prefix_args: tuple[Any, ...] = (),
+) -> BatchHandle:
+    """Record a batch durably, start running it, and return its handle.
+
+    :raises ConfigError: for invalid options, empty inputs or inputs that do not fit
+        ``input_mode`` — nothing is written.
+    :raises SerializationError: naming an input that cannot be pickled — nothing is written.
+    """
+    check_map_options(
+        input_mode=input_mode,
+        max_concurrent=max_concurrent,
+        retries=retries,
+        fail_fast=fail_fast,
+        cancel_running_on_fail=cancel_running_on_fail,
+        name=name,
+        tags=tags,
+    )
+    if isinstance(inputs, (str, bytes)) or not isinstance(inputs, Iterable):
+        raise ConfigError("inputs must be an iterable of inputs (a list, a range, ...)")
+    items = list(inputs)
+    if not items:
+        raise ConfigError("inputs must be non-empty")
+    settings, accel, backend = resolve_target(opts)
+    if not isinstance(backend, LocalBackend):
+        raise BackendError(f"batches are not available on the {backend.name} backend yet")
+    root = find_package_root(function_source_dir(fn))
+    size = chunk_size(len(items))
+    fn_bytes = await apickle_function(fn, root)
+    chunks = await anyio.to_thread.run_sync(
+        _pickle_chunks, fn, items, input_mode, size, root, prefix_args
+    )
+    archive = await acontext_archive(root, exclude=(Path(settings.local_root),))
+    sys_path, cwd = relative_sys_path(root, Path.cwd())
+
+    group_id = new_group_id()
+    func_name = getattr(fn, "__name__", type(fn).__name__)
+    pool = max_concurrent if max_concurrent is not None else (os.cpu_count() or 1)
+    manifest: dict[str, Any] = {
+        "format": protocol.FORMAT,
+        "group_id": group_id,
+        "group_kind": "map",
+        "name": name,
+        "tags": dict(tags or {}),
+        "func_name": func_name,
+        "total": len(items),
+        "chunk_size": size,
+        "n_chunks": len(chunks),
+        "delivery": protocol.DELIVERY,
+        "created_at": utcnow_iso(),
+        "options": {
+            "input_mode": input_mode,
+            "max_concurrent": pool,
+            "retries": retries,
+            "fail_fast": fail_fast,
+            "cancel_running_on_fail": cancel_running_on_fail,
+        },
+        "spec": {
+            "format": protocol.FORMAT,
+            "job_id": group_id,
+            "func_name": func_name,
+            "payload_sha256": hashlib.sha256(fn_bytes).hexdigest(),
+            "context_key": protocol.context_key(archive.sha256),
+            "context_sha256": archive.sha256,
+            "cwd": cwd,
+            "sys_path": sys_path,
+            "env": _captured_env(opts),
+            "output_dir": opts.output_dir or _outputs_dir(settings.local_root),
+        },
+        "handle": {
+            "backend": backend.name,
+            "project": settings.project or "",
+            "cluster_name": "local",
+            "zone": "",
+            "namespace": settings.namespace,
+            "bucket_name": str(backend.storage.root),
+            "image_uri": opts.container_image or "",
+            "accelerator": accel.name,
+            "func_name": func_name,
+            "created_at": utcnow_iso(),
+            "debug": opts.debug,
+        },
+    }
+    storage = backend.storage
+    context_key = protocol.context_key(archive.sha256)
+    if not await storage.exists(context_key):
+        await storage.write(context_key, archive.data)
+    try:
+        recording = {"pid": os.getpid(), "started_at": utcnow_iso()}
+        await storage.write(protocol.group_recording_key(group_id), protocol.dump_json(recording))
+        await storage.write(protocol.group_payload_key(group_id), fn_bytes)
+        limiter = anyio.CapacityLimiter(_WRITE_CONCURRENCY)
+
+        async def _write_chunk(n: int, data: bytes) -> None:
+            async with limiter:
+                await storage.write(protocol.group_inputs_key(group_id, n), data)
+
+        async with anyio.create_task_group() as tg:
+            for n, data in enumerate(chunks):
+                tg.start_soon(_write_chunk, n, data)
+        await storage.write(protocol.group_manifest_key(group_id), protocol.dump_json(manifest))
+    except BaseException:
+        with anyio.CancelScope(shield=True):
+            await storage.delete_prefix(protocol.group_prefix(group_id))
+        raise
+    handle = BatchHandle(backend=backend, manifest=manifest, jobs=_member_jobs(manifest))
+    # From here on the batch is durable: a failed launch is repaired by any attach.
+    await backend.batches.launch(group_id)
+    return handle
+
+
+def _outputs_dir(local_root: str) -> str:
+    return os.path.join(os.path.abspath(local_root), "outputs")
+
+
+def _captured_env(opts: RunOptions) -> dict[str, str]:
+    return capture_env(list(opts.capture_env_vars or ()), os.environ)
+
+
+async def attach_batch(
+    group_id: str,
+    project: str | None = None,
+    cluster: str | None = None,
+    backend: str | None = None,
+    timeout: float = 60.0,
+) -> BatchHandle:
+    """Rebuild a batch's handle in any process, and make sure it is driven to completion.
+
+    If the submitting process is still recording the batch, waits (up to ``timeout``
+    seconds) for the manifest; if it died before committing the batch, that is a clear
+    error: its inputs were never all recorded.
+
+    :raises ConfigError: for a malformed id. :raises JobNotFoundError: for an unknown batch.
+    """
+    check_group_id(group_id)
+    settings = load_settings(backend=backend, project=project, cluster=cluster)
+    target = runtime.backend_for_settings(settings)
+    if not isinstance(target, LocalBackend):
+        raise BackendError(f"batches are not available on the {target.name} backend yet")
+    storage = target.storage
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            manifest = protocol.load_json(await storage.read(protocol.group_manifest_key(group_id)))
+            break
+        except ObjectNotFoundError:
+            pass
+        recording = await target.batches.read_json(protocol.group_recording_key(group_id))
+        if recording is None:
+            raise JobNotFoundError(f"no batch {group_id!r} in {storage.url}")
+        if not _pid_alive(int(recording.get("pid", 0))) or time.monotonic() > deadline:
+            raise JobNotFoundError(
+                f"batch {group_id} was never fully recorded (its submitting process stopped "
+                "before all inputs were stored); submit it again"
+            )
+        await anyio.sleep(0.05)
+    handle = BatchHandle(backend=target, manifest=manifest, jobs=_member_jobs(manifest))
+    summary = await target.batches.read_json(protocol.group_summary_key(group_id))
+    if summary is not None:
+        for key, state in summary.get("states", {}).items():
+            handle._record(int(key), state)
+        handle._cleaned = True
+    return handle
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
