@@ -32,9 +32,10 @@ Stat cache
 One file per hashed root under ``${KINETIC_CACHE_DIR:-~/.kinetic/cache}/hash-stat-cache-v1/``,
 named by the SHA-256 of the root's kind and absolute path. Content: a magic line, the
 SHA-256 of the payload, then a :mod:`marshal` payload (never :mod:`pickle`, loading must
-not run code) ``(kind, root, os.sep, {dir relpath: (names, stat keys, digests)})``, three
-parallel lists per directory in walk order, a stat key being ``(size, mtime_ns, ctime_ns,
-inode, device)``. Writers write a private temporary file and ``os.replace`` it,
+not run code) ``(kind, root, os.sep, {dir relpath: (file names, stat keys, digests)})``:
+per directory, its regular files' names in walk order, their stat keys ``(size, mtime_ns,
+ctime_ns, inode, device)`` packed as ``<qqqQQ`` and their 32-byte digests, concatenated.
+Writers write a private temporary file and ``os.replace`` it,
 so concurrent processes only ever read a complete file; the last writer wins, and each
 writer's content is a complete, valid cache. A missing, truncated or foreign file reads
 as empty. Failing to write the cache is logged, never raised.
@@ -52,6 +53,7 @@ import logging
 import marshal
 import os
 import stat
+import struct
 import tempfile
 import threading
 import time
@@ -60,6 +62,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
+from itertools import starmap
 from operator import attrgetter
 from pathlib import Path
 
@@ -107,12 +110,21 @@ _Key = tuple[int, int, int, int, int]
 _KEY: Callable[[os.stat_result], _Key] = attrgetter(
     "st_size", "st_mtime_ns", "st_ctime_ns", "st_ino", "st_dev"
 )
-# A directory's cache record: its regular files in walk order, their stat keys and their
-# digests, three parallel lists. Records under construction hold None for digests not yet
-# read (or not cacheable); they are compacted before saving.
-_Record = tuple[list[str], list[_Key], list[bytes]]
-_Build = tuple[list[str], list[_Key], list[bytes | None]]
+# Stat keys are stored packed, 40 bytes each: a cache costs little memory per file, loads
+# without building a tuple per file, and an unchanged directory compares as one bytes.
+_KEY_STRUCT = struct.Struct("<qqqQQ")
+_KEY_LEN = _KEY_STRUCT.size
+_DIGEST_LEN = ch.DIGEST_SIZE
+# A directory's cache record: its regular files' names in walk order, their packed stat
+# keys and their digests, concatenated in the same order. The digests are exactly what the
+# directory contributes to the hash of the tree.
+_Record = tuple[list[str], bytes, bytes]
 _Tree = dict[str, _Record]
+# A directory's record while its files are being read: names, packed keys, digests (None:
+# not read yet, or not cacheable). Compacted into a _Record at the end.
+_Build = tuple[list[str], list[bytes], list[bytes | None]]
+# Stats are taken this many entries at a time: C-level passes, bounded memory.
+_STAT_CHUNK = 4096
 _Checkpoint = Callable[[], None]
 _MODE: Callable[[os.stat_result], int] = attrgetter("st_mode")
 
@@ -292,17 +304,18 @@ class _Run:
         name = os.path.basename(self.root)
         self.files = 1
         key = _KEY(st)
+        packed = _KEY_STRUCT.pack(*key)
         old = self.old_tree.get("")
-        if old is not None and old[0] == [name] and old[1] == [key]:
+        if old is not None and old[0] == [name] and old[1] == packed:
             self.cache_hits = 1
             self.new_tree[""] = old
-            return ch.single_file_hash(old[2][0])
+            return ch.single_file_hash(old[2])
         self.dirty = True
-        build: _Build = ([name], [key], [None])
+        build: _Build = ([name], [packed], [None])
         settled = ch.is_settled(key[1], key[2], now)
         [(digest, cache_key, _)] = self._read_inline([(build, 0, name, self.root, key, settled)])
         if cache_key is not None:
-            self.new_tree[""] = ([name], [cache_key], [digest])
+            self.new_tree[""] = ([name], _KEY_STRUCT.pack(*cache_key), digest)
         return ch.single_file_hash(digest)
 
     # -- directory ---------------------------------------------------------------------
@@ -327,7 +340,7 @@ class _Run:
                 dh.update(digest)
                 if cache_key is not None:
                     build, index = el[0], el[1]
-                    build[1][index] = cache_key
+                    build[1][index] = _KEY_STRUCT.pack(*cache_key)
                     build[2][index] = digest
 
         def drain(limit: int) -> None:
@@ -354,13 +367,13 @@ class _Run:
             self.checkpoint()
             drain(4 * self.workers)
 
-        def add_hits(digests: list[bytes]) -> None:
+        def add_hits(digests: bytes) -> None:
             if pending or batch:
-                batch.extend(digests)  # keep their place behind unfinished reads
+                batch.append(digests)  # keep their place behind unfinished reads
                 if len(batch) >= _BATCH_HITS:
                     close_batch()
             else:
-                dh.update(b"".join(digests))  # nothing ahead of them: combine at once
+                dh.update(digests)  # nothing ahead of them: combine at once
 
         try:
             for rel_dir, abs_dir, now, names, keys in _walk(self.root):
@@ -369,25 +382,31 @@ class _Run:
                 if not names:
                     continue
                 old = self.old_tree.get(rel_dir)
-                if old is not None and old[0] == names and old[1] == keys:
-                    # An unchanged directory (the common case of a warm hash): no
-                    # per-file work at all.
+                if old is not None and old[1] == keys and old[0] == names:
+                    # An unchanged directory (the common case of a warm hash): two
+                    # comparisons and one hash update, no per-file work at all.
                     self.cache_hits += len(names)
                     self.new_tree[rel_dir] = old
                     add_hits(old[2])
                     continue
                 self.dirty = True
-                build: _Build = (names, list(keys), [None] * len(names))
+                packed = [keys[i : i + _KEY_LEN] for i in range(0, len(keys), _KEY_LEN)]
+                build: _Build = (names, packed, [None] * len(names))
                 builds.append((rel_dir, build))
-                index = {n: i for i, n in enumerate(old[0])} if old is not None else {}
-                for i, (name, key) in enumerate(zip(names, keys, strict=True)):
+                index = {n: j for j, n in enumerate(old[0])} if old is not None else {}
+                for i, name in enumerate(names):
                     j = index.get(name)
-                    if old is not None and j is not None and old[1][j] == key:
-                        self.cache_hits += 1
-                        build[2][i] = old[2][j]
-                        add_hits([old[2][j]])
-                        continue
+                    if old is not None and j is not None:
+                        k = j * _KEY_LEN
+                        if old[1][k : k + _KEY_LEN] == packed[i]:
+                            d = j * _DIGEST_LEN
+                            digest = old[2][d : d + _DIGEST_LEN]
+                            self.cache_hits += 1
+                            build[2][i] = digest
+                            add_hits(digest)
+                            continue
                     rel = ch.join_relpath(rel_dir, name)
+                    key: _Key = _KEY_STRUCT.unpack(packed[i])
                     settled = ch.is_settled(key[1], key[2], now)
                     batch.append((build, i, rel, f"{abs_dir}/{name}", key, settled))
                     misses += 1
@@ -404,9 +423,11 @@ class _Run:
             if pool is not None:
                 self.stop.set()  # a no-op on success: every batch has finished by now
                 pool.shutdown(wait=True, cancel_futures=True)
-        for rel_dir, (names, keys, digests) in builds:
+        for rel_dir, (b_names, b_keys, b_digests) in builds:
             kept = [
-                (n, k, d) for n, k, d in zip(names, keys, digests, strict=True) if d is not None
+                (n, k, d)
+                for n, k, d in zip(b_names, b_keys, b_digests, strict=True)
+                if d is not None
             ]
             if kept:
                 self.new_tree[rel_dir] = (
@@ -543,8 +564,8 @@ def _misses(batch: list[_Element]) -> list[_Miss]:
     return [el for el in batch if not isinstance(el, bytes)]
 
 
-def _walk(root: str) -> Iterator[tuple[str, str, int, list[str], list[_Key]]]:
-    """Yield ``(dir relpath, dir abspath, now, file names, stat keys)`` in walk order.
+def _walk(root: str) -> Iterator[tuple[str, str, int, list[str], bytes]]:
+    """Yield ``(dir relpath, dir abspath, now, file names, packed stat keys)`` in walk order.
 
     Mirrors ``os.walk(root, followlinks=False)`` with sorted names: symlinks to
     directories are listed as directories and not descended; a symlinked file is a file.
@@ -568,14 +589,10 @@ def _walk(root: str) -> Iterator[tuple[str, str, int, list[str], list[_Key]]]:
             now = time.time_ns()
             names = os.listdir(fd)
             names.sort()
-            try:
-                # One C-level pass: stat every entry relative to the directory fd.
-                sts = list(map(partial(os.stat, dir_fd=fd), names))
-            except OSError:
-                sts = None  # _classify finds the culprit and names it
             subdirs: list[str] = []
-            if sts is not None and all(map(stat.S_ISREG, map(_MODE, sts))):
-                files, keys = names, list(map(_KEY, sts))  # a leaf directory
+            packed = _stat_leaf(fd, names)
+            if packed is not None:
+                files, keys = names, packed
             else:
                 files, keys, subdirs = _classify(fd, abs_dir, names)
         except OSError as exc:
@@ -587,13 +604,32 @@ def _walk(root: str) -> Iterator[tuple[str, str, int, list[str], list[_Key]]]:
             stack.append((ch.join_relpath(rel_dir, name), f"{abs_dir}/{name}"))
 
 
-def _classify(fd: int, abs_dir: str, names: list[str]) -> tuple[list[str], list[_Key], list[str]]:
-    """Split a directory's sorted entries into files (with stat keys) and subdirectories.
+def _stat_leaf(fd: int, names: list[str]) -> bytes | None:
+    """Return the packed stat keys of ``names`` if all are regular files, else ``None``.
+
+    The fast path of the walk: most directories of a dataset hold only files, and this
+    stats them in C-level passes without a Python step per file.
+    """
+    stat_at = partial(os.stat, dir_fd=fd)
+    parts: list[bytes] = []
+    for start in range(0, len(names), _STAT_CHUNK):
+        try:
+            sts = list(map(stat_at, names[start : start + _STAT_CHUNK]))
+        except OSError:
+            return None  # _classify finds the culprit and names it
+        if not all(map(stat.S_ISREG, map(_MODE, sts))):
+            return None
+        parts.append(b"".join(starmap(_KEY_STRUCT.pack, map(_KEY, sts))))
+    return b"".join(parts)
+
+
+def _classify(fd: int, abs_dir: str, names: list[str]) -> tuple[list[str], bytes, list[str]]:
+    """Split a directory's sorted entries into files (with packed stat keys) and subdirs.
 
     :raises DataError: dangling symlink, symlink loop, special file, vanished entry.
     """
     files: list[str] = []
-    keys: list[_Key] = []
+    keys: list[bytes] = []
     subdirs: list[str] = []
     for name in names:
         try:
@@ -609,13 +645,13 @@ def _classify(fd: int, abs_dir: str, names: list[str]) -> tuple[list[str], list[
             raise DataError(f"cannot stat {abs_dir}/{name}: {exc.strerror or exc}") from exc
         if stat.S_ISREG(st.st_mode):
             files.append(name)
-            keys.append(_KEY(st))
+            keys.append(_KEY_STRUCT.pack(*_KEY(st)))
         elif stat.S_ISDIR(st.st_mode):
             if not is_link:  # os.walk lists a symlinked directory but does not descend
                 subdirs.append(name)
         else:
             raise DataError(f"not a regular file: {abs_dir}/{name}")
-    return files, keys, subdirs
+    return files, b"".join(keys), subdirs
 
 
 class _StatCache:
@@ -694,8 +730,11 @@ def _read_cache(file: Path, kind: str, root: str) -> _Tree:
         if not (
             type(record) is tuple
             and len(record) == 3
-            and all(type(column) is list for column in record)
-            and len(record[0]) == len(record[1]) == len(record[2])
+            and type(record[0]) is list
+            and type(record[1]) is bytes
+            and type(record[2]) is bytes
+            and len(record[1]) == _KEY_LEN * len(record[0])
+            and len(record[2]) == _DIGEST_LEN * len(record[0])
         ):
             return {}
     return tree

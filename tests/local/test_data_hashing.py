@@ -340,7 +340,8 @@ def test_file_rewritten_during_hashing_gives_one_state_or_data_error(
         stop.set()
         writer.join()
     assert outcomes
-    assert all(o == "ok" or "changed while being hashed" in o for o in outcomes), outcomes
+    odd = {o for o in outcomes if o != "ok" and "changed while being hashed" not in o}
+    assert not odd
     # Whatever was cached during the storm, the settled file hashes to its real content.
     final = ch.dir_hash([ch.file_digest("big.bin", (root / "big.bin").read_bytes())])
     assert hash_tree(root).digest == final
