@@ -11,14 +11,12 @@ runner killed by a signal never leaves a job looking alive.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import hashlib
 import os
 import shutil
 import sys
 import tempfile
-import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -27,6 +25,11 @@ import cloudpickle
 
 from runner import protocol
 from runner._store import RunnerStore, open_store
+
+
+class _Namespace:
+    def __init__(self, storage: str, job_id: str, upload_logs: bool) -> None:
+        self.storage, self.job_id, self.upload_logs = storage, job_id, upload_logs
 
 
 class PhaseError(Exception):
@@ -76,6 +79,8 @@ def run_job(
     try:
         value = fn(*args, **kwargs)
     except BaseException as exc:  # noqa: BLE001 - SystemExit too: it must not skip the record
+        import traceback
+
         traceback.print_exc()
         _record_failure(store, job_id, phase, exc, user=True)
         return protocol.EXIT_USER_ERROR
@@ -158,6 +163,8 @@ def build_failure(
     phase: str, exc: BaseException, *, user: bool, what: str | None = None
 ) -> tuple[bytes, protocol.FinalRecord]:
     """The result payload and final record for a failure. Call from the ``except`` block."""
+    import traceback  # only on failure: it is slow to import
+
     tb = traceback.format_exc()
     error_type = f"{type(exc).__module__}.{type(exc).__qualname__}"
     error = f"{type(exc).__name__}: {exc}"
@@ -224,13 +231,33 @@ def _flush_std() -> None:
             stream.flush()
 
 
+def parse_args(argv: Sequence[str], flags: set[str]) -> dict[str, str | bool]:
+    """``--name value`` options and ``--flag`` switches (argparse costs ~7 ms to import).
+
+    :raises SystemExit: with usage, on an unknown or incomplete option.
+    """
+    out: dict[str, str | bool] = {}
+    it = iter(argv)
+    for arg in it:
+        name = arg.removeprefix("--")
+        if not arg.startswith("--") or name in out:
+            raise SystemExit(f"kinetic runner: unexpected argument {arg!r}")
+        if name in flags:
+            out[name] = True
+            continue
+        value = next(it, None)
+        if value is None:
+            raise SystemExit(f"kinetic runner: {arg} needs a value")
+        out[name] = value
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point: ``python -m runner --storage URL --job-id ID``."""
-    parser = argparse.ArgumentParser(prog="python -m runner", description="Run a Kinetic job.")
-    parser.add_argument("--storage", required=True, help="file:///dir or gs://bucket")
-    parser.add_argument("--job-id", required=True)
-    parser.add_argument("--upload-logs", action="store_true", help="copy output to storage")
-    ns = parser.parse_args(argv)
+    """Entry point: ``python -m runner --storage URL --job-id ID [--upload-logs]``."""
+    args = parse_args(sys.argv[1:] if argv is None else argv, {"upload-logs"})
+    if not isinstance(args.get("storage"), str) or not isinstance(args.get("job-id"), str):
+        raise SystemExit("usage: python -m runner --storage URL --job-id ID [--upload-logs]")
+    ns = _Namespace(str(args["storage"]), str(args["job-id"]), bool(args.get("upload-logs")))
     store = open_store(ns.storage)
     workdir = Path(tempfile.mkdtemp(prefix="kinetic-run-"))
     try:

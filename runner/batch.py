@@ -28,7 +28,6 @@ so every input without a result is then known to be cancelled.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import fcntl
 import hashlib
@@ -50,7 +49,7 @@ import cloudpickle
 from runner import _results_log as results_log
 from runner import protocol
 from runner._fs import atomic_write, make_private_dirs
-from runner._main import PhaseError, build_failure, build_success, prepare_workspace
+from runner._main import PhaseError, build_failure, build_success, parse_args, prepare_workspace
 from runner._store import FileStore, open_store
 
 
@@ -534,33 +533,33 @@ class Supervisor:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: ``python -m runner.batch --storage file:///dir --group grp-…``."""
-    parser = argparse.ArgumentParser(prog="python -m runner.batch")
-    parser.add_argument("--storage", required=True)
-    parser.add_argument("--group", required=True)
-    ns = parser.parse_args(argv)
-    store = open_store(ns.storage)
+    args = parse_args(sys.argv[1:] if argv is None else argv, set())
+    if not isinstance(args.get("storage"), str) or not isinstance(args.get("group"), str):
+        raise SystemExit("usage: python -m runner.batch --storage file:///DIR --group GROUP_ID")
+    storage_url, group = str(args["storage"]), str(args["group"])
+    store = open_store(storage_url)
     if not isinstance(store, FileStore):
         print("kinetic batch: the local batch engine needs file:// storage", file=sys.stderr)
         return 2
-    group_dir = store.root / protocol.group_prefix(ns.group)
+    group_dir = store.root / protocol.group_prefix(group)
     lock = open(group_dir / "supervisor.lock", "a")  # noqa: SIM115 - held for our lifetime
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         return 0  # another supervisor drives this batch
-    if (store.root / protocol.group_stop_key(ns.group)).exists():
+    if (store.root / protocol.group_stop_key(group)).exists():
         return 0
     # Who drives the batch now (for people and tests; liveness is the lock, not this).
     atomic_write(group_dir / "supervisor.json", protocol.dump_json({"pid": os.getpid()}))
-    manifest = protocol.load_json(store.read(protocol.group_manifest_key(ns.group)))
-    sup = Supervisor(ns.storage, store, manifest)
+    manifest = protocol.load_json(store.read(protocol.group_manifest_key(group)))
+    sup = Supervisor(storage_url, store, manifest)
     sup.load_done()
     if not sup.pending:
         return 0
     workdir = Path(tempfile.mkdtemp(prefix="kinetic-batch-"))
     try:
         spec = manifest["spec"]
-        fn_bytes = store.read(protocol.group_payload_key(ns.group))
+        fn_bytes = store.read(protocol.group_payload_key(group))
         if hashlib.sha256(fn_bytes).hexdigest() != spec["payload_sha256"]:
             raise PhaseError("verify", "fn.pkl is corrupted: its sha256 does not match")
         prepare_workspace(store, spec, workdir)

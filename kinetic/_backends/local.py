@@ -112,7 +112,7 @@ class LocalBackend:
     async def _read_json(self, key: str) -> Any:
         try:
             return protocol.load_json(await self.storage.read(key))
-        except ObjectNotFoundError:
+        except (ObjectNotFoundError, ValueError):  # absent, or being written right now
             return None
 
     async def _process(self, job: JobRef) -> ProcessRef | None:
