@@ -25,11 +25,12 @@
     longer; the consumer takes ``time.time()`` when input 0's handle arrives. Median of
     ``--latency-batches`` batches each.
 
-(c) Where Kinetic's time goes, N = 10,000 (separate runs, internal API, best effort): the
-    phases seen by the consumer (submission, first and last handle from ``as_completed()``,
-    then ``results()``: payload loading and cleanup) and the CPU time of the consumer
-    process (all threads, ``getrusage``), of the supervisor and of its workers (sampled
-    from ``/proc`` every 10 ms, so the last few ms of each process may be missed).
+(c) Where Kinetic's time goes, for each N (separate runs, internal API, best effort): the
+    timeline seen by the consumer (submission returns, the supervisor's ``supervisor.json``
+    appears, first and last handle from ``as_completed()``, then ``results(cleanup=False)``
+    and ``cleanup()``) and the CPU time of the consumer process (all threads,
+    ``getrusage``), of the supervisor and of its workers (``/proc/<pid>/schedstat``
+    sampled every 10 ms, so the last few ms of each process may be missed).
 
 Usage: ``benchmarks/.envs/kinetic/bin/python benchmarks/bench_fanout.py`` after
 ``bash benchmarks/envs.sh`` (another interpreter re-executes itself with that one unless
@@ -59,7 +60,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from _common import REPO, env_python, machine, median, summary, verdict
+from _common import REPO, env_python, machine, median, ms, summary, verdict
 from _common import write_results as write
 
 TARGET_VS_RAY = 2.0
@@ -68,6 +69,7 @@ POOL_WORKERS = 2
 RAY_WARMUP_TASKS = 200
 RAY_TIMEOUT_S = 900.0
 KINETIC_TIMEOUT_S = 600.0
+SMALL = 5_000  # sizes below this are measured --small-reps times per round (noisier)
 
 JOBS_MODULE = '''\
 """Jobs for bench_fanout (a tiny project of its own: a small package root)."""
@@ -92,7 +94,7 @@ def first_stamp(i, first_delay, other_delay):
 '''
 
 # Run by the ray venv's interpreter. argv[1]: JSON {"sizes": [...], "temp_dir": "..."}.
-# Prints one JSON line: {"init_s": ..., "warmup_s": ..., "wall_s": {"N": seconds}}.
+# Prints one JSON line: {"init_s": ..., "warmup_s": ..., "wall_s": {"N": [seconds, ...]}}.
 RAY_SCRIPT = r"""
 import json, sys, time
 cfg = json.loads(sys.argv[1])
@@ -114,10 +116,11 @@ assert ray.get([square.remote(i) for i in range(cfg["warmup"])]) == [
 t_warm = time.perf_counter() - t0
 wall = {}
 for n in cfg["sizes"]:
-    t0 = time.perf_counter()
-    out = ray.get([square.remote(i) for i in range(n)])
-    wall[str(n)] = time.perf_counter() - t0
-    assert out == [i * i for i in range(n)]
+    for _ in range(cfg["reps"][str(n)]):
+        t0 = time.perf_counter()
+        out = ray.get([square.remote(i) for i in range(n)])
+        wall.setdefault(str(n), []).append(time.perf_counter() - t0)
+        assert out == [i * i for i in range(n)]
 cpus = ray.cluster_resources().get("CPU")
 ray.shutdown()
 print(json.dumps({"import_s": t_import, "init_s": t_init, "warmup_s": t_warm,
@@ -182,10 +185,15 @@ def run_pool(n: int, chunksize: int) -> float:
     return elapsed
 
 
-def run_ray(ray_py: Path, sizes: list[int], workdir: Path) -> dict[str, Any]:
-    """One fresh Ray in a subprocess: init, warm-up, then each size once."""
+def run_ray(ray_py: Path, reps: dict[int, int], workdir: Path) -> dict[str, Any]:
+    """One fresh Ray in a subprocess: init, warm-up, then each size ``reps[size]`` times."""
     temp_dir = Path(tempfile.mkdtemp(prefix="kray", dir="/tmp"))  # short: Ray's socket paths
-    cfg = {"sizes": sizes, "temp_dir": str(temp_dir), "warmup": RAY_WARMUP_TASKS}
+    cfg = {
+        "sizes": list(reps),
+        "reps": {str(n): k for n, k in reps.items()},
+        "temp_dir": str(temp_dir),
+        "warmup": RAY_WARMUP_TASKS,
+    }
     env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0")
     for name in ("KINETIC_LOCAL_ROOT", "PYTHONPATH"):
         env.pop(name, None)
@@ -228,17 +236,18 @@ def throughput(ns: argparse.Namespace, jobs: Any, workdir: Path) -> dict[str, An
         n: {"kinetic": [], "kinetic_async": []} for n in sizes
     }
     ray_runs: list[dict[str, Any]] = []
+    reps = {n: ns.small_reps if n < SMALL else 1 for n in sizes}
     for r in range(ns.runs):
         order = names[r % len(names) :] + names[: r % len(names)]
         print(f"  round {r + 1}/{ns.runs}: {' '.join(order)}", flush=True)
         for name in order:
             if name == "ray":
-                got = run_ray(ray_py, sizes, workdir)
+                got = run_ray(ray_py, reps, workdir)
                 ray_runs.append(got)
                 for n in sizes:
-                    wall[n]["ray"].append(got["wall_s"][str(n)])
+                    wall[n]["ray"].extend(got["wall_s"][str(n)])
                 continue
-            for n in sizes:
+            for n in [size for size in sizes for _ in range(reps[size])]:
                 if name == "kinetic":
                     s, t = run_kinetic(jobs, n)
                     submit[n][name].append(s)
@@ -279,6 +288,7 @@ def throughput(ns: argparse.Namespace, jobs: Any, workdir: Path) -> dict[str, An
     return {
         "sizes": sizes,
         "runs": ns.runs,
+        "samples_per_round": {str(n): k for n, k in reps.items()},
         "per_size": per_size,
         "ray": {
             "version": ray_runs[0]["version"] if ray_runs else None,
@@ -341,15 +351,12 @@ def latency(ns: argparse.Namespace, jobs: Any) -> dict[str, Any]:
 # ------------------------------------------------------------------------- (c) breakdown
 
 
-def _proc_cpu(pid: int) -> tuple[float, float] | None:
-    """(user, system) CPU seconds of ``pid`` itself, or None if it is gone."""
+def _proc_cpu(pid: int) -> float | None:
+    """CPU seconds (user + system, ns resolution) of ``pid``'s main thread; None if gone."""
     try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
+        return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) / 1e9
+    except (OSError, ValueError, IndexError):
         return None
-    fields = raw[raw.rindex(")") + 2 :].split()
-    tick = os.sysconf("SC_CLK_TCK")
-    return int(fields[11]) / tick, int(fields[12]) / tick
 
 
 def _children(pid: int) -> list[int]:
@@ -366,11 +373,18 @@ class CpuSampler(threading.Thread):
         super().__init__(daemon=True)
         self.group_dir = group_dir
         self.stop_flag = threading.Event()
-        self.supervisor: tuple[float, float] = (0.0, 0.0)
-        self.workers: dict[int, tuple[float, float]] = {}
+        self.supervisor = 0.0
+        self.workers: dict[int, float] = {}
         self.supervisor_seen_at: float | None = None
+        self.own_cpu = 0.0  # this thread's CPU time, to subtract from the consumer's
 
     def run(self) -> None:
+        try:
+            self._follow()
+        finally:
+            self.own_cpu = time.thread_time()
+
+    def _follow(self) -> None:
         pid = None
         while not self.stop_flag.is_set() and pid is None:
             try:
@@ -390,14 +404,13 @@ class CpuSampler(threading.Thread):
             time.sleep(0.01)
 
 
-def breakdown(ns: argparse.Namespace, jobs: Any) -> dict[str, Any]:
-    n = max(ns.sizes)
+def breakdown_one(jobs: Any, n: int, runs: int) -> dict[str, Any]:
     rows: dict[str, list[float]] = {}
 
     def add(key: str, value: float) -> None:
         rows.setdefault(key, []).append(value)
 
-    for _ in range(ns.breakdown_runs):
+    for _ in range(runs):
         ru0 = resource.getrusage(resource.RUSAGE_SELF)
         t0 = time.perf_counter()
         batch = jobs.square.run_async_map(range(n))
@@ -411,7 +424,9 @@ def breakdown(ns: argparse.Namespace, jobs: Any) -> dict[str, Any]:
             if first is None:
                 first = time.perf_counter()
         t_last = time.perf_counter()
-        out = batch.results(timeout=KINETIC_TIMEOUT_S)
+        out = batch.results(timeout=KINETIC_TIMEOUT_S, cleanup=False)
+        t_loaded = time.perf_counter()
+        batch.cleanup()
         t_end = time.perf_counter()
         ru1 = resource.getrusage(resource.RUSAGE_SELF)
         sampler.stop_flag.set()
@@ -419,34 +434,48 @@ def breakdown(ns: argparse.Namespace, jobs: Any) -> dict[str, Any]:
         if count != n or out != [i * i for i in range(n)] or first is None:
             raise AssertionError("kinetic returned wrong results")
         add("wall", t_end - t0)
-        add("submit (run_async_map returns)", t_submit - t0)
+        add("submission: run_async_map returns", t_submit - t0)
         if sampler.supervisor_seen_at is not None:
-            add("supervisor.json seen (from submission start)", sampler.supervisor_seen_at - t0)
-        add("first handle from as_completed (from submission start)", first - t0)
-        add("last handle from as_completed (from submission start)", t_last - t0)
-        add("results() after as_completed: load payloads + cleanup", t_end - t_last)
+            add("supervisor up: supervisor.json seen", sampler.supervisor_seen_at - t0)
+        add("first handle from as_completed()", first - t0)
+        add("last handle from as_completed()", t_last - t0)
+        add("then results(cleanup=False): load + decode", t_loaded - t_last)
+        add("then cleanup()", t_end - t_loaded)
         add(
-            "cpu consumer process (user+sys, all threads)",
-            ru1.ru_utime + ru1.ru_stime - ru0.ru_utime - ru0.ru_stime,
+            "cpu consumer process",
+            ru1.ru_utime + ru1.ru_stime - ru0.ru_utime - ru0.ru_stime - sampler.own_cpu,
         )
-        add("cpu consumer sys", ru1.ru_stime - ru0.ru_stime)
-        add("cpu supervisor (user+sys)", sum(sampler.supervisor))
-        add("cpu supervisor sys", sampler.supervisor[1])
-        add("cpu workers total (user+sys)", sum(sum(v) for v in sampler.workers.values()))
-        add("cpu workers sys", sum(v[1] for v in sampler.workers.values()))
+        add("cpu supervisor", sampler.supervisor)
+        add("cpu workers", sum(sampler.workers.values()))
         add("workers seen", float(len(sampler.workers)))
     med = {k: median(v) for k, v in rows.items()}
     return {
-        "n": n,
-        "runs": ns.breakdown_runs,
-        "median_s": {k: round(v, 4) for k, v in med.items()},
-        "cpu_us_per_input": {
-            k.removeprefix("cpu ").split(" (")[0]: round(v / n * 1e6, 1)
-            for k, v in med.items()
-            if k.startswith("cpu ") and not k.endswith("sys")
+        "runs": runs,
+        "timeline_ms_from_submission_start": {
+            k: ms(v) for k, v in med.items() if not k.startswith(("cpu", "workers"))
         },
-        "path": "run_async_map, then the blocking as_completed(), then results()",
+        "cpu_ms": {k.removeprefix("cpu "): ms(v) for k, v in med.items() if k.startswith("cpu")},
+        "cpu_us_per_input": {
+            k.removeprefix("cpu "): round(v / n * 1e6, 1)
+            for k, v in med.items()
+            if k.startswith("cpu")
+        },
+        "workers_seen": med["workers seen"],
     }
+
+
+def breakdown(ns: argparse.Namespace, jobs: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "path": "run_async_map, the blocking as_completed(), results(cleanup=False), cleanup()",
+        "note": (
+            "consumer CPU from getrusage (all threads) minus the sampler thread; supervisor "
+            "and worker CPU sampled from /proc/<pid>/schedstat every 10 ms (the last few ms of "
+            "each process can be missed)"
+        ),
+    }
+    for n in ns.sizes:
+        out[str(n)] = breakdown_one(jobs, n, ns.breakdown_runs)
+    return out
 
 
 # ------------------------------------------------------------------------------- report
@@ -456,7 +485,8 @@ def print_report(res: dict[str, Any]) -> None:
     tp = res["throughput"]
     for n in tp["sizes"]:
         row = tp["per_size"][str(n)]
-        print(f"\nN = {n:,} (median of {tp['runs']} rounds)")
+        k = tp["runs"] * tp["samples_per_round"][str(n)]
+        print(f"\nN = {n:,} (median of {k}: {tp['runs']} interleaved rounds)")
         print(f"  {'contender':<20} {'inputs/s':>10} {'median ms':>11}")
         for name, rate in row["inputs_per_s"].items():
             print(f"  {name:<20} {rate:>10,.0f} {row['wall'][name]['median_ms']:>11,.1f}")
@@ -477,19 +507,23 @@ def print_report(res: dict[str, Any]) -> None:
         print(f"  {name:<20} median {s['median_ms']:.2f} ms (min {s['min_ms']:.2f})")
     if "breakdown" in res:
         b = res["breakdown"]
-        print(f"\nkinetic breakdown, N = {b['n']:,} (median of {b['runs']}):")
-        for k, v in b["median_s"].items():
-            shown = f"{v:9.0f}" if k == "workers seen" else f"{v * 1000:9.1f} ms"
-            print(f"  {k:<58} {shown}")
-        print(
-            "  CPU us per input: " + ", ".join(f"{k} {v}" for k, v in b["cpu_us_per_input"].items())
-        )
+        for n in res["throughput"]["sizes"]:
+            row = b[str(n)]
+            print(f"\nkinetic breakdown, N = {n:,} (median of {row['runs']}), ms from submission:")
+            for k, v in row["timeline_ms_from_submission_start"].items():
+                print(f"  {k:<46} {v:9.1f}")
+            cpu = row["cpu_ms"]
+            per = row["cpu_us_per_input"]
+            print("  CPU: " + ", ".join(f"{k} {cpu[k]:.0f} ms ({per[k]} us/input)" for k in cpu))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 1_000])
     parser.add_argument("--runs", type=int, default=3, help="interleaved rounds")
+    parser.add_argument(
+        "--small-reps", type=int, default=3, help=f"samples per round for N < {SMALL:,}"
+    )
     parser.add_argument("--latency-batches", type=int, default=5)
     parser.add_argument("--first-delay", type=float, default=0.3)
     parser.add_argument("--other-delay", type=float, default=0.8)

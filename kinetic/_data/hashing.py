@@ -40,6 +40,12 @@ so concurrent processes only ever read a complete file; the last writer wins, an
 writer's content is a complete, valid cache. A missing, truncated or foreign file reads
 as empty. Failing to write the cache is logged, never raised.
 
+Limits: the proof of consistency rests on timestamps. It cannot see a single ``write()``
+that began before the first stat and is still copying data while we read, when that
+call lasts longer than the settle window (20 ms); nor a network filesystem whose
+server clock runs far from ours. Writers that write in chunks, or replace files by
+renaming, are always caught.
+
 Cancellation: :func:`ahash_path` checks for cancellation between directories and batches
 and waits for the pool's threads, which stop between files and between 1 MiB chunks.
 POSIX only (directory fds).
@@ -85,12 +91,9 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 _CHUNK = 1 << 20
-# A batch closes at this many files to read or this many bytes to read, whichever first:
-# big enough to amortise the pool's per-task cost, small enough to spread work over cores.
+# Files to read go to the pool in jobs of at most this many files or bytes (see hash_dir).
 _BATCH_FILES = 64
 _BATCH_BYTES = 4 << 20
-# A batch of cache hits waiting behind unfinished reads closes at this many entries.
-_BATCH_HITS = 4096
 _ATTEMPTS = 2  # read a file changing under us once more, then give up
 _SETTLE_ROUNDS = 3
 _WAIT_POLL_S = 0.02  # how often a blocked wait checks for cancellation
@@ -268,18 +271,25 @@ class _Stopped(Exception):
     """Raised in a pool thread when the call is being torn down; nobody waits for it."""
 
 
-# A batch element: a known digest, or a file to read as (its directory's record, its
-# index there, relpath, abspath, stat key from the walk, whether that stat was settled).
-_Miss = tuple[_Build, int, str, str, _Key, bool]
-_Element = bytes | _Miss
-# A file read by a pool thread: its digest, the stat key to cache it under (None: not
-# cacheable), bytes read.
-_Read = tuple[bytes, _Key | None, int]
+# A run of files to read, all in one directory: (its directory's record under
+# construction, dir relpath, dir abspath, the walk's clock for it, indices of the files).
+# Whoever reads it fills the record's keys and digests at those indices.
+_Job = tuple[_Build, str, str, int, list[int]]
+# A finished job: its digests concatenated, files read, bytes read.
+_Done = tuple[bytes, int, int]
+# What the calling thread combines, in walk order: digests known already, a job not
+# submitted yet (read inline if the tree turns out small), or the future of a job.
+_Pending = bytearray | _Job | Future[_Done]
 
 
 class _Run:
-    """State of one hash call. Only the calling thread touches it; pool threads run
-    :meth:`_read_batch`, which reads ``stop`` and ``local`` and returns its results."""
+    """State of one hash call.
+
+    The calling thread walks, looks up the cache and combines digests; pool threads run
+    :meth:`_do_job`, which writes only into the slots of its job in a record under
+    construction and reads ``stop`` and ``local``. The calling thread reads those records
+    only after every job finished.
+    """
 
     def __init__(
         self, root: str, cache: _StatCache | None, workers: int, checkpoint: _Checkpoint
@@ -301,10 +311,9 @@ class _Run:
 
     def hash_file(self, st: os.stat_result, now: int) -> str:
         # The original hashed a single file under its base name.
-        name = os.path.basename(self.root)
+        abs_dir, name = os.path.split(self.root)
         self.files = 1
-        key = _KEY(st)
-        packed = _KEY_STRUCT.pack(*key)
+        packed = _KEY_STRUCT.pack(*_KEY(st))
         old = self.old_tree.get("")
         if old is not None and old[0] == [name] and old[1] == packed:
             self.cache_hits = 1
@@ -312,68 +321,67 @@ class _Run:
             return ch.single_file_hash(old[2])
         self.dirty = True
         build: _Build = ([name], [packed], [None])
-        settled = ch.is_settled(key[1], key[2], now)
-        [(digest, cache_key, _)] = self._read_inline([(build, 0, name, self.root, key, settled)])
-        if cache_key is not None:
-            self.new_tree[""] = ([name], _KEY_STRUCT.pack(*cache_key), digest)
+        digest = self._done(self._do_job((build, "", abs_dir, now, [0])))
+        self._keep("", build)
         return ch.single_file_hash(digest)
 
     # -- directory ---------------------------------------------------------------------
 
     def hash_dir(self) -> str:
         dh = ch.dir_hasher()
-        # Closed batches in walk order, each with the future of its reads (None: all hits).
-        pending: deque[tuple[list[_Element], Future[list[_Read]] | None]] = deque()
-        batch: list[_Element] = []
-        misses = 0
-        miss_bytes = 0
-        pool: ThreadPoolExecutor | None = None
+        pending: deque[_Pending] = deque()
         builds: list[tuple[str, _Build]] = []
+        pool: ThreadPoolExecutor | None = None
+        # Until this much is to be read, jobs wait unsubmitted: a small tree is read by the
+        # calling thread, without starting threads.
+        unsubmitted_files = 0
+        unsubmitted_bytes = 0
 
-        def merge(elements: list[_Element], reads: list[_Read]) -> None:
-            it = iter(reads)
-            for el in elements:
-                if isinstance(el, bytes):
-                    dh.update(el)
-                    continue
-                digest, cache_key, _ = next(it)
-                dh.update(digest)
-                if cache_key is not None:
-                    build, index = el[0], el[1]
-                    build[1][index] = _KEY_STRUCT.pack(*cache_key)
-                    build[2][index] = digest
+        def combine(item: _Pending) -> None:
+            if isinstance(item, bytearray):
+                dh.update(item)
+            elif isinstance(item, Future):
+                dh.update(self._done(self._wait(item)))
+            else:
+                dh.update(self._done(self._do_job(item)))
 
         def drain(limit: int) -> None:
-            # Merge finished batches at the head; block on the oldest one only while more
-            # than `limit` are in flight (bounded memory, the walk keeps the pool busy).
+            # Combine finished work at the head; block on the oldest job only while more
+            # than `limit` items are in flight (bounded memory; the pool stays busy).
             while pending and (
-                len(pending) > limit or pending[0][1] is None or pending[0][1].done()
+                len(pending) > limit
+                or isinstance(pending[0], bytearray)
+                or (isinstance(pending[0], Future) and pending[0].done())
             ):
-                elements, fut = pending.popleft()
-                merge(elements, self._wait(fut) if fut is not None else [])
+                combine(pending.popleft())
                 self.checkpoint()
 
-        def close_batch() -> None:
-            nonlocal pool, batch, misses, miss_bytes
-            fut: Future[list[_Read]] | None = None
-            if misses:
-                if pool is None:
-                    pool = ThreadPoolExecutor(
-                        self.workers, "kinetic-hash", initializer=self._init_thread
-                    )
-                fut = pool.submit(self._read_batch, _misses(batch))
-            pending.append((batch, fut))
-            batch, misses, miss_bytes = [], 0, 0
+        def add_hits(digests: bytes) -> None:
+            if not pending:
+                dh.update(digests)  # nothing ahead of them: combine at once
+            elif isinstance(pending[-1], bytearray):
+                pending[-1] += digests
+            else:
+                pending.append(bytearray(digests))  # keep their place behind the reads
+
+        def add_job(job: _Job, nbytes: int) -> None:
+            nonlocal pool, unsubmitted_files, unsubmitted_bytes
+            if pool is None:
+                pending.append(job)
+                unsubmitted_files += len(job[4])
+                unsubmitted_bytes += nbytes
+                if unsubmitted_files < _BATCH_FILES and unsubmitted_bytes < _BATCH_BYTES:
+                    return
+                pool = ThreadPoolExecutor(
+                    self.workers, "kinetic-hash", initializer=self._init_thread
+                )
+                for i, item in enumerate(pending):
+                    if isinstance(item, tuple):
+                        pending[i] = pool.submit(self._do_job, item)
+            else:
+                pending.append(pool.submit(self._do_job, job))
             self.checkpoint()
             drain(4 * self.workers)
-
-        def add_hits(digests: bytes) -> None:
-            if pending or batch:
-                batch.append(digests)  # keep their place behind unfinished reads
-                if len(batch) >= _BATCH_HITS:
-                    close_batch()
-            else:
-                dh.update(digests)  # nothing ahead of them: combine at once
 
         try:
             for rel_dir, abs_dir, now, names, keys in _walk(self.root):
@@ -394,8 +402,10 @@ class _Run:
                 build: _Build = (names, packed, [None] * len(names))
                 builds.append((rel_dir, build))
                 index = {n: j for j, n in enumerate(old[0])} if old is not None else {}
-                for i, name in enumerate(names):
-                    j = index.get(name)
+                run: list[int] = []
+                run_bytes = 0
+                for i, key in enumerate(_KEY_STRUCT.iter_unpack(keys)):
+                    j = index.get(names[i])
                     if old is not None and j is not None:
                         k = j * _KEY_LEN
                         if old[1][k : k + _KEY_LEN] == packed[i]:
@@ -403,84 +413,94 @@ class _Run:
                             digest = old[2][d : d + _DIGEST_LEN]
                             self.cache_hits += 1
                             build[2][i] = digest
+                            if run:
+                                add_job((build, rel_dir, abs_dir, now, run), run_bytes)
+                                run, run_bytes = [], 0
                             add_hits(digest)
                             continue
-                    rel = ch.join_relpath(rel_dir, name)
-                    key: _Key = _KEY_STRUCT.unpack(packed[i])
-                    settled = ch.is_settled(key[1], key[2], now)
-                    batch.append((build, i, rel, f"{abs_dir}/{name}", key, settled))
-                    misses += 1
-                    miss_bytes += key[0]
-                    if misses >= _BATCH_FILES or miss_bytes >= _BATCH_BYTES:
-                        close_batch()
-            if batch and pool is None and not pending:
-                # A small tree: read it here rather than start threads for it.
-                merge(batch, self._read_inline(_misses(batch)))
-            elif batch:
-                close_batch()
-            drain(0)
+                    run.append(i)
+                    run_bytes += key[0]
+                    # A job ends at this many files or bytes, whichever first: big enough
+                    # to amortise the pool's per-task cost, small enough to spread work
+                    # over the cores (a big file is a job of its own).
+                    if len(run) >= _BATCH_FILES or run_bytes >= _BATCH_BYTES:
+                        add_job((build, rel_dir, abs_dir, now, run), run_bytes)
+                        run, run_bytes = [], 0
+                if run:
+                    add_job((build, rel_dir, abs_dir, now, run), run_bytes)
+            drain(0)  # runs the jobs of a small tree inline
         finally:
             if pool is not None:
-                self.stop.set()  # a no-op on success: every batch has finished by now
+                self.stop.set()  # a no-op on success: every job has finished by now
                 pool.shutdown(wait=True, cancel_futures=True)
-        for rel_dir, (b_names, b_keys, b_digests) in builds:
-            kept = [
-                (n, k, d)
-                for n, k, d in zip(b_names, b_keys, b_digests, strict=True)
-                if d is not None
-            ]
-            if kept:
-                self.new_tree[rel_dir] = (
-                    [n for n, _, _ in kept],
-                    b"".join(k for _, k, _ in kept),
-                    b"".join(d for _, _, d in kept),
-                )
+        for rel_dir, build in builds:
+            self._keep(rel_dir, build)
         if len(self.new_tree) != len(self.old_tree):
             self.dirty = True  # directories came or went
         return dh.hexdigest()
 
-    def _wait(self, fut: Future[list[_Read]]) -> list[_Read]:
+    def _keep(self, rel_dir: str, build: _Build) -> None:
+        """Store a finished record in the new tree, without the files it could not cache."""
+        names, keys, digests = build
+        kept = [(n, k, d) for n, k, d in zip(names, keys, digests, strict=True) if d is not None]
+        if kept:
+            self.new_tree[rel_dir] = (
+                [n for n, _, _ in kept],
+                b"".join(k for _, k, _ in kept),
+                b"".join(d for _, _, d in kept),
+            )
+
+    def _wait(self, fut: Future[_Done]) -> _Done:
         while True:
             try:
-                reads = fut.result(timeout=_WAIT_POLL_S)
+                return fut.result(timeout=_WAIT_POLL_S)
             except TimeoutError:
                 self.checkpoint()
-                continue
-            self._count(reads)
-            return reads
 
-    def _read_inline(self, items: list[_Miss]) -> list[_Read]:
-        reads = self._read_batch(items)
-        self._count(reads)
-        return reads
+    def _done(self, done: _Done) -> bytes:
+        digests, files, nbytes = done
+        self.files_read += files
+        self.bytes_read += nbytes
+        return digests
 
-    def _count(self, reads: list[_Read]) -> None:
-        self.files_read += len(reads)
-        self.bytes_read += sum(n for _, _, n in reads)
-
-    # -- pool threads ------------------------------------------------------------------
+    # -- pool threads (or the calling thread, for a small tree) --------------------------
 
     def _init_thread(self) -> None:
         self.local.buf = bytearray(_CHUNK)  # one read buffer per thread, reused
 
-    def _read_batch(self, items: list[_Miss]) -> list[_Read]:
+    def _do_job(self, job: _Job) -> _Done:
+        """Read the files of a job; fill their slots in its record; return their digests."""
+        build, rel_dir, abs_dir, now, indices = job
+        names, keys, digests = build
         buf: bytearray | None = getattr(self.local, "buf", None)
-        if buf is None:  # the calling thread, hashing a small tree inline
+        if buf is None:  # the calling thread
             buf = bytearray(_CHUNK)
         view = memoryview(buf)
+        out: list[bytes] = []
+        nbytes = 0
         try:
-            out: list[_Read] = []
-            for _, _, rel, path, key, settled in items:
+            for i in indices:
                 if self.stop.is_set():
                     raise _Stopped
-                out.append(self._read_file(rel, path, key, settled, view))
-            return out
+                name = names[i]
+                key: _Key = _KEY_STRUCT.unpack(keys[i])
+                settled = ch.is_settled(key[1], key[2], now)
+                digest, cache_key, n = self._read_file(
+                    ch.join_relpath(rel_dir, name), f"{abs_dir}/{name}", key, settled, view
+                )
+                out.append(digest)
+                nbytes += n
+                if cache_key is not None:
+                    keys[i] = _KEY_STRUCT.pack(*cache_key)
+                    digests[i] = digest
+                # else: digests[i] stays None, the file is left out of the cache
         finally:
             view.release()
+        return b"".join(out), len(indices), nbytes
 
     def _read_file(
         self, rel: str, path: str, walk_key: _Key, walk_settled: bool, view: memoryview
-    ) -> _Read:
+    ) -> tuple[bytes, _Key | None, int]:
         """Read and digest one file; return its digest, cache entry and bytes read.
 
         The stat taken by the walk serves as the "before" stat when it was settled: a
@@ -558,10 +578,6 @@ class _Run:
             time.sleep((latest + window - now) / 1e9)
             st = os.fstat(fd)
         return None
-
-
-def _misses(batch: list[_Element]) -> list[_Miss]:
-    return [el for el in batch if not isinstance(el, bytes)]
 
 
 def _walk(root: str) -> Iterator[tuple[str, str, int, list[str], bytes]]:

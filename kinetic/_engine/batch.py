@@ -56,7 +56,6 @@ class BatchHandle:
         *,
         backend: LocalBackend,
         manifest: dict[str, Any],
-        jobs: list[JobHandle | None],
         submission_failures: Mapping[int, Exception] | None = None,
     ) -> None:
         self._backend = backend
@@ -64,7 +63,8 @@ class BatchHandle:
         self.group_id: str = manifest["group_id"]
         self.name: str | None = manifest.get("name")
         self.tags: dict[str, str] = dict(manifest.get("tags") or {})
-        self.jobs = jobs
+        self._total: int = manifest["total"]
+        self._job_cache: dict[int, JobHandle] = {}
         self._submission_failures = dict(submission_failures or {})
         self._states: dict[int, str] = {}  # index -> succeeded/failed/cancelled
         self._completion: list[int] = []  # indices in the order they finished
@@ -73,7 +73,7 @@ class BatchHandle:
         self._cleaned = False
 
     def __repr__(self) -> str:
-        return f"<BatchHandle {self.group_id} inputs={len(self.jobs)}>"
+        return f"<BatchHandle {self.group_id} inputs={self._total}>"
 
     @property
     def submission_failures(self) -> dict[int, Exception]:
@@ -83,7 +83,20 @@ class BatchHandle:
     @property
     def total(self) -> int:
         """How many inputs the batch has."""
-        return len(self.jobs)
+        return self._total
+
+    @property
+    def jobs(self) -> list[JobHandle | None]:
+        """A handle per input index (``None`` where submission failed). Built on first use."""
+        return [self._job(i) for i in range(self._total)]
+
+    def _job(self, index: int) -> JobHandle | None:
+        if index in self._submission_failures:
+            return None
+        job = self._job_cache.get(index)
+        if job is None:
+            job = self._job_cache[index] = member_job(self._manifest, index)
+        return job
 
     # -- progress --------------------------------------------------------------------
 
@@ -181,8 +194,8 @@ class BatchHandle:
         """``(index, status)`` for each submitted input."""
         await self._refresh()
         out: list[tuple[int, JobStatus]] = []
-        for i, job in enumerate(self.jobs):
-            if job is None:
+        for i in range(self._total):
+            if i in self._submission_failures:
                 continue
             state = self._states.get(i)
             if state is None:
@@ -230,7 +243,7 @@ class BatchHandle:
         """
         async for chunk in self._stream(_deadline(timeout)):
             for index in chunk:
-                job = self.jobs[index]
+                job = self._job(index)
                 if job is not None:
                     yield job
 
@@ -239,7 +252,7 @@ class BatchHandle:
     ) -> AsyncIterator[list[JobHandle]]:
         """As :meth:`as_completed`, a list of ready handles at a time (for the sync facade)."""
         async for chunk in self._stream(_deadline(timeout)):
-            yield [job for i in chunk if (job := self.jobs[i]) is not None]
+            yield [job for i in chunk if (job := self._job(i)) is not None]
 
     async def results(
         self,
@@ -278,12 +291,14 @@ class BatchHandle:
             else:
                 out.append(None)
         if (errors or self._submission_failures) and not return_exceptions:
-            failed = [j for i, j in enumerate(self.jobs) if j is not None and i in errors]
+            failed = [j for i in sorted(errors) if (j := self._job(i)) is not None]
             raise BatchError(self.group_id, failed, out, self._submission_failures)
         return out
 
     async def _load_many(self, indices: list[int]) -> list[tuple[int, bool, Any]]:
-        wanted = [i for i in indices if self.jobs[i] is not None and i not in self._reasons]
+        wanted = [
+            i for i in indices if i not in self._submission_failures and i not in self._reasons
+        ]
         loaded = await self._backend.batches.load_many(self.group_id, wanted)
         reads = {i: payload for i, (_, payload) in loaded.items()}
         return await anyio.to_thread.run_sync(self._decode_many, indices, reads)
@@ -293,8 +308,7 @@ class BatchHandle:
     ) -> list[tuple[int, bool, Any]]:
         out: list[tuple[int, bool, Any]] = []
         for index in indices:
-            job = self.jobs[index]
-            job_id = job.job_id if job is not None else str(index)
+            job_id = protocol.member_job_id(self.group_id, index)
             data = reads.get(index)
             if data is None:
                 out.append((index, False, self._never_ran_error(index, job_id)))
@@ -321,8 +335,8 @@ class BatchHandle:
             await self._refresh()
         return [
             job
-            for i, job in enumerate(self.jobs)
-            if job is not None and self._states.get(i) in ("failed", "cancelled")
+            for i in sorted(self._states)
+            if self._states[i] in ("failed", "cancelled") and (job := self._job(i)) is not None
         ]
 
     async def cancel(self) -> None:
@@ -398,3 +412,18 @@ async def _bounded_iter(deadline: float | None, it: AsyncIterator[Any]) -> Async
 
 def _deadline(timeout: float | None) -> float | None:
     return None if timeout is None else time.monotonic() + timeout
+
+
+def member_job(manifest: dict[str, Any], index: int) -> JobHandle:
+    """The handle of input ``index`` of the batch ``manifest`` describes."""
+    group_id = manifest["group_id"]
+    job_id = protocol.member_job_id(group_id, index)
+    return JobHandle(
+        **manifest["handle"],
+        job_id=job_id,
+        k8s_name=f"kinetic-{job_id}",
+        display_name=f"kinetic-{manifest['func_name']}-{job_id}",
+        group_id=group_id,
+        group_kind="map",
+        group_index=index,
+    )

@@ -26,7 +26,6 @@ from kinetic._core.inputs import check_map_options, chunk_size, to_call
 from kinetic._core.records import utcnow_iso
 from kinetic._engine import runtime
 from kinetic._engine.batch import BatchHandle
-from kinetic._engine.handle import JobHandle
 from kinetic._engine.packaging import (
     PICKLE_LOCK,
     acontext_archive,
@@ -48,26 +47,6 @@ from kinetic._settings import load_settings
 from runner import protocol
 
 _WRITE_CONCURRENCY = 16
-
-
-def _member_jobs(manifest: dict[str, Any]) -> list[JobHandle | None]:
-    group_id = manifest["group_id"]
-    common = dict(manifest["handle"])
-    jobs: list[JobHandle | None] = []
-    for index in range(manifest["total"]):
-        job_id = protocol.member_job_id(group_id, index)
-        jobs.append(
-            JobHandle(
-                **common,
-                job_id=job_id,
-                k8s_name=f"kinetic-{job_id}",
-                display_name=f"kinetic-{manifest['func_name']}-{job_id}",
-                group_id=group_id,
-                group_kind="map",
-                group_index=index,
-            )
-        )
-    return jobs
 
 
 def _pickle_chunks(
@@ -230,10 +209,9 @@ async def submit_batch(
         with anyio.CancelScope(shield=True):
             await storage.delete_prefix(protocol.group_prefix(group_id))
         raise
-    handle = BatchHandle(backend=backend, manifest=manifest, jobs=_member_jobs(manifest))
     # From here on the batch is durable: a failed launch is repaired by any attach.
     await backend.batches.launch(group_id)
-    return handle
+    return BatchHandle(backend=backend, manifest=manifest)
 
 
 def _outputs_dir(local_root: str) -> str:
@@ -281,7 +259,7 @@ async def attach_batch(
                 "before all inputs were stored); submit it again"
             )
         await anyio.sleep(0.05)
-    handle = BatchHandle(backend=target, manifest=manifest, jobs=_member_jobs(manifest))
+    handle = BatchHandle(backend=target, manifest=manifest)
     summary = await target.batches.read_json(protocol.group_summary_key(group_id))
     if summary is not None:
         for key, state in summary.get("states", {}).items():

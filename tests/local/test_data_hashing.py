@@ -289,42 +289,62 @@ def test_concurrent_processes_share_the_cache_safely(tree: Path, cache_dir: Path
 # -- files changing while they are hashed -------------------------------------------------
 
 
-@pytest.fixture
-def big_file(tmp_path: Path) -> tuple[Path, bytes, bytes]:
-    root = tmp_path / "racy"
-    root.mkdir()
-    size = 8 << 20
-    state_a, state_b = b"A" * size, b"B" * size
-    (root / "big.bin").write_bytes(state_a)
-    return root, state_a, state_b
+_CHUNK = 16 << 10
+_CHUNKS = 16
+_GENERATIONS = (b"a", b"b", b"c")  # a -> b -> c -> a: a torn read cannot pass for a state
 
 
-def _writer(path: Path, states: tuple[bytes, bytes], stop: threading.Event, atomic: bool) -> None:
-    i = 0
-    while not stop.is_set():
-        data = states[i % 2]
+def _generation(i: int) -> bytes:
+    return _GENERATIONS[i % 3] * (_CHUNK * _CHUNKS)
+
+
+def _states_on_disk() -> set[str]:
+    """Digests of every state the writer leaves on disk: while it rewrites generation i
+    over i - 1 chunk by chunk, the first k chunks are new and the rest old."""
+    digests = set()
+    for i in range(3):
+        new, old = _generation(i + 1), _generation(i)
+        for k in range(_CHUNKS + 1):
+            state = new[: k * _CHUNK] + old[k * _CHUNK :]
+            digests.add(ch.dir_hash([ch.file_digest("data.bin", state)]))
+    return digests
+
+
+_WRITER = """
+import os, sys, time
+path, staging, atomic = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
+chunk, chunks = int(sys.argv[4]), int(sys.argv[5])
+gens = (b"a", b"b", b"c")
+fd = os.open(path, os.O_WRONLY)
+i = 0
+while True:
+    busy_until = time.monotonic() + 0.2  # rewrite nonstop for a while, then rest
+    while time.monotonic() < busy_until:
         i += 1
+        data = gens[i % 3] * (chunk * chunks)
         if atomic:  # a new file, written outside the tree, renamed over the old one
-            tmp = path.parent.parent / "staging.tmp"
-            tmp.write_bytes(data)
-            os.replace(tmp, path)
-        else:  # rewritten in place, 1 MiB at a time: torn states exist on disk
-            with open(path, "r+b") as f:
-                f.writelines(data[off : off + (1 << 20)] for off in range(0, len(data), 1 << 20))
-        time.sleep(0.06 if i % 3 == 0 else 0.001)  # sometimes quiet long enough to hash
+            with open(staging, "wb") as f:
+                f.write(data)
+            os.replace(staging, path)
+        else:  # rewritten in place chunk by chunk (torn states exist on disk)
+            for off in range(0, len(data), chunk):
+                os.pwrite(fd, data[off : off + chunk], off)
+    time.sleep(0.1)
+"""
 
 
 @pytest.mark.parametrize("atomic", [False, True], ids=["in-place", "rename"])
 def test_file_rewritten_during_hashing_gives_one_state_or_data_error(
-    big_file: tuple[Path, bytes, bytes], atomic: bool
+    tmp_path: Path, atomic: bool
 ) -> None:
-    root, state_a, state_b = big_file
-    valid = {ch.dir_hash([ch.file_digest("big.bin", s)]) for s in (state_a, state_b)}
-    stop = threading.Event()
-    writer = threading.Thread(
-        target=_writer, args=(root / "big.bin", (state_a, state_b), stop, atomic)
-    )
-    writer.start()
+    root = tmp_path / "racy"
+    root.mkdir()
+    (root / "data.bin").write_bytes(_generation(0))
+    valid = _states_on_disk()
+    # A separate process, so that the writer truly runs while we read (no shared GIL).
+    argv = [str(root / "data.bin"), str(tmp_path / "staging"), str(int(atomic))]
+    argv += [str(_CHUNK), str(_CHUNKS)]
+    writer = subprocess.Popen([sys.executable, "-c", _WRITER, *argv])
     outcomes: list[str] = []
     try:
         deadline = time.monotonic() + 3
@@ -335,15 +355,16 @@ def test_file_rewritten_during_hashing_gives_one_state_or_data_error(
             except DataError as exc:
                 outcomes.append(str(exc))
             else:
-                outcomes.append("ok" if digest in valid else "TORN")  # never a mix of A and B
+                # A read torn by a concurrent write would show old chunks before new ones.
+                outcomes.append("ok" if digest in valid else "TORN")
     finally:
-        stop.set()
-        writer.join()
-    assert outcomes
+        writer.kill()
+        writer.wait()
+    assert "ok" in outcomes
     odd = {o for o in outcomes if o != "ok" and "changed while being hashed" not in o}
     assert not odd
     # Whatever was cached during the storm, the settled file hashes to its real content.
-    final = ch.dir_hash([ch.file_digest("big.bin", (root / "big.bin").read_bytes())])
+    final = ch.dir_hash([ch.file_digest("data.bin", (root / "data.bin").read_bytes())])
     assert hash_tree(root).digest == final
     assert _hash_in_new_process(root)["digest"] == final
 
