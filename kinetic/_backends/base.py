@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Protocol
 
+import anyio
+
 from kinetic._core.status import StatusReport
 from kinetic._storage.base import Storage
 
@@ -72,8 +74,12 @@ class Backend(Protocol):
         """The job's output so far (the last ``tail`` lines when given)."""
         ...
 
-    def follow_logs(self, job: JobRef) -> AsyncIterator[str]:
-        """Yield output as it is written, from the start, until the job ends."""
+    def follow_logs(self, job: JobRef, finished: anyio.Event | None = None) -> AsyncIterator[str]:
+        """Yield output as it is written, from the start, until the job ends.
+
+        ``finished``, when given, is set by a caller that already saw the job end: the
+        stream then reads what is left and stops at once.
+        """
         ...
 
     async def cancel(self, job: JobRef) -> None:

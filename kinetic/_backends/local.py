@@ -178,10 +178,15 @@ class LocalBackend:
             text = "".join(lines[-tail:]) if tail > 0 else ""
         return text
 
-    async def follow_logs(self, job: JobRef) -> AsyncIterator[str]:
+    async def follow_logs(
+        self, job: JobRef, finished: anyio.Event | None = None
+    ) -> AsyncIterator[str]:
         if job.group_id is not None:
             # A batch input's output is interleaved in its worker's log: give it whole.
-            await self.wait(job)
+            if finished is not None:
+                await finished.wait()
+            else:
+                await self.wait(job)
             yield await self.logs(job)
             return
         path = self.storage.path_for(protocol.logs_key(job.job_id))
@@ -189,7 +194,9 @@ class LocalBackend:
         offset = 0
         while True:
             # Decide "over" before reading, so output written just before the end is kept.
-            over = (await self.status(job)).status.is_terminal
+            over = (finished is not None and finished.is_set()) or (
+                await self.status(job)
+            ).status.is_terminal
             chunk = await anyio.to_thread.run_sync(_read_from, path, offset)
             if chunk:
                 offset += len(chunk)
@@ -200,7 +207,11 @@ class LocalBackend:
                 if tail:
                     yield tail
                 return
-            await anyio.sleep(_LOG_POLL)
+            with anyio.move_on_after(_LOG_POLL):  # or as soon as the caller saw the end
+                if finished is not None:
+                    await finished.wait()
+                else:
+                    await anyio.sleep(_LOG_POLL)
 
     async def cancel(self, job: JobRef) -> None:
         if job.group_id is not None:

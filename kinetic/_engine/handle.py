@@ -62,6 +62,11 @@ class JobHandle(JobRecord):
             sys.stdout.flush()
         return None
 
+    async def _print_logs(self, finished: anyio.Event) -> None:
+        async for chunk in self._backend().follow_logs(self, finished):
+            sys.stdout.write(chunk)
+            sys.stdout.flush()
+
     def iter_logs(self) -> AsyncIterator[str]:
         """Yield the job's output in chunks from its start until it ends."""
         return self._backend().follow_logs(self)
@@ -112,9 +117,11 @@ class JobHandle(JobRecord):
         report: StatusReport | None = None
         with anyio.move_on_after(timeout) as scope:
             if stream_logs:
+                finished = anyio.Event()
                 async with anyio.create_task_group() as tg:
-                    tg.start_soon(self.logs, True)
+                    tg.start_soon(self._print_logs, finished)
                     report = await backend.wait(self, notify)
+                    finished.set()
             else:
                 report = await backend.wait(self, notify)
         if scope.cancelled_caught or report is None:
