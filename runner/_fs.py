@@ -1,5 +1,8 @@
 """Atomic file primitives shared by the runner and Kinetic's local store.
 
+The runner imports this at start-up, so it avoids ``tempfile`` and ``shutil``
+(several milliseconds of imports) on the common path.
+
 Readers never see a partial file: data goes to a temporary file in the same
 directory, is flushed, then renamed over the destination. Directories that
 hold job records are created private (0700).
@@ -9,8 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
@@ -34,10 +35,20 @@ def make_private_dirs(path: Path) -> None:
         p.mkdir(mode=DIR_MODE, exist_ok=True)
 
 
+def _temp_file(directory: Path) -> tuple[int, str]:
+    """A new private file in ``directory`` (tempfile's mkstemp, without its import cost)."""
+    while True:
+        name = os.path.join(directory, f".tmp-{os.urandom(6).hex()}")
+        try:
+            return os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), name
+        except FileExistsError:
+            continue
+
+
 def atomic_write(path: Path, data: bytes) -> None:
     """Create or replace ``path`` with ``data``, all or nothing."""
     make_private_dirs(path.parent)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    fd, tmp = _temp_file(path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -49,8 +60,10 @@ def atomic_write(path: Path, data: bytes) -> None:
 
 def atomic_copy(src: BinaryIO, path: Path, chunk_size: int = 1 << 20) -> None:
     """Stream ``src`` into ``path`` in chunks, all or nothing."""
+    import shutil
+
     make_private_dirs(path.parent)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    fd, tmp = _temp_file(path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
             shutil.copyfileobj(src, f, chunk_size)
@@ -58,6 +71,23 @@ def atomic_copy(src: BinaryIO, path: Path, chunk_size: int = 1 << 20) -> None:
     except BaseException:
         _unlink_quietly(tmp)
         raise
+
+
+def remove_tree(root: Path) -> None:
+    """Delete a directory tree, ignoring errors (``shutil.rmtree`` without its import)."""
+    for dirpath, dirnames, filenames in os.walk(root, topdown=False):
+        for name in filenames:
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(dirpath, name))
+        for name in dirnames:
+            path = os.path.join(dirpath, name)
+            with contextlib.suppress(OSError):
+                if os.path.islink(path):
+                    os.unlink(path)
+                else:
+                    os.rmdir(path)
+    with contextlib.suppress(OSError):
+        os.rmdir(root)
 
 
 def iter_files(root: Path) -> Iterator[Path]:

@@ -14,9 +14,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import shutil
 import sys
-import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -24,6 +22,7 @@ from typing import Any
 import cloudpickle
 
 from runner import protocol
+from runner._fs import remove_tree
 from runner._store import RunnerStore, open_store
 
 
@@ -259,7 +258,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise SystemExit("usage: python -m runner --storage URL --job-id ID [--upload-logs]")
     ns = _Namespace(str(args["storage"]), str(args["job-id"]), bool(args.get("upload-logs")))
     store = open_store(ns.storage)
-    workdir = Path(tempfile.mkdtemp(prefix="kinetic-run-"))
+    workdir = Path(os.environ.get("TMPDIR") or "/tmp", f"kinetic-run-{os.urandom(8).hex()}")
+    workdir.mkdir(mode=0o700)
     try:
         if ns.upload_logs:
             from runner._tee import captured_output
@@ -269,5 +269,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_job(store, ns.job_id, workdir=workdir)
     finally:
         os.chdir("/")
-        shutil.rmtree(workdir, ignore_errors=True)
+        remove_tree(workdir)
         store.close()

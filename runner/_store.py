@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any, Protocol
-from urllib.parse import unquote, urlparse
 
 from runner._fs import atomic_write
 
@@ -66,9 +65,12 @@ class GCSStore:
 
 def open_store(url: str) -> RunnerStore:
     """Open the store named by ``file:///abs/dir`` or ``gs://bucket``."""
-    parsed = urlparse(url)
-    if parsed.scheme == "file":
-        return FileStore(Path(unquote(parsed.path)))
-    if parsed.scheme == "gs" and parsed.netloc:
-        return GCSStore(parsed.netloc)
+    if url.startswith("file://"):
+        from urllib.parse import unquote  # only for paths with escapes
+
+        path = url.removeprefix("file://")
+        return FileStore(Path(unquote(path) if "%" in path else path))
+    bucket = url.removeprefix("gs://").rstrip("/")
+    if url.startswith("gs://") and bucket and "/" not in bucket:
+        return GCSStore(bucket)
     raise SystemExit(f"kinetic runner: unsupported storage URL {url!r}")

@@ -217,7 +217,7 @@ class Data:
         """Async twin of :meth:`content_hash`; the work runs in worker threads.
 
         No timeout of its own (the cost is bounded by the tree). Cancellation is honoured
-        between directories and batches of files, and returns after the threads stopped.
+        between directories and jobs of files, and returns after the threads stopped.
 
         :raises DataError: as :meth:`content_hash`.
         """
