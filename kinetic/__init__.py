@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from kinetic import aio
 from kinetic._core.status import JobStatus, StatusReport
+from kinetic._data.data import Data
 from kinetic._exceptions import (
     AcceleratorError,
     BackendError,
@@ -51,6 +52,7 @@ __all__ = [
     "BatchHandle",
     "BlockingCallError",
     "ConfigError",
+    "Data",
     "DataError",
     "InvalidFunctionError",
     "JobCancelledError",

@@ -15,6 +15,7 @@ Same names and parameters as ``kinetic``; every call that waits is a coroutine::
 from __future__ import annotations
 
 from kinetic._core.status import JobStatus, StatusReport
+from kinetic._data.data import Data
 from kinetic._engine.batch import BatchHandle
 from kinetic._engine.batch_submit import attach_batch
 from kinetic._engine.handle import JobHandle
@@ -23,6 +24,7 @@ from kinetic._engine.remote import attach, list_jobs, run
 
 __all__ = [
     "BatchHandle",
+    "Data",
     "JobHandle",
     "JobStatus",
     "RemoteFunction",

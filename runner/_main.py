@@ -15,7 +15,7 @@ import contextlib
 import hashlib
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,15 +39,11 @@ class PhaseError(Exception):
         self.phase = phase
 
 
-ResolveHook = Callable[[Any, Any, dict[str, Any], Path], tuple[Any, dict[str, Any]]]
-
-
 def run_job(
     store: RunnerStore,
     job_id: str,
     *,
     workdir: Path,
-    resolve: ResolveHook | None = None,
 ) -> int:
     """Run one job whose artifacts are in ``store``; return the process exit status.
 
@@ -66,8 +62,11 @@ def run_job(
         fn, args, kwargs = payload["fn"], payload["args"], payload["kwargs"]
 
         phase = "resolve"
-        if resolve is not None:
-            args, kwargs = resolve(store, args, kwargs, workdir)
+        if spec.get("has_data"):
+            from runner.data import resolve_arguments
+
+            volumes = payload.get("volumes") or []
+            args, kwargs = resolve_arguments(store, args, kwargs, workdir, volumes)
     except BaseException as exc:  # noqa: BLE001 - every failure must be recorded
         if isinstance(exc, PhaseError):
             phase = exc.phase

@@ -10,13 +10,22 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Protocol
 
-from runner._fs import atomic_write
+from runner._fs import atomic_copy, atomic_write, iter_files
 
 
 class RunnerStore(Protocol):
+    """Blocking whole-object access. Missing objects raise FileNotFoundError, other
+    failures OSError."""
+
     def read(self, key: str) -> bytes: ...
 
     def write(self, key: str, data: bytes) -> None: ...
+
+    def download(self, key: str, path: Path) -> None:
+        """Stream the object into ``path`` (parents created; written atomically)."""
+        ...
+
+    def list(self, prefix: str) -> list[str]: ...
 
     def close(self) -> None: ...
 
@@ -33,6 +42,15 @@ class FileStore:
     def write(self, key: str, data: bytes) -> None:
         atomic_write(self.root / key, data)
 
+    def download(self, key: str, path: Path) -> None:
+        with open(self.root / key, "rb") as src:
+            atomic_copy(src, path)
+
+    def list(self, prefix: str) -> list[str]:
+        base = self.root / prefix.rsplit("/", 1)[0] if "/" in prefix else self.root
+        keys = (p.relative_to(self.root).as_posix() for p in iter_files(base))
+        return sorted(k for k in keys if k.startswith(prefix))
+
     def close(self) -> None:
         return None
 
@@ -48,13 +66,35 @@ class GCSStore:
         self._runner = asyncio.Runner()
         self._storage: Any = GCSStorage(bucket)
 
+    def _run(self, coro: Any) -> Any:
+        from kinetic._exceptions import ObjectNotFoundError, StorageError
+
+        try:
+            return self._runner.run(coro)
+        except ObjectNotFoundError as exc:
+            raise FileNotFoundError(str(exc)) from exc
+        except StorageError as exc:
+            raise OSError(str(exc)) from exc
+
     def read(self, key: str) -> bytes:
-        data = self._runner.run(self._storage.read(key))
+        data = self._run(self._storage.read(key))
         assert isinstance(data, bytes)
         return data
 
     def write(self, key: str, data: bytes) -> None:
-        self._runner.run(self._storage.write(key, data))
+        self._run(self._storage.write(key, data))
+
+    def download(self, key: str, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._run(self._storage.download_file(key, path))
+
+    def list(self, prefix: str) -> list[str]:
+        async def collect() -> list[str]:
+            return [k async for k in self._storage.list(prefix)]
+
+        keys = self._run(collect())
+        assert isinstance(keys, list)
+        return keys
 
     def close(self) -> None:
         try:

@@ -19,7 +19,7 @@ Object layout (keys relative to the bucket or local storage root)::
 from __future__ import annotations
 
 import json
-from typing import Any, Final, TypedDict
+from typing import Any, Final, NotRequired, TypedDict
 
 FORMAT: Final = 1
 
@@ -83,6 +83,8 @@ class JobSpec(TypedDict):
     """Entries relative to the unpacked context, prepended to sys.path in order."""
     env: dict[str, str]
     output_dir: str
+    has_data: NotRequired[bool]
+    """The payload holds data references (and maybe ``volumes``) to resolve first."""
 
 
 class FinalRecord(TypedDict):

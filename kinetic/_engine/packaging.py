@@ -210,6 +210,7 @@ def pickle_payload(
     args: tuple[Any, ...],
     kwargs: Mapping[str, Any],
     root: Path,
+    volumes: list[Any] | None = None,
 ) -> bytes:
     """Pickle ``{"fn", "args", "kwargs"}``. Blocking: call in a thread.
 
@@ -218,7 +219,9 @@ def pickle_payload(
 
     :raises SerializationError: naming the function or the argument that cannot be pickled.
     """
-    payload = {"fn": fn, "args": tuple(args), "kwargs": dict(kwargs)}
+    payload: dict[str, Any] = {"fn": fn, "args": tuple(args), "kwargs": dict(kwargs)}
+    if volumes:
+        payload["volumes"] = volumes
     module = module_to_ship(fn, root)
     with PICKLE_LOCK:
         if module is not None:
@@ -278,10 +281,14 @@ async def apickle_function(fn: Callable[..., Any], root: Path) -> bytes:
 
 
 async def apickle_payload(
-    fn: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any], root: Path
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+    root: Path,
+    volumes: list[Any] | None = None,
 ) -> bytes:
     """:func:`pickle_payload` in a worker thread."""
-    return await anyio.to_thread.run_sync(lambda: pickle_payload(fn, args, kwargs, root))
+    return await anyio.to_thread.run_sync(lambda: pickle_payload(fn, args, kwargs, root, volumes))
 
 
 def relative_sys_path(root: Path, cwd: Path) -> tuple[list[str], str | None]:

@@ -27,6 +27,7 @@ from kinetic._core.config import Settings, capture_env
 from kinetic._core.ids import new_job_id
 from kinetic._core.records import utcnow_iso
 from kinetic._engine import runtime
+from kinetic._engine.data_refs import prepare_data
 from kinetic._engine.handle import JobHandle
 from kinetic._engine.packaging import (
     acontext_archive,
@@ -74,14 +75,16 @@ class RunOptions:
 
 
 def _check_volumes(volumes: Mapping[str, Any]) -> None:
+    from kinetic._data.data import Data
+    from kinetic._engine.data_refs import check_mount_path
+
     if not isinstance(volumes, Mapping):
         raise DataError(
             f"volumes must be a dict of mount path -> Data, got {type(volumes).__name__}"
         )
     for mount, value in volumes.items():
-        if not isinstance(mount, str) or not mount.startswith("/"):
-            raise DataError(f"volume mount path must be absolute (start with '/'), got {mount!r}")
-        if type(value).__name__ != "Data":
+        check_mount_path(mount)
+        if not isinstance(value, Data):
             raise DataError(f"volume {mount!r} must be a kinetic.Data, got {type(value).__name__}")
 
 
@@ -145,8 +148,11 @@ async def submit(
     settings, accel, backend = resolve_target(opts)
     env = capture_env(list(opts.capture_env_vars or ()), os.environ)
     root = find_package_root(function_source_dir(fn))
-    payload = await apickle_payload(fn, args, kwargs, root)
-    archive = await acontext_archive(root, exclude=(Path(settings.local_root),))
+    data = await prepare_data(
+        args, kwargs, opts.volumes, storage=backend.storage, local_backend=backend.name == "local"
+    )
+    payload = await apickle_payload(fn, data.args, data.kwargs, root, volumes=data.volumes)
+    archive = await acontext_archive(root, exclude=(Path(settings.local_root), *data.local_paths))
     sys_path, cwd = relative_sys_path(root, Path.cwd())
 
     job_id = new_job_id()
@@ -164,6 +170,7 @@ async def submit(
         "sys_path": sys_path,
         "env": env,
         "output_dir": output_dir,
+        "has_data": data.has_data,
     }
     handle = JobHandle(
         job_id=job_id,
