@@ -87,6 +87,10 @@ def _worker_main(
     last_reply = time.monotonic()
     out_base = manifest["spec"]["output_dir"]
     inputs = _Inputs(store, group_id, manifest["chunk_size"])
+    has_data = bool(manifest["spec"].get("has_data"))
+    data_workdir = Path(os.getcwd()).parent  # the supervisor's workdir (cwd is its workspace)
+    if has_data:
+        from runner.data import resolve_arguments
     try:
         fn = cloudpickle.loads(fn_bytes)
     except BaseException as exc:  # noqa: BLE001 - reported to the supervisor, then we end
@@ -135,6 +139,8 @@ def _worker_main(
         outcome: tuple[bytes, protocol.FinalRecord] | None = None
         try:
             args, kwargs = inputs.get(index)
+            if has_data:
+                args, kwargs = resolve_arguments(store, args, kwargs, data_workdir)
             # KINETIC_OUTPUT_DIR is not created per input: a mkdir costs more than a
             # trivial input (~80 us here). Inputs that write outputs create it.
             value = fn(*args, **kwargs)

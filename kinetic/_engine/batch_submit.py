@@ -26,6 +26,7 @@ from kinetic._core.inputs import check_map_options, chunk_size, to_call
 from kinetic._core.records import utcnow_iso
 from kinetic._engine import runtime
 from kinetic._engine.batch import BatchHandle
+from kinetic._engine.data_refs import prepare_calls_data
 from kinetic._engine.packaging import (
     PICKLE_LOCK,
     acontext_archive,
@@ -49,24 +50,29 @@ from runner import protocol
 _WRITE_CONCURRENCY = 16
 
 
-def _pickle_chunks(
-    fn: Callable[..., Any],
-    items: list[Any],
-    mode: str,
-    size: int,
-    root: Path,
-    prefix_args: tuple[Any, ...] = (),
-) -> list[bytes]:
-    """Convert and pickle the inputs, chunk by chunk. Blocking: call in a thread.
-
-    ``prefix_args`` (a bound method's instance) go before each input's own arguments.
+def _to_calls(
+    items: list[Any], mode: str, prefix_args: tuple[Any, ...]
+) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
+    """Each input as ``(args, kwargs)``; ``prefix_args`` (a bound method's instance) first.
 
     :raises ConfigError: when an input does not fit ``mode``.
-    :raises SerializationError: naming the first input that cannot be pickled.
     """
     calls = [to_call(item, mode, i) for i, item in enumerate(items)]
     if prefix_args:
         calls = [((*prefix_args, *args), kwargs) for args, kwargs in calls]
+    return calls
+
+
+def _pickle_chunks(
+    fn: Callable[..., Any],
+    calls: list[tuple[tuple[Any, ...], dict[str, Any]]],
+    size: int,
+    root: Path,
+) -> list[bytes]:
+    """Pickle the calls, chunk by chunk. Blocking: call in a thread.
+
+    :raises SerializationError: naming the first input that cannot be pickled.
+    """
     module = module_to_ship(fn, root)
     chunks: list[bytes] = []
     with PICKLE_LOCK:
@@ -132,11 +138,13 @@ async def submit_batch(
         raise BackendError(f"batches are not available on the {backend.name} backend yet")
     root = find_package_root(function_source_dir(fn))
     size = chunk_size(len(items))
+    calls = _to_calls(items, input_mode, prefix_args)
+    data = await prepare_calls_data(calls, storage=backend.storage, local_backend=True)
     fn_bytes = await apickle_function(fn, root)
-    chunks = await anyio.to_thread.run_sync(
-        _pickle_chunks, fn, items, input_mode, size, root, prefix_args
+    chunks = await anyio.to_thread.run_sync(_pickle_chunks, fn, data.calls, size, root)
+    archive = await acontext_archive(
+        root, exclude=(Path(settings.local_root), *data.local_paths)
     )
-    archive = await acontext_archive(root, exclude=(Path(settings.local_root),))
     sys_path, cwd = relative_sys_path(root, Path.cwd())
 
     group_id = new_group_id()
@@ -172,6 +180,7 @@ async def submit_batch(
             "sys_path": sys_path,
             "env": _captured_env(opts),
             "output_dir": opts.output_dir or _outputs_dir(settings.local_root),
+            "has_data": data.has_data,
         },
         "handle": {
             "backend": backend.name,
@@ -197,13 +206,13 @@ async def submit_batch(
         await storage.write(protocol.group_payload_key(group_id), fn_bytes)
         limiter = anyio.CapacityLimiter(_WRITE_CONCURRENCY)
 
-        async def _write_chunk(n: int, data: bytes) -> None:
+        async def _write_chunk(n: int, chunk: bytes) -> None:
             async with limiter:
-                await storage.write(protocol.group_inputs_key(group_id, n), data)
+                await storage.write(protocol.group_inputs_key(group_id, n), chunk)
 
         async with anyio.create_task_group() as tg:
-            for n, data in enumerate(chunks):
-                tg.start_soon(_write_chunk, n, data)
+            for n, chunk in enumerate(chunks):
+                tg.start_soon(_write_chunk, n, chunk)
         await storage.write(protocol.group_manifest_key(group_id), protocol.dump_json(manifest))
     except BaseException:
         with anyio.CancelScope(shield=True):

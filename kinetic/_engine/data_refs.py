@@ -111,6 +111,54 @@ async def prepare_data(
     return prepared
 
 
+@dataclass
+class PreparedCalls:
+    """A batch's calls with references in place of ``Data``."""
+
+    calls: list[tuple[tuple[Any, ...], dict[str, Any]]]
+    local_paths: list[Path] = field(default_factory=list)
+    has_data: bool = False
+
+
+async def prepare_calls_data(
+    calls: list[tuple[tuple[Any, ...], dict[str, Any]]],
+    *,
+    storage: Storage,
+    local_backend: bool,
+) -> PreparedCalls:
+    """:func:`prepare_data` for every input of a batch; each distinct ``Data`` is
+    hashed and uploaded once, however many inputs share it.
+
+    :raises DataError: naming the input whose ``Data`` is in a set or used as a key.
+    """
+    found: dict[Data, None] = {}
+
+    def collect(d: Any) -> Any:
+        found[d] = None
+        return d
+
+    for index, call in enumerate(calls):
+        try:
+            replace_leaves(call, _is_data, collect)
+        except TypeError as exc:
+            raise DataError(f"input {index}: {exc}") from exc
+    if not found:
+        return PreparedCalls(calls)
+    holder = PreparedData((), {}, has_data=True)
+    refs: dict[Data, DataRef] = {}
+    limiter = anyio.CapacityLimiter(4)
+
+    async def make(d: Data) -> None:
+        async with limiter:
+            refs[d] = await _reference(d, storage, local_backend, holder)
+
+    async with anyio.create_task_group() as tg:
+        for d in found:
+            tg.start_soon(make, d)
+    new_calls = [replace_leaves(call, _is_data, refs.__getitem__) for call in calls]
+    return PreparedCalls(new_calls, holder.local_paths, has_data=True)
+
+
 def _is_data(x: object) -> bool:
     return isinstance(x, Data)
 

@@ -176,3 +176,17 @@ def test_missing_and_empty_paths(tmp_path: Path) -> None:
         Data("")
     with pytest.raises(kinetic.DataError):
         Data("hf://imdb", fuse=True)
+
+
+def test_batch_inputs_with_data_share_one_upload(dataset: Path, kinetic_env: Path) -> None:
+    shared = Data(dataset / "a.txt")
+    batch = read_paths.run_async_map([[shared, i] for i in range(20)], input_mode="single")
+    values = [r["value"] for r in batch.results()]
+    assert values == [["alpha", i] for i in range(20)]
+    markers = list((kinetic_env / "storage" / "default" / "data-markers").iterdir())
+    assert len(markers) == 1
+
+
+def test_batch_input_with_data_in_a_set_is_named(dataset: Path) -> None:
+    with pytest.raises(kinetic.DataError, match="input 1"):
+        read_paths.run_async_map([1, {Data(dataset)}])
