@@ -20,7 +20,8 @@ import anyio.to_thread
 import cloudpickle
 
 from kinetic._backends.local import LocalBackend
-from kinetic._core.config import capture_env
+from kinetic._core.accelerators import AcceleratorConfig
+from kinetic._core.config import Settings, capture_env
 from kinetic._core.ids import check_group_id, new_group_id
 from kinetic._core.inputs import check_map_options, chunk_size, to_call
 from kinetic._core.records import utcnow_iso
@@ -136,84 +137,18 @@ async def submit_batch(
     settings, accel, backend = resolve_target(opts)
     if not isinstance(backend, LocalBackend):
         raise BackendError(f"batches are not available on the {backend.name} backend yet")
-    root = find_package_root(function_source_dir(fn))
-    size = chunk_size(len(items))
-    calls = _to_calls(items, input_mode, prefix_args)
-    data = await prepare_calls_data(calls, storage=backend.storage, local_backend=True)
-    fn_bytes = await apickle_function(fn, root)
-    chunks = await anyio.to_thread.run_sync(_pickle_chunks, fn, data.calls, size, root)
-    archive = await acontext_archive(
-        root, exclude=(Path(settings.local_root), *data.local_paths)
-    )
-    sys_path, cwd = relative_sys_path(root, Path.cwd())
-
     group_id = new_group_id()
-    func_name = getattr(fn, "__name__", type(fn).__name__)
-    pool = max_concurrent if max_concurrent is not None else (os.cpu_count() or 1)
-    manifest: dict[str, Any] = {
-        "format": protocol.FORMAT,
-        "group_id": group_id,
-        "group_kind": "map",
-        "name": name,
-        "tags": dict(tags or {}),
-        "func_name": func_name,
-        "total": len(items),
-        "chunk_size": size,
-        "n_chunks": len(chunks),
-        "delivery": protocol.DELIVERY,
-        "created_at": utcnow_iso(),
-        "options": {
-            "input_mode": input_mode,
-            "max_concurrent": pool,
-            "retries": retries,
-            "fail_fast": fail_fast,
-            "cancel_running_on_fail": cancel_running_on_fail,
-        },
-        "spec": {
-            "format": protocol.FORMAT,
-            "job_id": group_id,
-            "func_name": func_name,
-            "payload_sha256": hashlib.sha256(fn_bytes).hexdigest(),
-            "context_key": protocol.context_key(archive.sha256),
-            "context_sha256": archive.sha256,
-            "cwd": cwd,
-            "sys_path": sys_path,
-            "env": _captured_env(opts),
-            "output_dir": opts.output_dir or _outputs_dir(settings.local_root),
-            "has_data": data.has_data,
-        },
-        "handle": {
-            "backend": backend.name,
-            "project": settings.project or "",
-            "cluster_name": "local",
-            "zone": "",
-            "namespace": settings.namespace,
-            "bucket_name": str(backend.storage.root),
-            "image_uri": opts.container_image or "",
-            "accelerator": accel.name,
-            "func_name": func_name,
-            "created_at": utcnow_iso(),
-            "debug": opts.debug,
-        },
-    }
     storage = backend.storage
-    context_key = protocol.context_key(archive.sha256)
-    if not await storage.exists(context_key):
-        await storage.write(context_key, archive.data)
+    # Recorded first, so attach_batch in another process can wait for this submission.
+    recording = {"pid": os.getpid(), "started_at": utcnow_iso()}
+    await storage.write(protocol.group_recording_key(group_id), protocol.dump_json(recording))
     try:
-        recording = {"pid": os.getpid(), "started_at": utcnow_iso()}
-        await storage.write(protocol.group_recording_key(group_id), protocol.dump_json(recording))
-        await storage.write(protocol.group_payload_key(group_id), fn_bytes)
-        limiter = anyio.CapacityLimiter(_WRITE_CONCURRENCY)
-
-        async def _write_chunk(n: int, chunk: bytes) -> None:
-            async with limiter:
-                await storage.write(protocol.group_inputs_key(group_id, n), chunk)
-
-        async with anyio.create_task_group() as tg:
-            for n, chunk in enumerate(chunks):
-                tg.start_soon(_write_chunk, n, chunk)
-        await storage.write(protocol.group_manifest_key(group_id), protocol.dump_json(manifest))
+        manifest = await _record(
+            fn, items, opts, group_id, settings, accel, backend,
+            input_mode=input_mode, max_concurrent=max_concurrent, retries=retries,
+            fail_fast=fail_fast, cancel_running_on_fail=cancel_running_on_fail,
+            name=name, tags=tags, prefix_args=prefix_args,
+        )  # fmt: skip
     except BaseException:
         with anyio.CancelScope(shield=True):
             await storage.delete_prefix(protocol.group_prefix(group_id))
@@ -287,3 +222,101 @@ def _pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+async def _record(
+    fn: Callable[..., Any],
+    items: list[Any],
+    opts: RunOptions,
+    group_id: str,
+    settings: Settings,
+    accel: AcceleratorConfig,
+    backend: LocalBackend,
+    *,
+    input_mode: str,
+    max_concurrent: int | None,
+    retries: int,
+    fail_fast: bool,
+    cancel_running_on_fail: bool,
+    name: str | None,
+    tags: Mapping[str, str] | None,
+    prefix_args: tuple[Any, ...],
+) -> dict[str, Any]:
+    """Pickle and store everything of a batch; the manifest, written last, is returned.
+
+    :raises ConfigError, DataError, SerializationError: before anything but the
+        recording marker was written (the caller removes the group).
+    """
+    storage = backend.storage
+    root = find_package_root(function_source_dir(fn))
+    size = chunk_size(len(items))
+    calls = _to_calls(items, input_mode, prefix_args)
+    data = await prepare_calls_data(calls, storage=backend.storage, local_backend=True)
+    fn_bytes = await apickle_function(fn, root)
+    chunks = await anyio.to_thread.run_sync(_pickle_chunks, fn, data.calls, size, root)
+    archive = await acontext_archive(root, exclude=(Path(settings.local_root), *data.local_paths))
+    sys_path, cwd = relative_sys_path(root, Path.cwd())
+
+    func_name = getattr(fn, "__name__", type(fn).__name__)
+    pool = max_concurrent if max_concurrent is not None else (os.cpu_count() or 1)
+    manifest: dict[str, Any] = {
+        "format": protocol.FORMAT,
+        "group_id": group_id,
+        "group_kind": "map",
+        "name": name,
+        "tags": dict(tags or {}),
+        "func_name": func_name,
+        "total": len(items),
+        "chunk_size": size,
+        "n_chunks": len(chunks),
+        "delivery": protocol.DELIVERY,
+        "created_at": utcnow_iso(),
+        "options": {
+            "input_mode": input_mode,
+            "max_concurrent": pool,
+            "retries": retries,
+            "fail_fast": fail_fast,
+            "cancel_running_on_fail": cancel_running_on_fail,
+        },
+        "spec": {
+            "format": protocol.FORMAT,
+            "job_id": group_id,
+            "func_name": func_name,
+            "payload_sha256": hashlib.sha256(fn_bytes).hexdigest(),
+            "context_key": protocol.context_key(archive.sha256),
+            "context_sha256": archive.sha256,
+            "cwd": cwd,
+            "sys_path": sys_path,
+            "env": _captured_env(opts),
+            "output_dir": opts.output_dir or _outputs_dir(settings.local_root),
+            "has_data": data.has_data,
+        },
+        "handle": {
+            "backend": backend.name,
+            "project": settings.project or "",
+            "cluster_name": "local",
+            "zone": "",
+            "namespace": settings.namespace,
+            "bucket_name": str(backend.storage.root),
+            "image_uri": opts.container_image or "",
+            "accelerator": accel.name,
+            "func_name": func_name,
+            "created_at": utcnow_iso(),
+            "debug": opts.debug,
+        },
+    }
+    context_key = protocol.context_key(archive.sha256)
+    if not await storage.exists(context_key):
+        await storage.write(context_key, archive.data)
+    await storage.write(protocol.group_payload_key(group_id), fn_bytes)
+    limiter = anyio.CapacityLimiter(_WRITE_CONCURRENCY)
+
+    async def _write_chunk(n: int, chunk: bytes) -> None:
+        async with limiter:
+            await storage.write(protocol.group_inputs_key(group_id, n), chunk)
+
+    async with anyio.create_task_group() as tg:
+        for n, chunk in enumerate(chunks):
+            tg.start_soon(_write_chunk, n, chunk)
+    await storage.write(protocol.group_manifest_key(group_id), protocol.dump_json(manifest))
+    return manifest

@@ -105,11 +105,22 @@ class LocalStorage:
                 (self.root / key).unlink(missing_ok=True)
             if prefix.endswith("/"):
                 shutil.rmtree(self.root / prefix, ignore_errors=True)
+            self._prune_empty_parents(self.root / prefix.rstrip("/"))
             return len(keys)
 
         n = await self._run(timeout, _delete_all)
         assert isinstance(n, int)
         return n
+
+    def _prune_empty_parents(self, path: Path) -> None:
+        """Remove directories left empty up to the root (directories are not objects)."""
+        for parent in path.parents:
+            if parent == self.root or not parent.is_relative_to(self.root):
+                return
+            try:
+                parent.rmdir()
+            except OSError:
+                return
 
     async def upload_file(self, key: str, path: Path, *, timeout: float = TRANSFER_TIMEOUT) -> None:
         dest = self.path_for(key)

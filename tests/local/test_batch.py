@@ -318,3 +318,45 @@ def test_sync_as_completed_crosses_per_chunk(monkeypatch: pytest.MonkeyPatch) ->
     handles = list(batch.as_completed())
     assert len(handles) == 500
     assert crossings <= 5, crossings
+
+
+_SLOW_SUBMITTER = textwrap.dedent(
+    """
+    import time, kinetic
+
+    class SlowToPickle:
+        def __init__(self, x):
+            self.x = x
+        def __reduce__(self):
+            time.sleep(0.4)  # keeps the submission "in progress" for a while
+            return (int, (self.x,))
+
+    @kinetic.run()
+    def ident(x):
+        return x
+
+    ident.run_async_map([SlowToPickle(i) for i in range(8)])
+    """
+)
+
+
+def test_attach_batch_waits_for_a_submission_in_progress(kinetic_env: Path) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _SLOW_SUBMITTER],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        groups = kinetic_env / "storage" / "_groups"
+        deadline = time.monotonic() + 60
+        while not (groups.is_dir() and any(groups.iterdir())):
+            assert time.monotonic() < deadline, "the submission never started recording"
+            time.sleep(0.01)
+        group_id = next(groups.iterdir()).name
+        assert not (groups / group_id / "manifest.json").exists()  # still in progress
+        batch = kinetic.attach_batch(group_id)
+        assert batch.results(timeout=60) == list(range(8))
+    finally:
+        proc.wait(timeout=60)
+        assert proc.stderr is not None
+        proc.stderr.close()
