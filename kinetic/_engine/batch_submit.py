@@ -29,13 +29,12 @@ from kinetic._engine import runtime
 from kinetic._engine.batch import BatchHandle
 from kinetic._engine.data_refs import prepare_calls_data
 from kinetic._engine.packaging import (
-    PICKLE_LOCK,
     acontext_archive,
     apickle_function,
     find_package_root,
     function_source_dir,
-    module_to_ship,
     relative_sys_path,
+    shipping_by_value,
 )
 from kinetic._engine.submit import RunOptions, resolve_target
 from kinetic._exceptions import (
@@ -74,29 +73,22 @@ def _pickle_chunks(
 
     :raises SerializationError: naming the first input that cannot be pickled.
     """
-    module = module_to_ship(fn, root)
     chunks: list[bytes] = []
-    with PICKLE_LOCK:
-        if module is not None:
-            cloudpickle.register_pickle_by_value(module)
-        try:
-            for start in range(0, len(calls), size):
-                part = calls[start : start + size]
-                try:
-                    chunks.append(bytes(cloudpickle.dumps(part)))
-                except Exception as exc:
-                    for offset, call in enumerate(part):
-                        try:
-                            cloudpickle.dumps(call)
-                        except Exception as inner:
-                            raise SerializationError(
-                                f"input {start + offset} cannot be pickled "
-                                f"({type(inner).__name__}: {inner})"
-                            ) from inner
-                    raise SerializationError(f"inputs cannot be pickled: {exc}") from exc
-        finally:
-            if module is not None:
-                cloudpickle.unregister_pickle_by_value(module)
+    with shipping_by_value(fn, root):
+        for start in range(0, len(calls), size):
+            part = calls[start : start + size]
+            try:
+                chunks.append(bytes(cloudpickle.dumps(part)))
+            except Exception as exc:
+                for offset, call in enumerate(part):
+                    try:
+                        cloudpickle.dumps(call)
+                    except Exception as inner:
+                        raise SerializationError(
+                            f"input {start + offset} cannot be pickled "
+                            f"({type(inner).__name__}: {inner})"
+                        ) from inner
+                raise SerializationError(f"inputs cannot be pickled: {exc}") from exc
     return chunks
 
 

@@ -95,16 +95,7 @@ async def prepare_data(
         return PreparedData(tuple(args), dict(kwargs))
 
     prepared = PreparedData(tuple(args), dict(kwargs), has_data=True)
-    refs: dict[Data, DataRef] = {}
-    limiter = anyio.CapacityLimiter(4)
-
-    async def make(d: Data) -> None:
-        async with limiter:
-            refs[d] = await _reference(d, storage, local_backend, prepared)
-
-    async with anyio.create_task_group() as tg:
-        for d in dict.fromkeys(found):
-            tg.start_soon(make, d)
+    refs = await _references(dict.fromkeys(found), storage, local_backend, prepared)
     new_args, new_kwargs = replace_leaves((args, dict(kwargs)), _is_data, refs.__getitem__)
     prepared.args, prepared.kwargs = tuple(new_args), dict(new_kwargs)
     prepared.volumes = [(mount, refs[d]) for mount, d in mounts]
@@ -145,22 +136,30 @@ async def prepare_calls_data(
     if not found:
         return PreparedCalls(calls)
     holder = PreparedData((), {}, has_data=True)
-    refs: dict[Data, DataRef] = {}
-    limiter = anyio.CapacityLimiter(4)
-
-    async def make(d: Data) -> None:
-        async with limiter:
-            refs[d] = await _reference(d, storage, local_backend, holder)
-
-    async with anyio.create_task_group() as tg:
-        for d in found:
-            tg.start_soon(make, d)
+    refs = await _references(found, storage, local_backend, holder)
     new_calls = [replace_leaves(call, _is_data, refs.__getitem__) for call in calls]
     return PreparedCalls(new_calls, holder.local_paths, has_data=True)
 
 
 def _is_data(x: object) -> bool:
     return isinstance(x, Data)
+
+
+async def _references(
+    found: dict[Data, None], storage: Storage, local_backend: bool, prepared: PreparedData
+) -> dict[Data, DataRef]:
+    """A reference for each distinct ``Data``, hashing and uploading a few at a time."""
+    refs: dict[Data, DataRef] = {}
+    limiter = anyio.CapacityLimiter(4)
+
+    async def make(d: Data) -> None:
+        async with limiter:
+            refs[d] = await _reference(d, storage, local_backend, prepared)
+
+    async with anyio.create_task_group() as tg:
+        for d in found:
+            tg.start_soon(make, d)
+    return refs
 
 
 async def _reference(

@@ -9,6 +9,7 @@ use of it holds one lock.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import os
@@ -16,7 +17,7 @@ import stat
 import sys
 import threading
 import zipfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -205,6 +206,20 @@ def module_to_ship(fn: Callable[..., Any], root: Path) -> ModuleType | None:
     return module
 
 
+@contextlib.contextmanager
+def shipping_by_value(fn: Callable[..., Any], root: Path) -> Iterator[None]:
+    """Hold the pickling lock, with ``fn``'s module registered by value if it is ours."""
+    module = module_to_ship(fn, root)
+    with PICKLE_LOCK:
+        if module is not None:
+            cloudpickle.register_pickle_by_value(module)
+        try:
+            yield
+        finally:
+            if module is not None:
+                cloudpickle.unregister_pickle_by_value(module)
+
+
 def pickle_payload(
     fn: Callable[..., Any],
     args: tuple[Any, ...],
@@ -222,17 +237,11 @@ def pickle_payload(
     payload: dict[str, Any] = {"fn": fn, "args": tuple(args), "kwargs": dict(kwargs)}
     if volumes:
         payload["volumes"] = volumes
-    module = module_to_ship(fn, root)
-    with PICKLE_LOCK:
-        if module is not None:
-            cloudpickle.register_pickle_by_value(module)
+    with shipping_by_value(fn, root):
         try:
             return bytes(cloudpickle.dumps(payload))
         except Exception as exc:
             raise _explain_pickling_failure(fn, args, kwargs, exc) from exc
-        finally:
-            if module is not None:
-                cloudpickle.unregister_pickle_by_value(module)
 
 
 def _explain_pickling_failure(
@@ -259,10 +268,7 @@ def pickle_function(fn: Callable[..., Any], root: Path) -> bytes:
 
     :raises SerializationError: when it cannot be pickled.
     """
-    module = module_to_ship(fn, root)
-    with PICKLE_LOCK:
-        if module is not None:
-            cloudpickle.register_pickle_by_value(module)
+    with shipping_by_value(fn, root):
         try:
             return bytes(cloudpickle.dumps(fn))
         except Exception as exc:
@@ -270,9 +276,6 @@ def pickle_function(fn: Callable[..., Any], root: Path) -> bytes:
                 f"the function {getattr(fn, '__qualname__', fn)!r} cannot be pickled "
                 f"({type(exc).__name__}: {exc})"
             ) from exc
-        finally:
-            if module is not None:
-                cloudpickle.unregister_pickle_by_value(module)
 
 
 async def apickle_function(fn: Callable[..., Any], root: Path) -> bytes:
