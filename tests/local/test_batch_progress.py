@@ -30,7 +30,11 @@ _SCRIPT = textwrap.dedent(
 def _run(stderr_is_tty: bool) -> tuple[str, str]:
     if not stderr_is_tty:
         out = subprocess.run(
-            [sys.executable, "-c", _SCRIPT], capture_output=True, text=True, timeout=120
+            [sys.executable, "-c", _SCRIPT],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
         )
         assert out.returncode == 0, out.stderr
         return out.stdout, out.stderr
