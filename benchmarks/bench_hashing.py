@@ -9,7 +9,8 @@ run in a fresh process:
 - warm: ours with the stat cache written by an earlier run, the tree unchanged.
 
 The figure for each run is the time of the hash call inside its process (the interpreter
-start and imports are reported separately as the process wall). Digests must be equal
+start and imports are reported separately as the process wall); ratios are of medians,
+with best-of ratios alongside. Digests must be equal
 everywhere. Targets (DESIGN §7): cold throughput >= 1.5x the original's, warm >= 50x
 faster.
 
@@ -155,6 +156,8 @@ def bench_tree(
         raise RuntimeError(f"{name}: digests differ between runs: {sorted(digests)}")
 
     med = {k: statistics.median(s["seconds"] for s in v) for k, v in samples.items()}
+    wall = {k: statistics.median(s["wall"] for s in v) for k, v in samples.items()}
+    best = {k: min(s["seconds"] for s in v) for k, v in samples.items()}
     mib = nbytes / (1 << 20)
     cold_ratio = med["original"] / med["cold"]
     warm_ratio = med["original"] / med["warm"]
@@ -167,6 +170,13 @@ def bench_tree(
         "throughput_mib_s": {
             "original": round(mib / med["original"], 1),
             "cold": round(mib / med["cold"], 1),
+        },
+        # Whole processes (interpreter start and imports included), for context only.
+        "process_wall_speedup": {k: round(wall["original"] / wall[k], 1) for k in ("cold", "warm")},
+        # Best-of ratios: the least noisy figure on a shared machine (the original's
+        # thread pool is the most sensitive to other load).
+        "best_of_speedup": {
+            k: round(best["original"] / best[k], 2 if k == "cold" else 1) for k in ("cold", "warm")
         },
         "cold_speedup": round(cold_ratio, 2),
         "cold_verdict": verdict(cold_ratio, TARGET_COLD, lower_is_better=False),
@@ -222,7 +232,11 @@ def main() -> None:
                 f"({res['throughput_mib_s']['cold']} MiB/s)  "
                 f"x{res['cold_speedup']} [{res['cold_verdict']} >= {TARGET_COLD}]\n"
                 f"  warm     {hc['warm']['median_ms']:9.1f} ms  "
-                f"x{res['warm_speedup']} [{res['warm_verdict']} >= {TARGET_WARM}]"
+                f"x{res['warm_speedup']} [{res['warm_verdict']} >= {TARGET_WARM}]\n"
+                f"  best-of ratios: cold x{res['best_of_speedup']['cold']}, "
+                f"warm x{res['best_of_speedup']['warm']}; whole processes: "
+                f"cold x{res['process_wall_speedup']['cold']}, "
+                f"warm x{res['process_wall_speedup']['warm']}"
             )
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -1,8 +1,8 @@
 """Pytest plugin: every test runs with a private, clean Kinetic environment.
 
 ``KINETIC_*`` and GCP variables of the developer's shell are removed, the
-profiles file and the local backend's root point into the test's temporary
-directory, and the local-backend notice is silenced. Tests that need other
+profiles file, the local backend's root and the hashing stat cache point into
+the test's temporary directory, and the local-backend notice is silenced. Tests that need other
 values set them with ``monkeypatch``.
 """
 
@@ -26,6 +26,7 @@ def kinetic_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("KINETIC_LOCAL_ROOT", str(root))
     monkeypatch.setenv("KINETIC_PROFILES_FILE", str(tmp_path / "profiles.json"))
     monkeypatch.setenv("KINETIC_QUIET", "1")
+    monkeypatch.setenv("KINETIC_CACHE_DIR", str(tmp_path / "kinetic-cache"))
     return root
 
 

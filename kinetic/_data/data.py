@@ -250,10 +250,13 @@ class Data:
         return f"Data({', '.join(args)})"
 
     def __setattr__(self, name: str, value: object) -> None:
-        # Immutable once built (it is hashable); __init__ and unpickling go through here.
+        # Immutable once built, since it is hashable: __init__ sets each slot once.
         if hasattr(self, name):
             raise AttributeError(f"Data is immutable: cannot set {name!r}")
         object.__setattr__(self, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"Data is immutable: cannot delete {name!r}")
 
     def __reduce__(self) -> tuple[object, ...]:
         # Rebuild without validation: the remote side has neither the local path nor a

@@ -16,9 +16,10 @@ One call hashes one root (a directory or a single file) in five steps:
    update, without per-file Python work.
 3. **Read.** Misses are grouped into jobs of consecutive files (by count and by bytes,
    so a big file is a job of its own). Jobs of big files go to a thread pool owned by the
-   call: :mod:`hashlib` and ``os.readv`` release the GIL, so they hash on all cores. Jobs
-   of small files are read by the calling thread meanwhile: for them the GIL-held work
-   per file outweighs the hashing, and more threads only contend. Each file is read in
+   call, started once there is enough to hash to pay for it: :mod:`hashlib` and
+   ``os.readv`` release the GIL, so they hash on all cores. Jobs of small files are read
+   by the calling thread meanwhile: for them the GIL-held work per file outweighs the
+   hashing, and more threads only contend. Each file is read in
    1 MiB chunks through one fd; its stat before the read (the walk's) and its ``fstat``
    after must agree, or the file is read once more and then
    :class:`~kinetic.DataError` is raised. Files changed less than one timestamp tick
@@ -37,16 +38,17 @@ SHA-256 of the payload, then a :mod:`marshal` payload (never :mod:`pickle`, load
 not run code) ``(kind, root, os.sep, {dir relpath: (file names, stat keys, digests)})``:
 per directory, its regular files' names in walk order, their stat keys ``(size, mtime_ns,
 ctime_ns, inode, device)`` packed as ``<qqqQQ`` and their 32-byte digests, concatenated.
-Writers write a private temporary file and ``os.replace`` it,
-so concurrent processes only ever read a complete file; the last writer wins, and each
-writer's content is a complete, valid cache. A missing, truncated or foreign file reads
-as empty. Failing to write the cache is logged, never raised.
+Writers write a private temporary file and ``os.replace`` it, so concurrent processes
+only ever read a complete file; the last writer wins, and each writer's content is a
+complete, valid cache. A missing, truncated or foreign file reads as empty. Failing to
+write the cache is logged, never raised. Only files settled before they were read are
+cached, so no cached digest can hide a later change behind an unchanged stat.
 
 Limits: the proof of consistency rests on timestamps. It cannot see a single ``write()``
 that began before the first stat and is still copying data while we read, when that
 call lasts longer than the settle window (20 ms); nor a network filesystem whose
-server clock runs far from ours. Writers that write in chunks, or replace files by
-renaming, are always caught.
+server clock runs far from ours. Writers that write in chunks or replace files by
+renaming are caught.
 
 Cancellation: :func:`ahash_path` checks for cancellation between directories and jobs
 and waits for the pool's threads, which stop between files and between 1 MiB chunks.
@@ -100,6 +102,9 @@ _BATCH_BYTES = 4 << 20
 # read by the calling thread. Measured on 2 cores: 16-32 KiB files hash 0.7-0.9x as fast
 # on two threads as on one (GIL contention), 64 KiB files 1.3-1.5x, 1 MiB+ files 1.9x.
 _POOL_MIN_FILE_BYTES = 48 << 10
+# The pool starts once this many bytes of such jobs are waiting: starting threads costs a
+# few milliseconds on a busy machine, about what hashing 16 MiB on a second core saves.
+_POOL_MIN_BYTES = 16 << 20
 _ATTEMPTS = 2  # read a file changing under us once more, then give up
 _SETTLE_ROUNDS = 3
 _WAIT_POLL_S = 0.02  # how often a blocked wait checks for cancellation
@@ -283,9 +288,9 @@ class _Stopped(Exception):
 _Job = tuple[_Build, str, str, int, list[int]]
 # A finished job: its digests concatenated, files read, bytes read.
 _Done = tuple[bytes, int, int]
-# What the calling thread combines, in walk order: digests known already, or the future
-# of a job given to the pool.
-_Pending = bytearray | Future[_Done]
+# What the calling thread combines, in walk order: digests known already, a job held
+# back from the pool (see add_job), or the future of a job given to the pool.
+_Pending = bytearray | _Job | Future[_Done]
 
 
 class _Run:
@@ -339,14 +344,23 @@ class _Run:
         builds: list[tuple[str, _Build]] = []
         pool: ThreadPoolExecutor | None = None
 
+        held_bytes = 0
+
         def drain(limit: int) -> None:
-            # Combine finished work at the head; block on the oldest job only while more
-            # than `limit` items are in flight (bounded memory; the pool stays busy).
+            # Combine finished work at the head; block on (or read) the oldest job only
+            # while more than `limit` items are in flight (bounded memory).
             while pending and (
-                len(pending) > limit or isinstance(pending[0], bytearray) or pending[0].done()
+                len(pending) > limit
+                or isinstance(pending[0], bytearray)
+                or (isinstance(pending[0], Future) and pending[0].done())
             ):
                 item = pending.popleft()
-                dh.update(item if isinstance(item, bytearray) else self._done(self._wait(item)))
+                if isinstance(item, bytearray):
+                    dh.update(item)
+                elif isinstance(item, Future):
+                    dh.update(self._done(self._wait(item)))
+                else:
+                    dh.update(self._done(self._do_job(item)))  # held back: read it here
                 self.checkpoint()
 
         def add_digests(digests: bytes) -> None:
@@ -358,18 +372,24 @@ class _Run:
                 pending.append(bytearray(digests))  # keep their place behind the reads
 
         def add_job(job: _Job, nbytes: int) -> None:
-            nonlocal pool
+            nonlocal pool, held_bytes
             if nbytes < _POOL_MIN_FILE_BYTES * len(job[4]):
                 # Small files cost more GIL-held work (open, stat, close) than GIL-free
                 # hashing: threads would only contend for the GIL. Read them here, while
                 # the pool hashes the big ones.
                 add_digests(self._done(self._do_job(job)))
-            else:
-                if pool is None:
-                    pool = ThreadPoolExecutor(
-                        self.workers, "kinetic-hash", initializer=self._init_thread
-                    )
+            elif pool is not None:
                 pending.append(pool.submit(self._do_job, job))
+            else:
+                # Starting threads takes milliseconds: hold big jobs back until there is
+                # enough to hash for two cores to win that back. Less is read here.
+                pending.append(job)
+                held_bytes += nbytes
+                if held_bytes >= _POOL_MIN_BYTES:
+                    pool = ThreadPoolExecutor(self.workers, "kinetic-hash")
+                    for i, item in enumerate(pending):
+                        if isinstance(item, tuple):
+                            pending[i] = pool.submit(self._do_job, item)
             self.checkpoint()
             drain(4 * self.workers)
 
@@ -453,39 +473,35 @@ class _Run:
         self.bytes_read += nbytes
         return digests
 
-    # -- pool threads (or the calling thread, for a small tree) --------------------------
-
-    def _init_thread(self) -> None:
-        self.local.buf = bytearray(_CHUNK)  # one read buffer per thread, reused
+    # -- pool threads, and the calling thread for small files -----------------------------
 
     def _do_job(self, job: _Job) -> _Done:
         """Read the files of a job; fill their slots in its record; return their digests."""
         build, rel_dir, abs_dir, now, indices = job
         names, keys, digests = build
         buf: bytearray | None = getattr(self.local, "buf", None)
-        if buf is None:  # the calling thread
-            buf = bytearray(_CHUNK)
+        if buf is None:  # the calling thread: allocate once, not per job
+            buf = self.local.buf = bytearray(_CHUNK)
         view = memoryview(buf)
         out: list[bytes] = []
         nbytes = 0
-        try:
-            for i in indices:
-                if self.stop.is_set():
-                    raise _Stopped
-                name = names[i]
-                key: _Key = _KEY_STRUCT.unpack(keys[i])
-                settled = ch.is_settled(key[1], key[2], now)
-                digest, cache_key, n = self._read_file(
-                    ch.join_relpath(rel_dir, name), f"{abs_dir}/{name}", key, settled, view
-                )
-                out.append(digest)
-                nbytes += n
-                if cache_key is not None:
-                    keys[i] = _KEY_STRUCT.pack(*cache_key)
-                    digests[i] = digest
-                # else: digests[i] stays None, the file is left out of the cache
-        finally:
-            view.release()
+        rel_prefix = ch.join_relpath(rel_dir, "")  # hoisted out of the per-file loop
+        abs_prefix = f"{abs_dir}/"
+        for i in indices:
+            if self.stop.is_set():
+                raise _Stopped
+            name = names[i]
+            key: _Key = _KEY_STRUCT.unpack(keys[i])
+            settled = ch.is_settled(key[1], key[2], now)
+            digest, cache_key, n = self._read_file(
+                rel_prefix + name, abs_prefix + name, key, settled, view
+            )
+            out.append(digest)
+            nbytes += n
+            if cache_key is not None:
+                keys[i] = _KEY_STRUCT.pack(*cache_key)
+                digests[i] = digest
+            # else: digests[i] stays None, the file is left out of the cache
         return b"".join(out), len(indices), nbytes
 
     def _read_file(

@@ -8,6 +8,7 @@ import json
 import marshal
 import os
 import pickle
+import random
 import subprocess
 import sys
 import textwrap
@@ -169,6 +170,49 @@ def test_pinned_digests_are_the_originals() -> None:
         timeout=120,
     )
     assert json.loads(out.stdout) == PINNED
+
+
+def _reference_digest(root: Path) -> str:
+    """The rules applied the plain way: os.walk, sorted, one file at a time."""
+    digests = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for name in sorted(filenames):
+            path = os.path.join(dirpath, name)
+            data = Path(path).read_bytes()
+            digests.append(ch.file_digest(os.path.relpath(path, root), data))
+    return ch.dir_hash(digests)
+
+
+def _make_mixed_tree(root: Path, seed: int) -> None:
+    rng = random.Random(seed)
+    sizes = [0, 100, 20_000, 70_000, 600_000, 5 << 20]
+    for d in ["", "a", "a/x", "b", "c"]:
+        (root / d).mkdir(parents=True, exist_ok=True)
+        for i in range(25):
+            (root / d / f"f{i:02d}").write_bytes(rng.randbytes(rng.choice(sizes)))
+
+
+@pytest.mark.parametrize("workers", [1, 2, 4])
+def test_mixed_tree_matches_the_rules_through_every_path(tmp_path: Path, workers: int) -> None:
+    # Small files read inline, big ones on the pool, hits in between: order must hold.
+    root = tmp_path / "mixed"
+    _make_mixed_tree(root, seed=workers)
+    expected = _reference_digest(root)
+    assert hash_tree(root, use_cache=False, max_workers=workers).digest == expected
+    assert hash_tree(root, max_workers=workers).digest == expected
+    # Change some files (every kind of size), drop one, add one: a partly warm cache.
+    rng = random.Random(99)
+    changed = [p for p in sorted(root.rglob("f*"))[::9] if p != root / "b" / "f03"]
+    for path in changed:
+        path.write_bytes(rng.randbytes(path.stat().st_size + 1))
+    (root / "b" / "f03").unlink()
+    (root / "a" / "x" / "new").write_bytes(b"new")
+    result = hash_tree(root, max_workers=workers)
+    assert result.digest == _reference_digest(root)
+    assert result.stats.files_read == len(changed) + 1
+    again = hash_tree(root, max_workers=workers)
+    assert (again.digest, again.stats.files_read) == (result.digest, 0)
 
 
 # -- stat cache ---------------------------------------------------------------------------
@@ -601,6 +645,9 @@ def test_data_is_immutable(tree: Path) -> None:
     d = Data(tree)
     with pytest.raises(AttributeError, match="immutable"):
         d._path = "/elsewhere"
+    with pytest.raises(AttributeError, match="immutable"):
+        del d._fuse
+    assert d == Data(tree)
 
 
 @pytest.mark.parametrize("dumps", [pickle.dumps, cloudpickle.dumps])
