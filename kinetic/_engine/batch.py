@@ -157,13 +157,11 @@ class BatchHandle:
                         if self._accounted() >= self.total:
                             return
                 continue  # the supervisor ended: read what it left behind
+            # No supervisor is listening: learn from the records it (or another) left.
             for index, state in await batches.read_states(self.group_id, set(self._states)):
                 self._record(index, state)
-            if self._accounted() + len(self._pending_never_run()) >= self.total:
-                stop = await batches.read_json(protocol.group_stop_key(self.group_id))
-                if stop is not None or self._accounted() >= self.total:
-                    self._settle_stopped(stop)
-                    continue
+            if self._accounted() >= self.total:
+                continue
             stop = await batches.read_json(protocol.group_stop_key(self.group_id))
             running = await anyio.to_thread.run_sync(batches.supervisor_running, self.group_id)
             if stop is not None and not running:
