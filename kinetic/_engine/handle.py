@@ -67,9 +67,11 @@ class JobHandle(JobRecord):
             sys.stdout.write(chunk)
             sys.stdout.flush()
 
-    def iter_logs(self) -> AsyncIterator[str]:
+    async def iter_logs(self) -> AsyncIterator[str]:
         """Yield the job's output in chunks from its start until it ends."""
-        return self._backend().follow_logs(self)
+        # An async generator: the backend is looked up on the loop, not by the caller.
+        async for chunk in self._backend().follow_logs(self):
+            yield chunk
 
     async def tail(self, n: int = 100) -> str:
         """The last ``n`` lines of the job's output."""

@@ -8,13 +8,19 @@ sync facade's private loop and a user's own loop each get their own.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import weakref
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from kinetic._backends.base import Backend
 from kinetic._backends.local import LocalBackend
 from kinetic._core.config import Settings
 from kinetic._exceptions import ConfigError
+
+if TYPE_CHECKING:
+    from kinetic._backends.gke.backend import GKEBackend
 
 _REGISTRIES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[str, ...], Backend]]
 _REGISTRIES = weakref.WeakKeyDictionary()
@@ -43,6 +49,8 @@ def backend_for_settings(settings: Settings) -> Backend:
     """
     if settings.backend == "local":
         return local_backend(settings.local_root)
+    if settings.backend == "gke":
+        return gke_backend(settings.bucket_name, settings.namespace)
     raise ConfigError(f"backend {settings.backend!r} is not available yet; use backend='local'")
 
 
@@ -51,4 +59,50 @@ def backend_for_location(backend: str, bucket_name: str, namespace: str) -> Back
     if backend == "local":
         # A local job's bucket_name is its storage directory: the root is its parent.
         return local_backend(Path(bucket_name).parent)
+    if backend == "gke":
+        return gke_backend(bucket_name, namespace)
     raise ConfigError(f"backend {backend!r} is not available yet")
+
+
+# One Kubernetes client (and its shared watches) per loop, for every GKE backend.
+_CLUSTERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any]
+_CLUSTERS = weakref.WeakKeyDictionary()
+
+
+def gke_backend(bucket: str, namespace: str) -> GKEBackend:
+    """The GKE backend on ``bucket`` for this loop (kubernetes-asyncio loads on first use).
+
+    Knobs come from ``KINETIC_GKE_*`` / ``KINETIC_K8S_*`` variables
+    (:mod:`kinetic._core.gke_config`).
+
+    :raises ConfigError: on a malformed knob or bucket name.
+    """
+    from kinetic._backends.gke.backend import Cluster, GKEBackend
+    from kinetic._backends.gke.client import KubeClient
+    from kinetic._core.gke_config import options_from_env
+
+    options = options_from_env(os.environ)
+    key = ("gke", bucket, namespace, repr(options))
+    registry = _registry()
+    backend = registry.get(key)
+    if backend is None:
+        loop = asyncio.get_running_loop()
+        cluster = _CLUSTERS.get(loop)
+        if cluster is None:
+            cluster = _CLUSTERS[loop] = Cluster(KubeClient(qps=options.qps, burst=options.burst))
+        backend = registry[key] = GKEBackend(bucket, cluster, namespace=namespace, options=options)
+    assert isinstance(backend, GKEBackend)
+    return backend
+
+
+async def aclose_backends() -> None:
+    """Close the backends (connections, sessions) of the running loop. Idempotent."""
+    loop = asyncio.get_running_loop()
+    backends = list(_registry().values())
+    _REGISTRIES.pop(loop, None)
+    cluster = _CLUSTERS.pop(loop, None)
+    for backend in backends:
+        with contextlib.suppress(Exception):  # closing one must not keep the others open
+            await backend.aclose()
+    if cluster is not None:
+        await cluster.aclose()

@@ -26,7 +26,7 @@ from kinetic._core import accelerators
 from kinetic._core.config import Settings, capture_env
 from kinetic._core.ids import new_job_id
 from kinetic._core.records import utcnow_iso
-from kinetic._engine import runtime
+from kinetic._engine import runtime, targets
 from kinetic._engine.data_refs import prepare_data
 from kinetic._engine.handle import JobHandle
 from kinetic._engine.packaging import (
@@ -147,18 +147,43 @@ async def submit(
     """
     settings, accel, backend = resolve_target(opts)
     env = capture_env(list(opts.capture_env_vars or ()), os.environ)
-    root = find_package_root(function_source_dir(fn))
-    data = await prepare_data(
-        args, kwargs, opts.volumes, storage=backend.storage, local_backend=backend.name == "local"
-    )
-    payload = await apickle_payload(fn, data.args, data.kwargs, root, volumes=data.volumes)
-    archive = await acontext_archive(root, exclude=(Path(settings.local_root), *data.local_paths))
-    sys_path, cwd = relative_sys_path(root, Path.cwd())
-
     job_id = new_job_id()
     storage = backend.storage
-    output_dir = opts.output_dir or _default_output_dir(backend, settings, job_id)
+    target = targets.target_for(backend)
+    place = target.placement(settings, job_id, opts.output_dir)
+    output_dir = place.output_dir
     func_name = getattr(fn, "__name__", type(fn).__name__)
+    # Backend-specific checks and image resolution: before anything is written.
+    image_uri = await target.prepare(
+        backend,
+        targets.LaunchInput(
+            job_id=job_id,
+            settings=settings,
+            accelerator=accel,
+            container_image=opts.container_image,
+            output_dir=output_dir,
+            env=env,
+            func_name=func_name,
+        ),
+    )
+    try:
+        root = find_package_root(function_source_dir(fn))
+        data = await prepare_data(
+            args,
+            kwargs,
+            opts.volumes,
+            storage=backend.storage,
+            local_backend=backend.name == "local",
+        )
+        payload = await apickle_payload(fn, data.args, data.kwargs, root, volumes=data.volumes)
+        archive = await acontext_archive(
+            root, exclude=(Path(settings.local_root), *data.local_paths)
+        )
+        sys_path, cwd = relative_sys_path(root, Path.cwd())
+    except BaseException:
+        target.discard(backend, job_id)
+        raise
+
     spec: protocol.JobSpec = {
         "format": protocol.FORMAT,
         "job_id": job_id,
@@ -176,12 +201,12 @@ async def submit(
         job_id=job_id,
         backend=backend.name,
         project=settings.project or "",
-        cluster_name=settings.cluster if backend.name != "local" else "local",
-        zone=settings.zone if backend.name != "local" else "",
+        cluster_name=place.cluster_name,
+        zone=place.zone,
         namespace=settings.namespace,
-        bucket_name=_bucket_name(backend, settings),
+        bucket_name=place.bucket_name,
         k8s_name=f"kinetic-{job_id}",
-        image_uri=opts.container_image or "",
+        image_uri=image_uri,
         accelerator=accel.name + (":spot" if accel.spot else ""),
         func_name=func_name,
         display_name=f"kinetic-{func_name}-{job_id}",
@@ -189,27 +214,20 @@ async def submit(
         debug=opts.debug,
     )
     context_key = protocol.context_key(archive.sha256)
-    if not await storage.exists(context_key):
-        await storage.write(context_key, archive.data)
+    try:
+        if not await storage.exists(context_key):
+            await storage.write(context_key, archive.data)
+    except BaseException:
+        target.discard(backend, job_id)
+        raise
     try:
         await storage.write(protocol.payload_key(job_id), payload)
         await storage.write(protocol.spec_key(job_id), protocol.dump_json(spec))
         await storage.write(protocol.handle_key(job_id), protocol.dump_json(handle.to_dict()))
         await backend.launch(handle)
     except BaseException:
+        target.discard(backend, job_id)
         with anyio.CancelScope(shield=True):
             await storage.delete_prefix(f"{job_id}/")
         raise
     return handle
-
-
-def _bucket_name(backend: Backend, settings: Settings) -> str:
-    if backend.name == "local":
-        return str(Path(settings.local_root).absolute() / "storage")
-    return settings.bucket_name
-
-
-def _default_output_dir(backend: Backend, settings: Settings, job_id: str) -> str:
-    if backend.name == "local":
-        return str(Path(settings.local_root).absolute() / "outputs" / job_id)
-    return f"gs://{settings.bucket_name}/outputs/{job_id}"

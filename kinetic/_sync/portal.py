@@ -138,7 +138,11 @@ class LoopThread:
         portal, thread = self._portal, self._thread
         if portal is None or thread is None or os.getpid() != _PID[0]:
             return
-        with contextlib.suppress(Exception):  # shutting down anyway
+        with contextlib.suppress(Exception):  # shutting down anyway: close connections
+            from kinetic._engine import runtime
+
+            portal.call(runtime.aclose_backends)
+        with contextlib.suppress(Exception):
             portal.call(portal.stop, True)
         thread.join(timeout=5)
         self._portal = None

@@ -1,0 +1,177 @@
+"""The GKE backend on the cluster testbed: status latency (watch vs polling) and submission.
+
+(a) Completion-to-observed latency: jobs whose function returns ``time.time()`` as its
+    last act (pod and host share the clock); the latency is the time from that return
+    until the submitting process observes SUCCEEDED. Half the jobs are observed with
+    the shared watch (``backend.wait``), half with a 5 s polling loop of
+    ``backend.status`` — same cluster, same run, concurrently. Target (DESIGN §7):
+    watch <= 0.5 s (it includes the runner's result/log uploads and the kubelet's
+    report).
+(b) Submitting ``--jobs`` jobs (default 200) concurrently through ``fn.aio.run_async``:
+    Kubernetes requests and storage writes per job (counted at the client), and jobs/s.
+    The Jobs are deleted right after.
+
+Needs the testbed: ``tests/testbed/up`` (the script runs it). Writes
+``benchmarks/results/cluster.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+import kinetic
+from kinetic._engine import runtime
+from kinetic._images.runner_image import ensure_runner_image
+
+
+def finish_time(pause: float) -> float:
+    time.sleep(pause)
+    return time.time()
+
+
+def noop() -> None:
+    return None
+
+
+def testbed_env() -> dict[str, str]:
+    subprocess.run([str(REPO / "tests/testbed/up")], check=True, capture_output=True)
+    cache = Path(os.environ.get("KINETIC_TESTBED_CACHE") or Path.home() / ".cache/kinetic-testbed")
+    return {k: str(v) for k, v in json.loads((cache / "run/env.json").read_text()).items()}
+
+
+async def latency(fn: Any, n: int, poll: float) -> dict[str, Any]:
+    handles = [await fn.aio.run_async(1.0 + 0.1 * i) for i in range(2 * n)]
+    backend = runtime.backend_for_location("gke", handles[0].bucket_name, handles[0].namespace)
+    watched: list[float] = []
+    polled: list[float] = []
+
+    async def by_watch(h: Any) -> None:
+        await backend.wait(h)
+        seen = time.time()
+        watched.append(seen - await h.result(cleanup=False))
+
+    async def by_polling(h: Any) -> None:
+        while not (await backend.status(h)).status.is_terminal:  # noqa: ASYNC110 - the baseline
+            await anyio.sleep(poll)
+        seen = time.time()
+        polled.append(seen - await h.result(cleanup=False))
+
+    async with anyio.create_task_group() as tg:
+        for i, h in enumerate(handles):
+            tg.start_soon(by_watch if i % 2 == 0 else by_polling, h)
+    async with anyio.create_task_group() as tg:
+        for h in handles:
+            tg.start_soon(h.cleanup)
+
+    def stats(xs: list[float]) -> dict[str, float]:
+        return {
+            "median_s": round(statistics.median(xs), 3),
+            "max_s": round(max(xs), 3),
+            "min_s": round(min(xs), 3),
+        }
+
+    return {"jobs_each": n, "poll_interval_s": poll, "watch": stats(watched), "poll": stats(polled)}
+
+
+async def submission(fn: Any, n: int) -> dict[str, Any]:
+    first = await fn.aio.run_async()  # warm: backend, context archive in storage, image
+    backend = runtime.backend_for_location("gke", first.bucket_name, first.namespace)
+    writes = [0]
+    original = backend.storage.write
+
+    async def counting_write(key: str, data: bytes, **kw: Any) -> None:
+        writes[0] += 1
+        await original(key, data, **kw)
+
+    backend.storage.write = counting_write  # type: ignore[method-assign]
+    requests_before = backend.client.requests_sent
+    handles: list[Any] = []
+    limiter = anyio.CapacityLimiter(64)
+
+    async def one() -> None:
+        async with limiter:
+            handles.append(await fn.aio.run_async())
+
+    started = time.perf_counter()
+    async with anyio.create_task_group() as tg:
+        for _ in range(n):
+            tg.start_soon(one)
+    elapsed = time.perf_counter() - started
+    requests = backend.client.requests_sent - requests_before
+    backend.storage.write = original  # type: ignore[method-assign]
+    async with anyio.create_task_group() as tg:
+        for h in [first, *handles]:
+            tg.start_soon(h.cleanup)
+    return {
+        "jobs": n,
+        "seconds": round(elapsed, 2),
+        "jobs_per_s": round(n / elapsed, 1),
+        "k8s_requests_per_job": round(requests / n, 2),
+        "storage_writes_per_job": round(writes[0] / n, 2),
+        "k8s_qps_limit": backend.options.qps,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--jobs", type=int, default=200)
+    parser.add_argument("--latency-jobs", type=int, default=5)
+    args = parser.parse_args()
+    env = testbed_env()
+    for key in ("KUBECONFIG", "STORAGE_EMULATOR_HOST", "DOCKER_HOST"):
+        os.environ[key] = env[key]
+    os.environ["KINETIC_GKE_HOST_NETWORK"] = env["KINETIC_TESTBED_HOST_NETWORK"]
+    os.environ["KINETIC_GKE_SERVICE_ACCOUNT"] = env["KINETIC_TESTBED_SERVICE_ACCOUNT"]
+    os.environ["KINETIC_QUIET"] = "1"
+    image = anyio.run(
+        ensure_runner_image, env["KINETIC_TESTBED_REGISTRY"], env["KINETIC_TESTBED_BASE_IMAGE"]
+    )
+    cluster = f"b{uuid.uuid4().hex[:8]}"
+    bucket = f"kb-kn-{cluster}-jobs"
+    req = urllib.request.Request(
+        f"{env['STORAGE_EMULATOR_HOST']}/storage/v1/b?project=kb",
+        data=json.dumps({"name": bucket}).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    urllib.request.urlopen(req, timeout=10).close()
+    opts = {
+        "backend": "gke",
+        "project": "kb",
+        "cluster": cluster,
+        "container_image": image,
+        "accelerator": "cpu",
+    }
+    timed = kinetic.run(**opts)(finish_time)
+    trivial = kinetic.run(**opts)(noop)
+
+    async def run_all() -> dict[str, Any]:
+        out = {"latency": await latency(timed, args.latency_jobs, 5.0)}
+        out["submission"] = await submission(trivial, args.jobs)
+        await runtime.aclose_backends()
+        return out
+
+    results = anyio.run(run_all)
+    results["note"] = "single-node testbed (k8s v1.20 on Docker, 2 cores), fake-gcs-server"
+    out = REPO / "benchmarks/results/cluster.json"
+    out.write_text(json.dumps(results, indent=2) + "\n")
+    print(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,442 @@
+"""The one door to the Kubernetes API: kubernetes-asyncio, bounded and translated.
+
+Theory of operation
+-------------------
+:class:`KubeClient` loads its configuration lazily, inside the running loop, on
+the first request: ``$KUBECONFIG`` (or ``~/.kube/config``) when present, else the
+in-cluster service account. It never touches kubernetes-asyncio's process-global
+default configuration. It speaks raw JSON (``_preload_content=False``): the
+objects it returns are the dicts the API server sent, which the pure rules in
+:mod:`kinetic._core.k8s_status` read.
+
+Every request goes through :meth:`KubeClient._request`, where four rules hold:
+
+* **Rate limit.** One token of the client-side bucket per request (watches: per
+  (re)connection), see :class:`~kinetic._backends.gke.ratelimit.RateLimiter`.
+* **Deadline.** The whole call, retries included, runs under ``anyio.fail_after``.
+* **Retries.** HTTP 429 and 5xx, connection errors and resets and one attempt's
+  timeout are retried with jittered exponential back-off (tenacity). A ``POST``
+  that was retried and then meets ``409 AlreadyExists`` succeeded the first time.
+* **Translation.** A missing namespace is :class:`~kinetic.ConfigError`; 404 on the
+  object itself is ``None``/``False`` for the caller; every other failure is
+  :class:`~kinetic.BackendError` naming the request, with the cause chained. No
+  aiohttp or kubernetes-asyncio exception escapes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import anyio
+from tenacity import (
+    AsyncRetrying,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_random_exponential,
+)
+
+from kinetic._backends.gke.ratelimit import RateLimiter
+from kinetic._exceptions import BackendError, ConfigError, KineticError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TIMEOUT = 30.0
+"""Seconds allowed for one API call, retries included."""
+
+_JSON = "application/json"
+
+
+class KubeHTTPError(Exception):
+    """One attempt's non-2xx answer (internal: translated before leaving the client)."""
+
+    def __init__(self, status: int, body: Mapping[str, Any], what: str) -> None:
+        self.status = status
+        self.body = body
+        self.what = what
+        super().__init__(f"{what}: HTTP {status} {body.get('message') or body.get('reason')}")
+
+    @property
+    def reason(self) -> str:
+        return str(self.body.get("reason") or "")
+
+
+def _transient(exc: BaseException) -> bool:
+    if isinstance(exc, KubeHTTPError):
+        return exc.status == 429 or exc.status >= 500
+    return isinstance(exc, aiohttp.ClientConnectionError | ConnectionError | TimeoutError)
+
+
+class KubeClient:
+    """An async Kubernetes API client for the few calls Kinetic makes.
+
+    :param kubeconfig: kubeconfig file; default ``$KUBECONFIG``, then
+        ``~/.kube/config``, then the in-cluster service account.
+    :param context: kubeconfig context; default the file's current context.
+    :param qps: sustained requests per second (client-side rate limit).
+    :param burst: requests allowed at once before the rate limit applies.
+    :param attempts: tries per request for transient faults, the first included.
+    :param backoff: upper bound of the first back-off, in seconds (doubles per retry).
+    """
+
+    def __init__(
+        self,
+        *,
+        kubeconfig: str | None = None,
+        context: str | None = None,
+        qps: float = 20.0,
+        burst: int = 40,
+        attempts: int = 5,
+        backoff: float = 0.2,
+    ) -> None:
+        self._kubeconfig = kubeconfig
+        self._context = context
+        self.limiter = RateLimiter(qps, burst)
+        self._attempts = attempts
+        self._backoff = backoff
+        self._api: Any = None
+        self._init_lock = anyio.Lock()
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"KubeClient(kubeconfig={self._kubeconfig!r}, context={self._context!r})"
+
+    @property
+    def requests_sent(self) -> int:
+        """Requests sent so far (each retry and each watch connection counts)."""
+        return self.limiter.acquired
+
+    # -- configuration ----------------------------------------------------------------
+
+    async def _client(self) -> Any:
+        if self._closed:
+            raise BackendError("the Kubernetes client is closed")
+        if self._api is not None:
+            return self._api
+        async with self._init_lock:
+            if self._api is None:
+                self._api = await self._load()
+        return self._api
+
+    async def _load(self) -> Any:
+        from kubernetes_asyncio import client as k8s_client
+        from kubernetes_asyncio import config as k8s_config
+        from kubernetes_asyncio.config.config_exception import ConfigException
+
+        cfg = type.__call__(k8s_client.Configuration)  # not the process-global default
+        path = self._kubeconfig or os.environ.get("KUBECONFIG") or None
+        default = Path.home() / ".kube" / "config"
+        try:
+            if path is None and not default.exists() and os.environ.get("KUBERNETES_SERVICE_HOST"):
+                k8s_config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+            else:
+                # KUBECONFIG may list several files; the first is used.
+                first = path.split(os.pathsep)[0] if path else str(default)
+                await k8s_config.load_kube_config(
+                    config_file=first,
+                    context=self._context,
+                    client_configuration=cfg,
+                    persist_config=False,
+                )
+        except (ConfigException, OSError, ValueError, TypeError) as exc:
+            raise ConfigError(f"cannot load the Kubernetes configuration: {exc}") from exc
+        return k8s_client.ApiClient(configuration=cfg)
+
+    # -- the boundary -----------------------------------------------------------------
+
+    async def _open(
+        self,
+        method: str,
+        path: str,
+        *,
+        what: str,
+        query: list[tuple[str, Any]] | None = None,
+        body: Any = None,
+        read_timeout: float | None,
+        total: float | None,
+    ) -> aiohttp.ClientResponse:
+        """Send one request; return the open response (2xx) or raise KubeHTTPError."""
+        api = await self._client()
+        await self.limiter.acquire()
+        headers = {"Accept": _JSON, "Content-Type": _JSON}
+        if method == "PATCH":
+            headers["Content-Type"] = "application/merge-patch+json"
+        resp: aiohttp.ClientResponse = await api.call_api(
+            path,
+            method,
+            query_params=query or [],
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+            _preload_content=False,
+            _request_timeout=aiohttp.ClientTimeout(
+                total=total, sock_connect=10, sock_read=read_timeout
+            ),
+        )
+        if resp.status >= 400:
+            try:
+                raw = await resp.read()
+            finally:
+                resp.release()
+            try:
+                parsed = json.loads(raw)
+            except ValueError:
+                parsed = {"message": raw[:200].decode(errors="replace")}
+            raise KubeHTTPError(resp.status, parsed if isinstance(parsed, dict) else {}, what)
+        return resp
+
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        what: str,
+        namespace: str | None = None,
+        query: list[tuple[str, Any]] | None = None,
+        body: Any = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        raw: bool = False,
+    ) -> Any:
+        """Send a request under the rules of the module docstring; return its JSON
+        (or text with ``raw``), or None on 404 of the object itself."""
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(self._attempts),
+            wait=wait_random_exponential(multiplier=self._backoff, max=5.0),
+            retry=retry_if_exception(_transient),
+            sleep=anyio.sleep,
+            reraise=True,
+        )
+        tries = 0
+        try:
+            with anyio.fail_after(timeout):
+                async for attempt in retrying:
+                    with attempt:
+                        tries += 1
+                        resp = await self._open(
+                            method,
+                            path,
+                            what=what,
+                            query=query,
+                            body=body,
+                            read_timeout=None,
+                            total=timeout,
+                        )
+                        try:
+                            data = await resp.read()
+                        finally:
+                            resp.release()
+                        text = data.decode(errors="replace")
+                        return text if raw else (json.loads(text) if text else None)
+        except KubeHTTPError as exc:
+            if exc.status == 409 and method == "POST" and tries > 1:
+                return None  # our earlier attempt created it
+            return self._translate_http(exc, namespace)
+        except KineticError:
+            raise
+        except TimeoutError as exc:
+            raise BackendError(f"Kubernetes API: {what} timed out after {timeout}s") from exc
+        except Exception as exc:
+            raise BackendError(
+                f"Kubernetes API: {what} failed: {type(exc).__name__}: {exc}"
+            ) from exc
+        raise AssertionError("unreachable")
+
+    @staticmethod
+    def _translate_http(exc: KubeHTTPError, namespace: str | None) -> None:
+        details = exc.body.get("details") or {}
+        if exc.status == 404:
+            if namespace is not None and details.get("kind") == "namespaces":
+                raise ConfigError(
+                    f"Kubernetes namespace {namespace!r} does not exist "
+                    "(create it, or pass namespace= / set KINETIC_NAMESPACE)"
+                ) from exc
+            return
+        message = str(exc.body.get("message") or exc.reason or "")
+        if exc.status in (401, 403):
+            raise BackendError(
+                f"Kubernetes API refused {exc.what} (HTTP {exc.status}): {message}"
+            ) from exc
+        raise BackendError(
+            f"Kubernetes API: {exc.what} failed (HTTP {exc.status}): {message}"
+        ) from exc
+
+    # -- calls ------------------------------------------------------------------------
+
+    async def create_job(
+        self, namespace: str, manifest: Mapping[str, Any], *, timeout: float = DEFAULT_TIMEOUT
+    ) -> None:
+        """Create a ``batch/v1`` Job.
+
+        :raises ConfigError: the namespace does not exist.
+        :raises BackendError: refused (exists already, invalid, forbidden) or unreachable.
+        """
+        name = manifest["metadata"]["name"]
+        await self._request(
+            "POST",
+            f"/apis/batch/v1/namespaces/{namespace}/jobs",
+            what=f"create Job {namespace}/{name}",
+            namespace=namespace,
+            body=dict(manifest),
+            timeout=timeout,
+        )
+
+    async def get_job(
+        self, namespace: str, name: str, *, timeout: float = DEFAULT_TIMEOUT
+    ) -> dict[str, Any] | None:
+        """The Job's JSON, or None when it does not exist."""
+        result: dict[str, Any] | None = await self._request(
+            "GET",
+            f"/apis/batch/v1/namespaces/{namespace}/jobs/{name}",
+            what=f"get Job {namespace}/{name}",
+            timeout=timeout,
+        )
+        return result
+
+    async def delete_job(
+        self, namespace: str, name: str, *, timeout: float = DEFAULT_TIMEOUT
+    ) -> bool:
+        """Delete a Job and, in the foreground, its pods. False when it did not exist."""
+        result = await self._request(
+            "DELETE",
+            f"/apis/batch/v1/namespaces/{namespace}/jobs/{name}",
+            what=f"delete Job {namespace}/{name}",
+            body={"propagationPolicy": "Foreground", "gracePeriodSeconds": 0},
+            timeout=timeout,
+        )
+        return result is not None
+
+    async def list_objects(
+        self,
+        kind: str,
+        namespace: str,
+        selector: str,
+        *,
+        field_selector: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+    ) -> dict[str, Any]:
+        """A list of ``kind`` (``jobs``, ``pods``, ``events``): ``items`` + ``metadata``.
+
+        :raises ConfigError: the namespace does not exist (for ``jobs``).
+        """
+        query: list[tuple[str, Any]] = []
+        if selector:
+            query.append(("labelSelector", selector))
+        if field_selector:
+            query.append(("fieldSelector", field_selector))
+        result = await self._request(
+            "GET",
+            _collection(kind, namespace),
+            what=f"list {kind} in {namespace}",
+            query=query,
+            timeout=timeout,
+        )
+        return result or {"items": [], "metadata": {}}
+
+    async def read_namespace(
+        self, namespace: str, *, timeout: float = DEFAULT_TIMEOUT
+    ) -> dict[str, Any] | None:
+        """The namespace object, or None when it does not exist."""
+        result: dict[str, Any] | None = await self._request(
+            "GET",
+            f"/api/v1/namespaces/{namespace}",
+            what=f"get namespace {namespace}",
+            timeout=timeout,
+        )
+        return result
+
+    async def pod_log(
+        self,
+        namespace: str,
+        pod: str,
+        *,
+        tail: int | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+    ) -> str | None:
+        """The pod's container log, or None when the pod (or its log) is not there."""
+        query: list[tuple[str, Any]] = []
+        if tail is not None:
+            query.append(("tailLines", tail))
+        try:
+            result: str | None = await self._request(
+                "GET",
+                f"/api/v1/namespaces/{namespace}/pods/{pod}/log",
+                what=f"read log of pod {namespace}/{pod}",
+                query=query,
+                timeout=timeout,
+                raw=True,
+            )
+        except BackendError as exc:
+            # 400: the container has not started (or the pod is being torn down).
+            if isinstance(exc.__cause__, KubeHTTPError) and exc.__cause__.status == 400:
+                return None
+            raise
+        return result
+
+    async def stream(
+        self,
+        path: str,
+        *,
+        what: str,
+        query: list[tuple[str, Any]],
+        read_timeout: float | None,
+        connect_timeout: float = DEFAULT_TIMEOUT,
+    ) -> AsyncIterator[bytes]:
+        """Open a long-lived response (watch, followed log) and yield its chunks.
+
+        Connecting is bounded by ``connect_timeout``; once open, a silence longer
+        than ``read_timeout`` ends the stream with BackendError. Not retried: the
+        caller decides how to resume.
+
+        :raises KubeHTTPError: the server answered with an error status (410 Gone
+            for a watch is the caller's business).
+        :raises BackendError: connection failure or timeout.
+        """
+        try:
+            with anyio.fail_after(connect_timeout):
+                resp = await self._open(
+                    "GET", path, what=what, query=query, read_timeout=read_timeout, total=None
+                )
+        except (KubeHTTPError, KineticError):
+            raise
+        except Exception as exc:
+            raise BackendError(
+                f"Kubernetes API: {what} failed: {type(exc).__name__}: {exc}"
+            ) from exc
+        try:
+            async for chunk in resp.content.iter_any():
+                yield chunk
+        except Exception as exc:
+            raise BackendError(
+                f"Kubernetes API: {what} broke off: {type(exc).__name__}: {exc}"
+            ) from exc
+        finally:
+            resp.release()
+
+    async def aclose(self) -> None:
+        """Close the connection pool. Idempotent; shielded from cancellation."""
+        self._closed = True
+        api, self._api = self._api, None
+        if api is not None:
+            with anyio.CancelScope(shield=True):
+                try:
+                    await api.close()
+                except Exception as exc:  # noqa: BLE001 - closing must not fail loudly
+                    log.debug("closing the Kubernetes client failed: %s", exc)
+
+
+def _collection(kind: str, namespace: str) -> str:
+    if kind == "jobs":
+        return f"/apis/batch/v1/namespaces/{namespace}/jobs"
+    if kind in ("pods", "events"):
+        return f"/api/v1/namespaces/{namespace}/{kind}"
+    raise ValueError(f"unsupported kind {kind!r}")
+
+
+def collection_path(kind: str, namespace: str) -> str:
+    """The API path listing ``kind`` in ``namespace`` (``jobs``, ``pods``, ``events``)."""
+    return _collection(kind, namespace)

@@ -1,0 +1,229 @@
+"""Shared watches: one per namespace and label selector, for every handle of a loop.
+
+Theory of operation
+-------------------
+A :class:`SharedWatch` keeps an in-memory copy of the Kinetic Jobs and pods of one
+namespace (label selector ``app=kinetic``), current through two watch streams
+(``jobs`` and ``pods``). Waiters read that copy instead of polling the API server;
+each change bumps :attr:`SharedWatch.version` and wakes every waiter, who then
+re-derives the status of its own job (a dictionary lookup, no IO).
+
+*Who drives.* The streams need a task, and every task needs an owner. A waiter
+enters :meth:`SharedWatch.subscribe`, which starts a *driver candidate* in the
+waiter's own task group. Candidates queue on one lock; the holder runs the two
+streams, so there is exactly one watch per namespace, owned by the task group of
+the subscriber that holds the lock. When that subscriber leaves, its task group
+cancels its candidate, the lock passes to the next subscriber's candidate, which
+resumes the streams from the last ``resourceVersion`` (no events lost, no
+re-list). With no subscriber, nothing runs and nothing is leaked; the next first
+subscriber re-lists, since the copy went stale meanwhile.
+
+*Consistency.* A stream starts with a list (which also sets the resourceVersion)
+when it has none, and resumes from it otherwise. ``410 Gone`` (the version is too
+old) or an ``ERROR`` event forces a re-list. A broken connection (the API server
+restarting, say) is retried with back-off and resumes from the last version.
+A pod deleted before it finished is remembered (:attr:`SharedWatch.lost`), so that
+a job whose pod was killed by deletion is reported FAILED, not re-run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+
+from kinetic._backends.gke.client import KubeClient, KubeHTTPError, collection_path
+from kinetic._core import k8s_status
+from kinetic._exceptions import BackendError, ConfigError
+
+log = logging.getLogger(__name__)
+
+KINDS = ("jobs", "pods")
+SERVER_TIMEOUT = 240
+"""Seconds the API server keeps one watch open before ending it (we then resume)."""
+MAX_BACKOFF = 2.0
+
+
+class _Gone(Exception):
+    """The watch's resourceVersion expired: re-list."""
+
+
+class SharedWatch:
+    """Jobs and pods matching ``selector`` in ``namespace``, kept current.
+
+    :ivar version: bumped on every change; pass it to :meth:`changed`.
+    :ivar error: a permanent problem seen by the streams (a missing namespace), or None.
+    :ivar lists: full lists made (the first ones and every re-list).
+    :ivar connects: watch connections opened.
+    """
+
+    def __init__(self, client: KubeClient, namespace: str, selector: str) -> None:
+        self.client = client
+        self.namespace = namespace
+        self.selector = selector
+        self.objects: dict[str, dict[str, dict[str, Any]]] = {kind: {} for kind in KINDS}
+        self.lost: dict[str, str] = {}
+        self.error: BaseException | None = None
+        self.version = 0
+        self.lists = 0
+        self.connects = 0
+        self._rv: dict[str, str | None] = dict.fromkeys(KINDS)
+        self._synced: dict[str, bool] = dict.fromkeys(KINDS, False)
+        self._changed = anyio.Event()
+        self._driver = anyio.Lock()
+        self._subscribers = 0
+
+    def __repr__(self) -> str:
+        return f"SharedWatch({self.namespace!r}, {self.selector!r})"
+
+    # -- for waiters ------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def subscribe(self) -> AsyncIterator[SharedWatch]:
+        """Keep the streams running (here or in another subscriber) while inside.
+
+        The first subscriber after a time with none re-lists: the copy was not kept
+        current meanwhile, and must not be read as if it were.
+        """
+        if self._subscribers == 0:
+            self._rv = dict.fromkeys(KINDS)
+            self._synced = dict.fromkeys(KINDS, False)
+        self._subscribers += 1
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._drive)
+                try:
+                    yield self
+                finally:
+                    tg.cancel_scope.cancel()
+        finally:
+            self._subscribers -= 1
+
+    @property
+    def synced(self) -> bool:
+        """Whether both kinds have been listed at least once."""
+        return all(self._synced.values())
+
+    async def changed(self, version: int, timeout: float | None = None) -> None:
+        """Return once :attr:`version` differs from ``version``, or ``timeout`` passed."""
+        with anyio.move_on_after(timeout):
+            while self.version == version:
+                await self._changed.wait()
+
+    def job(self, job_id: str) -> dict[str, Any] | None:
+        """The job's Job as last seen, or None."""
+        for obj in self.objects["jobs"].values():
+            if k8s_status.job_id_of(obj) == job_id:
+                return obj
+        return None
+
+    def pods(self, job_id: str) -> list[dict[str, Any]]:
+        """The job's pods as last seen."""
+        return [p for p in self.objects["pods"].values() if k8s_status.job_id_of(p) == job_id]
+
+    # -- driving ----------------------------------------------------------------------
+
+    def _notify(self) -> None:
+        self.version += 1
+        event, self._changed = self._changed, anyio.Event()
+        event.set()
+
+    async def _drive(self) -> None:
+        async with self._driver, anyio.create_task_group() as tg:
+            for kind in KINDS:
+                tg.start_soon(self._pump, kind)
+
+    async def _pump(self, kind: str) -> None:
+        backoff = 0.1
+        while True:
+            try:
+                if self._rv[kind] is None:
+                    await self._relist(kind)
+                await self._follow(kind)
+                backoff = 0.1
+            except _Gone:
+                log.debug("%r: %s watch expired, re-listing", self, kind)
+                self._rv[kind] = None
+            except ConfigError as exc:  # the namespace is missing: tell the waiters
+                self.error = exc
+                self._notify()
+                await anyio.sleep(MAX_BACKOFF)
+            except (BackendError, KubeHTTPError) as exc:
+                log.debug("%r: %s watch interrupted (%s); resuming", self, kind, exc)
+                await anyio.sleep(backoff)
+                backoff = min(backoff * 2, MAX_BACKOFF)
+
+    async def _relist(self, kind: str) -> None:
+        listing = await self.client.list_objects(kind, self.namespace, self.selector)
+        self.lists += 1
+        fresh = {o["metadata"]["name"]: o for o in listing.get("items") or []}
+        if kind == "pods":
+            for name, old in self.objects["pods"].items():
+                if name not in fresh:
+                    self._forget_pod(old)
+        self.objects[kind] = fresh
+        self._rv[kind] = (listing.get("metadata") or {}).get("resourceVersion")
+        self._synced[kind] = True
+        self.error = None
+        self._notify()
+
+    def _forget_pod(self, pod: dict[str, Any]) -> None:
+        job_id = k8s_status.job_id_of(pod)
+        if job_id is not None and not k8s_status.pod_finished(pod):
+            self.lost.setdefault(job_id, pod["metadata"]["name"])
+
+    async def _follow(self, kind: str) -> None:
+        query: list[tuple[str, Any]] = [
+            ("labelSelector", self.selector),
+            ("watch", "true"),
+            ("allowWatchBookmarks", "true"),
+            ("timeoutSeconds", SERVER_TIMEOUT),
+            ("resourceVersion", self._rv[kind] or ""),
+        ]
+        self.connects += 1
+        buffer = b""
+        try:
+            async for chunk in self.client.stream(
+                collection_path(kind, self.namespace),
+                what=f"watch {kind} in {self.namespace}",
+                query=query,
+                read_timeout=SERVER_TIMEOUT + 30,
+            ):
+                buffer += chunk
+                while b"\n" in buffer:
+                    line, buffer = buffer.split(b"\n", 1)
+                    if line.strip():
+                        self._apply(kind, json.loads(line))
+        except KubeHTTPError as exc:
+            if exc.status == 410:
+                raise _Gone from exc
+            if exc.status == 404 and (exc.body.get("details") or {}).get("kind") == "namespaces":
+                raise ConfigError(
+                    f"Kubernetes namespace {self.namespace!r} does not exist"
+                ) from exc
+            raise
+
+    def _apply(self, kind: str, event: dict[str, Any]) -> None:
+        kind_of_event = event.get("type")
+        obj = event.get("object") or {}
+        if kind_of_event == "ERROR":
+            if obj.get("code") == 410:
+                raise _Gone
+            raise BackendError(f"watch of {kind} reported an error: {obj.get('message')}")
+        rv = (obj.get("metadata") or {}).get("resourceVersion")
+        if rv:
+            self._rv[kind] = rv
+        if kind_of_event == "BOOKMARK":
+            return
+        name = obj["metadata"]["name"]
+        if kind_of_event == "DELETED":
+            self.objects[kind].pop(name, None)
+            if kind == "pods":
+                self._forget_pod(obj)
+        else:
+            self.objects[kind][name] = obj
+        self._notify()

@@ -1,0 +1,193 @@
+"""Kubernetes ``batch/v1`` Job manifests for GKE jobs. Pure: dicts in, dicts out.
+
+A job is one Job with one pod that runs ``python -m runner --storage gs://BUCKET
+--job-id ID --upload-logs``. Names and labels follow the original Kinetic
+(``kinetic-{job_id}``, ``app=kinetic``, ``job-id``) so that tools written for it
+keep finding the jobs. Kubernetes never retries (``backoffLimit: 0``,
+``restartPolicy: Never``): a failed run is recorded by the runner, and re-running
+is the caller's decision.
+
+Resources, node selector and tolerations come from the accelerator catalog
+(:mod:`kinetic._core.accelerators`). Unlike the original, CPU jobs request real
+CPU and memory: ``cpu:N`` gets N CPUs, plain ``cpu`` a small default request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kinetic._core import accelerators
+from kinetic._core.accelerators import AcceleratorConfig
+from kinetic._exceptions import ConfigError
+
+APP_LABEL = "app"
+APP_VALUE = "kinetic"
+JOB_ID_LABEL = "job-id"
+SELECTOR = f"{APP_LABEL}={APP_VALUE}"
+"""The label selector every Kinetic Job and pod carries."""
+
+CONTAINER_NAME = "kinetic"
+DEFAULT_CPU_REQUEST = "250m"
+"""CPU requested by a plain ``cpu`` job (no count given)."""
+DEFAULT_MEMORY_REQUEST = "512Mi"
+"""Memory requested by a CPU job that names no amount."""
+MEMORY_PER_CPU_GI = 2
+"""Memory requested per CPU for ``cpu:N`` (no ``:Mgi`` given)."""
+PULL_POLICIES = ("Always", "IfNotPresent", "Never")
+
+
+def job_name(job_id: str) -> str:
+    """The Kubernetes name of a job's Job: ``kinetic-{job_id}``."""
+    return f"kinetic-{job_id}"
+
+
+def job_selector(job_id: str) -> str:
+    """The label selector of one job's Job and pods."""
+    return f"{SELECTOR},{JOB_ID_LABEL}={job_id}"
+
+
+@dataclass(frozen=True)
+class PodOptions:
+    """Cluster-level knobs of the pod, from settings (not from the job).
+
+    :ivar service_account: ``serviceAccountName``; ``None`` leaves the namespace default.
+    :ivar host_network: run the pod in the node's network namespace (clusters without a
+        CNI, like the test cluster).
+    :ivar image_pull_policy: ``Always``, ``IfNotPresent`` or ``Never``; ``None`` lets
+        Kubernetes choose (``Always`` for ``:latest``, else ``IfNotPresent``).
+    :ivar extra_env: variables added to every job's container.
+    """
+
+    service_account: str | None = None
+    host_network: bool = False
+    image_pull_policy: str | None = None
+    extra_env: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.image_pull_policy is not None and self.image_pull_policy not in PULL_POLICIES:
+            raise ConfigError(
+                f"invalid image pull policy {self.image_pull_policy!r}; "
+                f"valid: {', '.join(PULL_POLICIES)}"
+            )
+
+
+def cpu_resources(cfg: accelerators.CpuConfig) -> dict[str, str]:
+    """Requests of a CPU job: what ``cpu:N[:Mgi]`` names, or small defaults."""
+    if cfg.cpus is None:
+        return {"cpu": DEFAULT_CPU_REQUEST, "memory": DEFAULT_MEMORY_REQUEST}
+    memory = cfg.memory_gi if cfg.memory_gi is not None else cfg.cpus * MEMORY_PER_CPU_GI
+    return {"cpu": str(cfg.cpus), "memory": f"{memory}Gi"}
+
+
+def container_resources(cfg: AcceleratorConfig) -> dict[str, dict[str, str]]:
+    """``resources`` of the job's container.
+
+    GPUs and TPUs: the catalog's extended resources (requests == limits, as Kubernetes
+    requires). CPU: requests always; limits equal to requests only when the user named
+    an amount (``cpu:N``), so a plain ``cpu`` job may burst.
+    """
+    if cfg.kind != "cpu":
+        return {
+            "requests": accelerators.resource_requests(cfg),
+            "limits": accelerators.resource_limits(cfg),
+        }
+    requests = cpu_resources(cfg)
+    if cfg.cpus is None:
+        return {"requests": requests}
+    return {"requests": requests, "limits": dict(requests)}
+
+
+def runner_command(bucket: str, job_id: str) -> list[str]:
+    """The container command: the runner, reading and writing ``gs://bucket``."""
+    return [
+        "python",
+        "-m",
+        "runner",
+        "--storage",
+        f"gs://{bucket}",
+        "--job-id",
+        job_id,
+        "--upload-logs",
+    ]
+
+
+def job_manifest(
+    *,
+    job_id: str,
+    namespace: str,
+    image: str,
+    bucket: str,
+    accelerator: AcceleratorConfig,
+    output_dir: str,
+    env: Mapping[str, str] | None = None,
+    pod: PodOptions | None = None,
+    func_name: str | None = None,
+) -> dict[str, Any]:
+    """The ``batch/v1`` Job that runs job ``job_id``.
+
+    :param env: captured variables for the container (the runner also applies the
+        spec's copy); Kinetic's own variables win over them.
+    :raises ConfigError: when ``image`` or ``bucket`` is empty.
+    """
+    if not image:
+        raise ConfigError("a GKE job needs a container image")
+    if not bucket:
+        raise ConfigError("a GKE job needs a storage bucket")
+    pod = pod or PodOptions()
+    labels = {APP_LABEL: APP_VALUE, JOB_ID_LABEL: job_id}
+    variables: dict[str, str] = {**(env or {}), **pod.extra_env}
+    variables.update(
+        {
+            "JOB_ID": job_id,
+            "KINETIC_STORAGE": f"gs://{bucket}",
+            "KINETIC_BUCKET": bucket,
+            "KINETIC_OUTPUT_DIR": output_dir,
+            "JAX_PLATFORMS": accelerators.jax_platforms(accelerator),
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    container: dict[str, Any] = {
+        "name": CONTAINER_NAME,
+        "image": image,
+        "command": runner_command(bucket, job_id),
+        "env": [{"name": k, "value": v} for k, v in sorted(variables.items())],
+        "resources": container_resources(accelerator),
+    }
+    if pod.image_pull_policy is not None:
+        container["imagePullPolicy"] = pod.image_pull_policy
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "containers": [container],
+    }
+    selector = accelerators.node_selector(accelerator)
+    if selector:
+        pod_spec["nodeSelector"] = selector
+    tolerations = accelerators.tolerations(accelerator)
+    if tolerations:
+        pod_spec["tolerations"] = tolerations
+    if pod.service_account:
+        pod_spec["serviceAccountName"] = pod.service_account
+    if pod.host_network:
+        pod_spec["hostNetwork"] = True
+        pod_spec["dnsPolicy"] = "ClusterFirstWithHostNet"
+    annotations = {"kinetic/accelerator": accelerator.name + (":spot" if accelerator.spot else "")}
+    if func_name:
+        annotations["kinetic/function"] = func_name
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": job_name(job_id),
+            "namespace": namespace,
+            "labels": labels,
+            "annotations": annotations,
+        },
+        "spec": {
+            "backoffLimit": 0,
+            "completions": 1,
+            "parallelism": 1,
+            "template": {"metadata": {"labels": labels}, "spec": pod_spec},
+        },
+    }

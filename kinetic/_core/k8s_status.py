@@ -1,0 +1,218 @@
+"""A GKE job's status from its Kubernetes objects and its records. Pure.
+
+Inputs are the raw JSON of the job's ``batch/v1`` Job and pods (as the API server
+sends them, camelCase keys), the runner's final record from storage, and the
+Job's events. The rules, first match wins:
+
+1. The runner's final record (``status.json``) is the truth: SUCCEEDED or FAILED
+   with the runner's error and phase.
+2. A cancel record: FAILED, ``cancelled``.
+3. A pod that disappeared before it finished: FAILED (Kubernetes would start a
+   replacement; Kinetic never retries behind the user's back).
+4. The newest pod: its phase and container state. A terminated container gives
+   the reason (OOMKilled, killed by signal N, exit status N).
+5. A Job with no pod: its conditions, or the reason the Job controller could not
+   create the pod (``FailedCreate`` events: a missing service account, quota, ...).
+6. Neither: FAILED when the job is recorded (its Job was deleted), else NOT_FOUND.
+
+A PENDING report carries a ``reason`` only when the job *cannot start*
+(unschedulable, image pull failure, pod creation refused): :func:`cannot_start`
+tells such a report apart; waiting callers fail it after a grace time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from kinetic._core.status import JobStatus, StatusReport, describe_exit
+
+IMAGE_PROBLEMS = frozenset(
+    {
+        "ErrImagePull",
+        "ImagePullBackOff",
+        "InvalidImageName",
+        "ErrImageNeverPull",
+        "RegistryUnavailable",
+        "CreateContainerConfigError",
+        "CreateContainerError",
+    }
+)
+"""Container waiting reasons that mean the container will not start by itself."""
+
+START_PHASE = "start"
+"""The phase named when a job failed before the runner started."""
+
+
+def _get(obj: Mapping[str, Any] | None, *path: str) -> Any:
+    cur: Any = obj
+    for key in path:
+        if not isinstance(cur, Mapping):
+            return None
+        cur = cur.get(key)
+    return cur
+
+
+def _first_line(text: Any) -> str:
+    return str(text or "").strip().splitlines()[0] if str(text or "").strip() else ""
+
+
+def newest(objs: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The object created last (ISO timestamps sort as strings), or None."""
+    if not objs:
+        return None
+    return max(objs, key=lambda o: str(_get(o, "metadata", "creationTimestamp") or ""))
+
+
+def describe_terminated(state: Mapping[str, Any]) -> str:
+    """Why a container ended, from its ``state.terminated``."""
+    reason = state.get("reason") or ""
+    code = state.get("exitCode")
+    signal = state.get("signal")
+    if reason == "OOMKilled":
+        return "the container was killed: out of memory (OOMKilled)"
+    if signal:
+        return f"the container was killed by signal {signal}"
+    if isinstance(code, int) and code > 128:
+        return f"the container was killed by signal {code - 128} (exit status {code})"
+    detail = f" ({reason})" if reason and reason not in ("Error", "Completed") else ""
+    message = _first_line(state.get("message"))
+    return (
+        describe_exit(code if isinstance(code, int) else None)
+        + detail
+        + (f": {message}" if message else "")
+    )
+
+
+def pod_report(pod: Mapping[str, Any]) -> StatusReport:
+    """The status one pod stands for (no records considered)."""
+    phase = _get(pod, "status", "phase")
+    statuses = _get(pod, "status", "containerStatuses") or []
+    state: Mapping[str, Any] = statuses[0].get("state") or {} if statuses else {}
+    terminated = state.get("terminated")
+    if phase == "Succeeded":
+        return StatusReport(JobStatus.SUCCEEDED)
+    if phase == "Failed":
+        if isinstance(terminated, Mapping):
+            return StatusReport(JobStatus.FAILED, reason=describe_terminated(terminated))
+        reason = _get(pod, "status", "reason") or "the pod failed"
+        message = _first_line(_get(pod, "status", "message"))
+        return StatusReport(JobStatus.FAILED, reason=f"{reason}: {message}" if message else reason)
+    if isinstance(terminated, Mapping):
+        code = terminated.get("exitCode")
+        if code == 0:
+            return StatusReport(JobStatus.SUCCEEDED)
+        return StatusReport(JobStatus.FAILED, reason=describe_terminated(terminated))
+    if isinstance(state.get("running"), Mapping):
+        return StatusReport(JobStatus.RUNNING)
+    waiting = state.get("waiting")
+    if isinstance(waiting, Mapping) and waiting.get("reason") in IMAGE_PROBLEMS:
+        image = statuses[0].get("image") or ""
+        message = _first_line(waiting.get("message"))
+        return StatusReport(
+            JobStatus.PENDING,
+            reason=f"cannot start the container ({waiting['reason']}) for image {image!r}"
+            + (f": {message}" if message else ""),
+        )
+    for cond in _get(pod, "status", "conditions") or []:
+        if (
+            cond.get("type") == "PodScheduled"
+            and cond.get("status") == "False"
+            and cond.get("reason") == "Unschedulable"
+        ):
+            message = _first_line(cond.get("message"))
+            return StatusReport(
+                JobStatus.PENDING,
+                reason="unschedulable: no node can run it" + (f" ({message})" if message else ""),
+            )
+    return StatusReport(JobStatus.PENDING)
+
+
+def job_conditions_report(job: Mapping[str, Any]) -> StatusReport | None:
+    """The Job's own verdict (conditions ``Complete``/``Failed``), if it has one."""
+    for cond in _get(job, "status", "conditions") or []:
+        if cond.get("status") != "True":
+            continue
+        if cond.get("type") == "Complete":
+            return StatusReport(JobStatus.SUCCEEDED)
+        if cond.get("type") == "Failed":
+            message = _first_line(cond.get("message")) or str(cond.get("reason") or "")
+            return StatusReport(JobStatus.FAILED, reason=f"the Kubernetes Job failed: {message}")
+    return None
+
+
+def failed_create_reason(events: Sequence[Mapping[str, Any]]) -> str | None:
+    """Why the Job controller could not create the pod, from the Job's events."""
+    relevant = [e for e in events if e.get("reason") == "FailedCreate"]
+    if not relevant:
+        return None
+    last = max(relevant, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
+    return f"cannot create the pod: {_first_line(last.get('message'))}"
+
+
+def status_from_k8s(
+    *,
+    final: Mapping[str, Any] | None,
+    cancelled: bool,
+    job: Mapping[str, Any] | None,
+    pods: Sequence[Mapping[str, Any]],
+    lost_pod: str | None = None,
+    events: Sequence[Mapping[str, Any]] = (),
+    recorded: bool = True,
+) -> StatusReport:
+    """Derive a GKE job's status (rules in the module docstring).
+
+    :param final: the runner's final record, if written.
+    :param cancelled: a cancel record exists.
+    :param job: the job's Job, or None when it does not exist.
+    :param pods: the job's pods that exist now.
+    :param lost_pod: the name of a pod of the job that was deleted before it finished.
+    :param events: the Job's events (only ``FailedCreate`` ones matter).
+    :param recorded: the job's handle is in storage.
+    """
+    if final is not None:
+        ok = final.get("state") == "succeeded"
+        return StatusReport(
+            JobStatus.SUCCEEDED if ok else JobStatus.FAILED,
+            reason=None if ok else str(final.get("error") or "job failed"),
+            phase=None if ok else final.get("phase"),
+        )
+    if cancelled:
+        return StatusReport(JobStatus.FAILED, reason="cancelled", cancelled=True)
+    if lost_pod is not None:
+        return StatusReport(
+            JobStatus.FAILED,
+            reason=f"pod {lost_pod} was deleted before the job finished (no result recorded)",
+        )
+    pod = newest(pods)
+    if pod is not None:
+        return pod_report(pod)
+    if job is not None:
+        verdict = job_conditions_report(job)
+        if verdict is not None:
+            return verdict
+        reason = failed_create_reason(events)
+        return StatusReport(JobStatus.PENDING, reason=reason)
+    if recorded:
+        return StatusReport(
+            JobStatus.FAILED,
+            reason="its Kubernetes Job does not exist and it recorded no result "
+            "(deleted, or never launched)",
+        )
+    return StatusReport(JobStatus.NOT_FOUND, reason="no records for this job")
+
+
+def cannot_start(report: StatusReport) -> bool:
+    """Whether ``report`` says the job is stuck before starting (PENDING with a reason)."""
+    return report.status is JobStatus.PENDING and report.reason is not None
+
+
+def pod_finished(pod: Mapping[str, Any]) -> bool:
+    """Whether a pod reached a terminal phase (its deletion then loses nothing)."""
+    return _get(pod, "status", "phase") in ("Succeeded", "Failed")
+
+
+def job_id_of(obj: Mapping[str, Any]) -> str | None:
+    """The ``job-id`` label of a Job or pod."""
+    value = _get(obj, "metadata", "labels", "job-id")
+    return value if isinstance(value, str) else None

@@ -1,0 +1,1 @@
+"""Image builders (IO edge): the runner image, built with the local Docker Engine."""

@@ -1,0 +1,278 @@
+"""Pure rules of the GKE backend: Job specs, status mapping, image spec, knobs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from kinetic._core import accelerators, image_spec, k8s_spec, k8s_status
+from kinetic._core.gke_config import options_from_env
+from kinetic._core.status import JobStatus
+from kinetic._exceptions import ConfigError
+
+
+def manifest(accel: str = "cpu", **pod: Any) -> dict[str, Any]:
+    return k8s_spec.job_manifest(
+        job_id="job-1234abcd",
+        namespace="ns",
+        image="reg/img:t",
+        bucket="p-kn-c-jobs",
+        accelerator=accelerators.parse_accelerator(accel),
+        output_dir="gs://p-kn-c-jobs/outputs/job-1234abcd",
+        env={"MY_VAR": "1", "JOB_ID": "overridden"},
+        pod=k8s_spec.PodOptions(**pod),
+    )
+
+
+def container(m: dict[str, Any]) -> dict[str, Any]:
+    return m["spec"]["template"]["spec"]["containers"][0]
+
+
+def env_of(m: dict[str, Any]) -> dict[str, str]:
+    return {e["name"]: e["value"] for e in container(m)["env"]}
+
+
+def test_names_labels_and_no_kubernetes_retries() -> None:
+    m = manifest()
+    assert m["metadata"]["name"] == "kinetic-job-1234abcd"
+    assert m["metadata"]["labels"] == {"app": "kinetic", "job-id": "job-1234abcd"}
+    assert m["spec"]["template"]["metadata"]["labels"] == m["metadata"]["labels"]
+    assert m["spec"]["backoffLimit"] == 0
+    assert m["spec"]["template"]["spec"]["restartPolicy"] == "Never"
+    assert container(m)["command"] == [
+        "python",
+        "-m",
+        "runner",
+        "--storage",
+        "gs://p-kn-c-jobs",
+        "--job-id",
+        "job-1234abcd",
+        "--upload-logs",
+    ]
+
+
+def test_env_has_kinetic_variables_over_captured_ones() -> None:
+    env = env_of(manifest("l4"))
+    assert env["JOB_ID"] == "job-1234abcd"
+    assert env["MY_VAR"] == "1"
+    assert env["KINETIC_OUTPUT_DIR"] == "gs://p-kn-c-jobs/outputs/job-1234abcd"
+    assert env["KINETIC_STORAGE"] == "gs://p-kn-c-jobs"
+    assert env["JAX_PLATFORMS"] == "cuda"
+
+
+@pytest.mark.parametrize(
+    ("accel", "selector", "resource"),
+    [
+        ("l4", {"cloud.google.com/gke-accelerator": "nvidia-l4"}, {"nvidia.com/gpu": "1"}),
+        (
+            "a100-80gbx4",
+            {"cloud.google.com/gke-accelerator": "nvidia-a100-80gb"},
+            {"nvidia.com/gpu": "4"},
+        ),
+        (
+            "v5e-2x2",
+            {
+                "cloud.google.com/gke-tpu-accelerator": "tpu-v5-lite-podslice",
+                "cloud.google.com/gke-tpu-topology": "2x2",
+            },
+            {"google.com/tpu": "4"},
+        ),
+        (
+            "tpu-v6e-8:spot",
+            {
+                "cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice",
+                "cloud.google.com/gke-tpu-topology": "2x4",
+                "cloud.google.com/gke-spot": "true",
+            },
+            {"google.com/tpu": "4"},
+        ),
+    ],
+)
+def test_accelerator_fields(accel: str, selector: dict[str, str], resource: dict[str, str]) -> None:
+    m = manifest(accel)
+    pod = m["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == selector
+    assert container(m)["resources"] == {"requests": resource, "limits": resource}
+    assert pod["tolerations"]
+
+
+def test_cpu_jobs_request_real_cpu_and_memory() -> None:
+    assert container(manifest("cpu"))["resources"] == {
+        "requests": {"cpu": "250m", "memory": "512Mi"}
+    }
+    four = {"cpu": "4", "memory": "8Gi"}
+    assert container(manifest("cpu:4"))["resources"] == {"requests": four, "limits": four}
+    assert container(manifest("cpu:2:3gi"))["resources"]["requests"] == {
+        "cpu": "2",
+        "memory": "3Gi",
+    }
+    assert "nodeSelector" not in manifest("cpu")["spec"]["template"]["spec"]
+
+
+def test_pod_knobs() -> None:
+    m = manifest(service_account="sa", host_network=True, image_pull_policy="Always")
+    pod = m["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "sa"
+    assert pod["hostNetwork"] is True
+    assert container(m)["imagePullPolicy"] == "Always"
+    plain = manifest()["spec"]["template"]["spec"]
+    assert "serviceAccountName" not in plain
+    assert "hostNetwork" not in plain
+    with pytest.raises(ConfigError, match="pull policy"):
+        k8s_spec.PodOptions(image_pull_policy="Sometimes")
+
+
+def test_options_from_env() -> None:
+    opts = options_from_env(
+        {
+            "KINETIC_GKE_SERVICE_ACCOUNT": "sa",
+            "KINETIC_GKE_HOST_NETWORK": "true",
+            "KINETIC_GKE_START_GRACE": "7",
+            "STORAGE_EMULATOR_HOST": "http://127.0.0.1:1",
+        }
+    )
+    assert opts.pod.service_account == "sa"
+    assert opts.pod.host_network
+    assert opts.start_grace == 7.0
+    assert opts.pod.extra_env == {"STORAGE_EMULATOR_HOST": "http://127.0.0.1:1"}
+    with pytest.raises(ConfigError, match="KINETIC_GKE_START_GRACE"):
+        options_from_env({"KINETIC_GKE_START_GRACE": "soon"})
+    with pytest.raises(ConfigError, match="KINETIC_GKE_HOST_NETWORK"):
+        options_from_env({"KINETIC_GKE_HOST_NETWORK": "maybe"})
+
+
+# -- status mapping ------------------------------------------------------------------
+
+
+def pod(phase: str, state: dict[str, Any] | None = None, **status: Any) -> dict[str, Any]:
+    st: dict[str, Any] = {"phase": phase, **status}
+    if state is not None:
+        st["containerStatuses"] = [{"state": state, "image": "reg/img:t"}]
+    return {
+        "metadata": {
+            "name": "p",
+            "labels": {"job-id": "j"},
+            "creationTimestamp": "2024-01-01T00:00:00Z",
+        },
+        "status": st,
+    }
+
+
+JOB = {"metadata": {"name": "kinetic-j"}, "status": {}}
+
+
+def derive(**kw: Any) -> Any:
+    args: dict[str, Any] = {"final": None, "cancelled": False, "job": JOB, "pods": []}
+    args.update(kw)
+    return k8s_status.status_from_k8s(**args)
+
+
+def test_final_record_wins() -> None:
+    ok = derive(final={"state": "succeeded"}, pods=[pod("Failed")])
+    assert ok.status is JobStatus.SUCCEEDED
+    bad = derive(final={"state": "failed", "error": "KeyError: x", "phase": "execute"})
+    assert (bad.status, bad.reason, bad.phase) == (JobStatus.FAILED, "KeyError: x", "execute")
+    assert derive(cancelled=True).cancelled
+
+
+def test_pod_states() -> None:
+    assert derive(pods=[pod("Running", {"running": {}})]).status is JobStatus.RUNNING
+    assert derive(pods=[pod("Succeeded")]).status is JobStatus.SUCCEEDED
+    oom = derive(pods=[pod("Failed", {"terminated": {"reason": "OOMKilled", "exitCode": 137}})])
+    assert oom.status is JobStatus.FAILED
+    assert "OOMKilled" in str(oom.reason)
+    killed = derive(pods=[pod("Failed", {"terminated": {"reason": "Error", "exitCode": 137}})])
+    assert "signal 9" in str(killed.reason)
+    exited = derive(pods=[pod("Failed", {"terminated": {"reason": "Error", "exitCode": 2}})])
+    assert "status 2" in str(exited.reason)
+    evicted = derive(pods=[pod("Failed", reason="Evicted", message="low memory")])
+    assert evicted.reason == "Evicted: low memory"
+
+
+def test_cannot_start_reasons() -> None:
+    pull = derive(
+        pods=[pod("Pending", {"waiting": {"reason": "ImagePullBackOff", "message": "nope"}})]
+    )
+    assert k8s_status.cannot_start(pull)
+    assert "ImagePullBackOff" in str(pull.reason)
+    unsched = derive(
+        pods=[
+            pod(
+                "Pending",
+                conditions=[
+                    {
+                        "type": "PodScheduled",
+                        "status": "False",
+                        "reason": "Unschedulable",
+                        "message": "0/1 nodes are available",
+                    }
+                ],
+            )
+        ]
+    )
+    assert k8s_status.cannot_start(unsched)
+    assert "unschedulable" in str(unsched.reason)
+    creating = derive(pods=[pod("Pending", {"waiting": {"reason": "ContainerCreating"}})])
+    assert creating.status is JobStatus.PENDING
+    assert not k8s_status.cannot_start(creating)
+    sa = derive(
+        events=[
+            {
+                "reason": "FailedCreate",
+                "message": 'serviceaccount "x" not found',
+                "lastTimestamp": "2024-01-01T00:00:01Z",
+            }
+        ]
+    )
+    assert k8s_status.cannot_start(sa)
+    assert "serviceaccount" in str(sa.reason)
+
+
+def test_gone_objects() -> None:
+    lost = derive(pods=[], lost_pod="p")
+    assert lost.status is JobStatus.FAILED
+    assert "deleted" in str(lost.reason)
+    assert derive(job=None).status is JobStatus.FAILED
+    assert derive(job=None, recorded=False).status is JobStatus.NOT_FOUND
+    failed_job = {
+        "status": {
+            "conditions": [{"type": "Failed", "status": "True", "message": "BackoffLimitExceeded"}]
+        }
+    }
+    assert derive(job=failed_job).status is JobStatus.FAILED
+
+
+# -- image spec ----------------------------------------------------------------------
+
+
+def test_image_tag_is_content_addressed() -> None:
+    a = image_spec.image_tag("base", ["x==1"], {"kinetic/a.py": "d1"})
+    assert a == image_spec.image_tag("base", ["x==1"], {"kinetic/a.py": "d1"})
+    assert a != image_spec.image_tag("base", ["x==1"], {"kinetic/a.py": "d2"})
+    assert a != image_spec.image_tag("base2", ["x==1"], {"kinetic/a.py": "d1"})
+    assert a != image_spec.image_tag("base", ["x==2"], {"kinetic/a.py": "d1"})
+
+
+def test_dockerfile_installs_offline_and_context_is_deterministic() -> None:
+    text = image_spec.dockerfile("local/debian-py:bookworm")
+    assert text.startswith("# Kinetic runner image")
+    assert "FROM local/debian-py:bookworm" in text
+    assert "--no-index" in text
+    files = image_spec.context_files("b", ["x==1"], {"runner/a.py": b"1"}, {"x.whl": b"w"})
+    assert set(files) == {"Dockerfile", "requirements.txt", "src/runner/a.py", "wheels/x.whl"}
+    assert image_spec.build_context(files) == image_spec.build_context(
+        dict(reversed(files.items()))
+    )
+
+
+@pytest.mark.parametrize(
+    ("uri", "parts"),
+    [
+        ("127.0.0.1:5000/kinetic-runner:k1", ("127.0.0.1:5000", "kinetic-runner", "k1")),
+        ("reg.example/p/r/img", ("reg.example", "p/r/img", "latest")),
+        ("python:3.11", ("docker.io", "library/python", "3.11")),
+    ],
+)
+def test_parse_image_uri(uri: str, parts: tuple[str, str, str]) -> None:
+    assert image_spec.parse_image_uri(uri) == parts
