@@ -28,8 +28,7 @@ from runner import protocol
 from runner._store import RunnerStore, open_store
 from runner._walk import replace_leaves
 
-FUSE_ROOT = "/kinetic-fuse"
-"""Where GKE pods mount GCS buckets read-only (``{FUSE_ROOT}/{bucket}``)."""
+FUSE_ROOT = protocol.FUSE_ROOT
 
 
 def cache_key(digest: str, relpath: str) -> str:

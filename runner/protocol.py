@@ -35,6 +35,9 @@ PHASES: Final = (
 )
 """Runner phases, in order. A failure names the phase it happened in."""
 
+FUSE_ROOT: Final = "/kinetic-fuse"
+"""Where GKE pods mount GCS buckets read-only with GCS FUSE (``{FUSE_ROOT}/{bucket}``)."""
+
 EXIT_OK: Final = 0
 EXIT_USER_ERROR: Final = 1
 EXIT_RUNNER_ERROR: Final = 2

@@ -14,13 +14,15 @@ CPU and memory: ``cpu:N`` gets N CPUs, plain ``cpu`` a small default request.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import copy
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from kinetic._core import accelerators
 from kinetic._core.accelerators import AcceleratorConfig
 from kinetic._exceptions import ConfigError
+from runner.protocol import FUSE_ROOT
 
 APP_LABEL = "app"
 APP_VALUE = "kinetic"
@@ -191,3 +193,35 @@ def job_manifest(
             "template": {"metadata": {"labels": labels}, "spec": pod_spec},
         },
     }
+
+
+GCS_FUSE_DRIVER = "gcsfuse.csi.storage.gke.io"
+GCS_FUSE_ANNOTATION = "gke-gcsfuse/volumes"
+
+
+def with_gcs_fuse(manifest: Mapping[str, Any], buckets: Iterable[str]) -> dict[str, Any]:
+    """``manifest`` with each bucket mounted read-only at ``{FUSE_ROOT}/{bucket}`` by the
+    GCS FUSE CSI driver (the pod annotation asks GKE to inject the sidecar)."""
+    out = copy.deepcopy(dict(manifest))
+    template = out["spec"]["template"]
+    names = sorted(set(buckets))
+    if not names:
+        return out
+    template.setdefault("metadata", {}).setdefault("annotations", {})[GCS_FUSE_ANNOTATION] = "true"
+    pod_spec = template["spec"]
+    volumes = pod_spec.setdefault("volumes", [])
+    mounts = pod_spec["containers"][0].setdefault("volumeMounts", [])
+    for i, bucket in enumerate(names):
+        name = f"gcs-fuse-{i}"
+        volumes.append(
+            {
+                "name": name,
+                "csi": {
+                    "driver": GCS_FUSE_DRIVER,
+                    "readOnly": True,
+                    "volumeAttributes": {"bucketName": bucket, "mountOptions": "implicit-dirs"},
+                },
+            }
+        )
+        mounts.append({"name": name, "mountPath": f"{FUSE_ROOT}/{bucket}", "readOnly": True})
+    return out

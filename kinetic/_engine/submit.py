@@ -175,6 +175,8 @@ async def submit(
             storage=backend.storage,
             local_backend=backend.name == "local",
         )
+        if data.fuse_buckets:
+            target.mount_gcs_fuse(backend, job_id, data.fuse_buckets)
         payload = await apickle_payload(fn, data.args, data.kwargs, root, volumes=data.volumes)
         archive = await acontext_archive(
             root, exclude=(Path(settings.local_root), *data.local_paths)

@@ -57,6 +57,10 @@ class Target(Protocol):
         """
         ...
 
+    def mount_gcs_fuse(self, backend: Backend, job_id: str, buckets: set[str]) -> None:
+        """Mount these buckets read-only (``fuse=True`` data) in the prepared job."""
+        ...
+
     def discard(self, backend: Backend, job_id: str) -> None:
         """Forget what :meth:`prepare` kept, after a failed submission."""
         ...
@@ -76,6 +80,9 @@ class LocalTarget:
 
     async def prepare(self, backend: Backend, job: LaunchInput) -> str:
         return job.container_image or ""
+
+    def mount_gcs_fuse(self, backend: Backend, job_id: str, buckets: set[str]) -> None:
+        return None  # local jobs use local paths in place and download gs:// data
 
     def discard(self, backend: Backend, job_id: str) -> None:
         return None
@@ -109,6 +116,12 @@ class GKETarget:
             namespace=job.settings.namespace,
         )
         return image
+
+    def mount_gcs_fuse(self, backend: Backend, job_id: str, buckets: set[str]) -> None:
+        from kinetic._backends.gke.backend import GKEBackend
+
+        if isinstance(backend, GKEBackend):
+            backend.mount_gcs_fuse(job_id, buckets)
 
     def discard(self, backend: Backend, job_id: str) -> None:
         from kinetic._backends.gke.backend import GKEBackend

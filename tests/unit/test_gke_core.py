@@ -276,3 +276,19 @@ def test_dockerfile_installs_offline_and_context_is_deterministic() -> None:
 )
 def test_parse_image_uri(uri: str, parts: tuple[str, str, str]) -> None:
     assert image_spec.parse_image_uri(uri) == parts
+
+
+def test_gcs_fuse_volumes_mount_each_bucket_read_only() -> None:
+    base = manifest()
+    fused = k8s_spec.with_gcs_fuse(base, {"data-b", "data-a"})
+    template = fused["spec"]["template"]
+    assert template["metadata"]["annotations"]["gke-gcsfuse/volumes"] == "true"
+    volumes = template["spec"]["volumes"]
+    assert [v["csi"]["volumeAttributes"]["bucketName"] for v in volumes] == ["data-a", "data-b"]
+    assert all(v["csi"]["driver"] == "gcsfuse.csi.storage.gke.io" for v in volumes)
+    assert all(v["csi"]["readOnly"] for v in volumes)
+    mounts = container(fused)["volumeMounts"]
+    assert [m["mountPath"] for m in mounts] == ["/kinetic-fuse/data-a", "/kinetic-fuse/data-b"]
+    assert all(m["readOnly"] for m in mounts)
+    assert "volumes" not in base["spec"]["template"]["spec"]  # the input is left as it was
+    assert k8s_spec.with_gcs_fuse(base, []) == base

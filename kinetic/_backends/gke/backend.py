@@ -25,7 +25,7 @@ otherwise start a replacement pod: Kinetic never retries behind the user's back)
 from __future__ import annotations
 
 import codecs
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 import anyio
@@ -130,6 +130,10 @@ class GKEBackend:
         )
         self._pending_specs[job_id] = manifest
         return manifest
+
+    def mount_gcs_fuse(self, job_id: str, buckets: Iterable[str]) -> None:
+        """Add read-only GCS FUSE volumes for ``buckets`` to a prepared manifest."""
+        self._pending_specs[job_id] = k8s_spec.with_gcs_fuse(self._pending_specs[job_id], buckets)
 
     def discard(self, job_id: str) -> None:
         """Forget a prepared manifest (submission failed before launch)."""
