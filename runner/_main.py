@@ -251,8 +251,11 @@ def parse_args(argv: Sequence[str], flags: set[str]) -> dict[str, str | bool]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point: ``python -m runner --storage URL --job-id ID [--upload-logs]``."""
+    """Entry point: ``python -m runner --storage URL --job-id ID [--upload-logs]``, or for
+    one input of a batch ``--storage URL --group GID --index I --attempt A [--upload-logs]``."""
     args = parse_args(sys.argv[1:] if argv is None else argv, {"upload-logs"})
+    if isinstance(args.get("group"), str):
+        return _member_main(args)
     if not isinstance(args.get("storage"), str) or not isinstance(args.get("job-id"), str):
         raise SystemExit("usage: python -m runner --storage URL --job-id ID [--upload-logs]")
     ns = _Namespace(str(args["storage"]), str(args["job-id"]), bool(args.get("upload-logs")))
@@ -266,6 +269,34 @@ def main(argv: Sequence[str] | None = None) -> int:
             with captured_output(store, protocol.logs_key(ns.job_id)):
                 return run_job(store, ns.job_id, workdir=workdir)
         return run_job(store, ns.job_id, workdir=workdir)
+    finally:
+        os.chdir("/")
+        remove_tree(workdir)
+        store.close()
+
+
+def _member_main(args: dict[str, str | bool]) -> int:
+    """Member mode (see :mod:`runner._member`)."""
+    from runner._member import run_member
+
+    try:
+        storage, group = str(args["storage"]), str(args["group"])
+        index, attempt = int(str(args["index"])), int(str(args.get("attempt", "0")))
+    except (KeyError, ValueError):
+        raise SystemExit(
+            "usage: python -m runner --storage URL --group GID --index I [--attempt A] "
+            "[--upload-logs]"
+        ) from None
+    store = open_store(storage)
+    workdir = Path(os.environ.get("TMPDIR") or "/tmp", f"kinetic-run-{os.urandom(8).hex()}")
+    workdir.mkdir(mode=0o700)
+    try:
+        if args.get("upload-logs"):
+            from runner._tee import captured_output
+
+            with captured_output(store, protocol.group_member_logs_key(group, index)):
+                return run_member(store, group, index, attempt, workdir)
+        return run_member(store, group, index, attempt, workdir)
     finally:
         os.chdir("/")
         remove_tree(workdir)

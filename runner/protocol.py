@@ -146,6 +146,12 @@ def result_payload(
 #   _groups/{group_id}/stop.json          the batch was cancelled or stopped (fail_fast)
 #   _groups/{group_id}/summary.json       states kept after cleanup deleted the results
 #   _groups/{group_id}/logs/worker-{n}.txt   worker output, with input markers
+#
+# On GKE (one Kubernetes Job per input, see kinetic/_backends/gke/batch.py) each
+# input's pod writes two objects, and nothing else is written per input:
+#
+#   _groups/{group_id}/results/{index:07d}.res   the outcome: JSON header line + pickle
+#   _groups/{group_id}/logs/{index}.txt           the input's output
 
 DELIVERY = "at-least-once"
 """An input whose worker or supervisor died mid-run is run again when the batch resumes."""
@@ -193,3 +199,41 @@ def group_logs_prefix(group_id: str) -> str:
 def member_job_id(group_id: str, index: int) -> str:
     """The job id of input ``index`` of a batch: stable, and a valid job id."""
     return f"job-{group_id.removeprefix('grp-')}{index:08x}"
+
+
+def member_attempt_id(group_id: str, index: int, attempt: int) -> str:
+    """The id (Kubernetes ``job-id`` label) of one attempt of a batch input.
+
+    Attempt 0 is the member's job id; a retry gets a suffix, so each attempt is a
+    distinct Kubernetes Job whose creation is idempotent (same name on resume).
+    """
+    base = member_job_id(group_id, index)
+    return base if attempt == 0 else f"{base}-a{attempt}"
+
+
+def group_outcome_key(group_id: str, index: int) -> str:
+    """The outcome object of one input of a batch run on GKE (written by its pod)."""
+    return f"_groups/{group_id}/results/{index:07d}.res"
+
+
+def group_member_logs_key(group_id: str, index: int) -> str:
+    """The output of one input of a batch run on GKE (its last attempt's)."""
+    return f"_groups/{group_id}/logs/{index}.txt"
+
+
+def encode_outcome(header: dict[str, Any], payload: bytes) -> bytes:
+    """One input's outcome object: a JSON header line (state, phase, error, attempt),
+    then the pickled result payload. The header is readable without unpickling."""
+    return dump_json(header) + b"\n" + payload
+
+
+def decode_outcome(data: bytes) -> tuple[dict[str, Any], bytes]:
+    """Split an outcome object into its header and payload.
+
+    :raises ValueError: when ``data`` is not an outcome object.
+    """
+    head, sep, payload = data.partition(b"\n")
+    header = load_json(head)
+    if not sep or not isinstance(header, dict) or "state" not in header:
+        raise ValueError("not a batch outcome object")
+    return header, payload

@@ -38,6 +38,8 @@ class BatchEvents:
     """(index, state) in completion order; state is succeeded/failed/cancelled."""
     running: list[int] = field(default_factory=list)
     snapshot_complete: bool = False
+    stop: dict[str, Any] | None = None
+    """The batch's stop record, once it stopped and nothing of it runs any more."""
 
 
 _STATE = {"s": "succeeded", "f": "failed", "c": "cancelled"}

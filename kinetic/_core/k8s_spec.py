@@ -22,7 +22,7 @@ from typing import Any
 from kinetic._core import accelerators
 from kinetic._core.accelerators import AcceleratorConfig
 from kinetic._exceptions import ConfigError
-from runner.protocol import FUSE_ROOT
+from runner.protocol import FUSE_ROOT, member_attempt_id, member_job_id
 
 APP_LABEL = "app"
 APP_VALUE = "kinetic"
@@ -193,6 +193,65 @@ def job_manifest(
             "template": {"metadata": {"labels": labels}, "spec": pod_spec},
         },
     }
+
+
+GROUP_ID_LABEL = "group-id"
+GROUP_INDEX_LABEL = "group-index"
+ATTEMPT_LABEL = "attempt"
+
+
+def group_selector(group_id: str) -> str:
+    """The label selector of every Job and pod of one batch."""
+    return f"{SELECTOR},{GROUP_ID_LABEL}={group_id}"
+
+
+def member_job_manifest(
+    *,
+    group_id: str,
+    index: int,
+    attempt: int,
+    namespace: str,
+    image: str,
+    bucket: str,
+    accelerator: AcceleratorConfig,
+    output_dir: str,
+    env: Mapping[str, str] | None = None,
+    pod: PodOptions | None = None,
+    func_name: str | None = None,
+) -> dict[str, Any]:
+    """The Job running one attempt of input ``index`` of batch ``group_id``.
+
+    Named ``kinetic-{attempt id}`` (:func:`runner.protocol.member_attempt_id`), so a
+    re-creation on resume is a harmless ``409``; labelled with the batch, index and
+    attempt, so one watch of the namespace shows the driver the whole batch.
+    ``output_dir`` is the batch's base: the input's is ``{output_dir}/{member job id}``.
+    """
+    member = member_job_id(group_id, index)
+    attempt_id = member_attempt_id(group_id, index, attempt)
+    out = job_manifest(
+        job_id=attempt_id,
+        namespace=namespace,
+        image=image,
+        bucket=bucket,
+        accelerator=accelerator,
+        output_dir=f"{output_dir.rstrip('/')}/{member}",
+        env=env,
+        pod=pod,
+        func_name=func_name,
+    )
+    extra = {GROUP_ID_LABEL: group_id, GROUP_INDEX_LABEL: str(index), ATTEMPT_LABEL: str(attempt)}
+    out["metadata"]["labels"].update(extra)
+    template = out["spec"]["template"]
+    template["metadata"]["labels"] = dict(out["metadata"]["labels"])
+    container = template["spec"]["containers"][0]
+    container["command"] = [
+        "python", "-m", "runner", "--storage", f"gs://{bucket}", "--group", group_id,
+        "--index", str(index), "--attempt", str(attempt), "--upload-logs",
+    ]  # fmt: skip
+    for var in container["env"]:
+        if var["name"] == "JOB_ID":
+            var["value"] = member
+    return out
 
 
 GCS_FUSE_DRIVER = "gcsfuse.csi.storage.gke.io"

@@ -4,15 +4,17 @@ Theory of operation
 -------------------
 Submission records the whole batch before returning: the function (pickled
 once), the inputs in chunked objects, then the manifest — the commit point,
-written once and never rewritten. Then the backend starts running it; on the
-local backend, a detached supervisor with a pool of workers
-(:mod:`runner.batch`). The caller consumes completions while inputs still run.
+written once and never rewritten. Then the backend's batch engine (a
+:class:`~kinetic._engine.batch_runner.BatchRunner`) runs it: on the local
+backend a detached supervisor with a pool of workers (:mod:`runner.batch`), on
+GKE one Kubernetes Job per input, driven from inside the consumer's awaits
+(:mod:`kinetic._backends.gke.batch`). The caller consumes completions while
+inputs still run.
 
-A :class:`BatchHandle` learns of completions from the backend's event stream
-while one exists, and from the durable per-input results otherwise; if the
-batch is unfinished and nobody drives it (the submitting side crashed), the
-handle starts a new supervisor, which resumes from the recorded results. Any
-process can do this through :func:`attach_batch`.
+A :class:`BatchHandle` learns of completions from the engine's :meth:`follow`
+stream; if the batch is unfinished and nobody drives it (the submitting side
+crashed), following it resumes it from the recorded outcomes. Any process can
+do this through :func:`attach_batch`.
 """
 
 from __future__ import annotations
@@ -25,9 +27,10 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
-from kinetic._backends.local import LocalBackend, stopped_report
-from kinetic._backends.local_batch import event_chunks
+from kinetic._backends.base import Backend
+from kinetic._backends.local import stopped_report
 from kinetic._core.status import JobStatus
+from kinetic._engine.batch_runner import BatchRunner, runner_for
 from kinetic._engine.handle import JobHandle
 from kinetic._engine.results import load_payload, unwrap
 from kinetic._exceptions import (
@@ -54,11 +57,12 @@ class BatchHandle:
     def __init__(
         self,
         *,
-        backend: LocalBackend,
+        backend: Backend,
         manifest: dict[str, Any],
         submission_failures: Mapping[int, Exception] | None = None,
     ) -> None:
         self._backend = backend
+        self._runner: BatchRunner = runner_for(backend)
         self._manifest = manifest
         self.group_id: str = manifest["group_id"]
         self.name: str | None = manifest.get("name")
@@ -137,40 +141,23 @@ class BatchHandle:
             cursor = len(self._completion)
             return new
 
-        batches = self._backend.batches
-        while True:
+        new = fresh()
+        if new:
+            yield new
+        if self._accounted() >= self.total:
+            return
+        events_iter = self._runner.follow(self.group_id, self._states.keys())
+        async for events in _bounded_iter(deadline, events_iter):
+            self._running.update(events.running)
+            for index, state in events.done:
+                self._record(index, state)
+            if events.stop is not None:
+                self._settle_stopped(events.stop)
             new = fresh()
             if new:
                 yield new
             if self._accounted() >= self.total:
                 return
-            stream = await _bounded(deadline, batches.connect(self.group_id))
-            if stream is not None:
-                async with stream:
-                    async for events in _bounded_iter(deadline, event_chunks(stream)):
-                        self._running.update(events.running)
-                        for index, state in events.done:
-                            self._record(index, state)
-                        new = fresh()
-                        if new:
-                            yield new
-                        if self._accounted() >= self.total:
-                            return
-                continue  # the supervisor ended: read what it left behind
-            # No supervisor is listening: learn from the records it (or another) left.
-            for index, state in await batches.read_states(self.group_id, set(self._states)):
-                self._record(index, state)
-            if self._accounted() >= self.total:
-                continue
-            stop = await batches.read_json(protocol.group_stop_key(self.group_id))
-            running = await anyio.to_thread.run_sync(batches.supervisor_running, self.group_id)
-            if stop is not None and not running:
-                self._settle_stopped(stop)
-                continue
-            if not running:
-                # Unfinished and nobody drives it: resume (a duplicate supervisor exits at once).
-                await batches.launch(self.group_id)
-            await _bounded(deadline, anyio.sleep(0.02))  # let the supervisor start listening
 
     def _pending_never_run(self) -> list[int]:
         return [i for i in range(self.total) if i not in self._states]
@@ -208,23 +195,14 @@ class BatchHandle:
         return dict(Counter(s.value for _, s in await self.statuses()))
 
     async def _refresh(self) -> None:
-        """Bring the known states up to date: a snapshot from the supervisor, or the records."""
-        batches = self._backend.batches
-        stream = await batches.connect(self.group_id)
-        if stream is not None:
-            async with stream:
-                self._running.clear()
-                async for events in event_chunks(stream):
-                    self._running.update(events.running)
-                    for index, state in events.done:
-                        self._record(index, state)
-                    if events.snapshot_complete:
-                        return
-        for index, state in await batches.read_states(self.group_id, set(self._states)):
+        """Bring the known states up to date: a snapshot from the engine, or the records."""
+        events = await self._runner.snapshot(self.group_id, self._states.keys())
+        if events.snapshot_complete:
+            self._running.clear()
+        self._running.update(events.running)
+        for index, state in events.done:
             self._record(index, state)
-        stop = await batches.read_json(protocol.group_stop_key(self.group_id))
-        if stop is not None and not batches.supervisor_running(self.group_id):
-            self._settle_stopped(stop)
+        self._settle_stopped(events.stop)
 
     async def wait(self, timeout: float | None = None) -> None:
         """Wait until every input has finished.
@@ -297,7 +275,7 @@ class BatchHandle:
         wanted = [
             i for i in indices if i not in self._submission_failures and i not in self._reasons
         ]
-        loaded = await self._backend.batches.load_many(self.group_id, wanted)
+        loaded = await self._runner.load_many(self.group_id, wanted)
         reads = {i: payload for i, (_, payload) in loaded.items()}
         return await anyio.to_thread.run_sync(self._decode_many, indices, reads)
 
@@ -339,14 +317,7 @@ class BatchHandle:
 
     async def cancel(self) -> None:
         """Stop queued inputs from ever running and end the running ones. Not retried."""
-        batches = self._backend.batches
-        if await batches.send(self.group_id, "C"):
-            # Wait for the supervisor to finish stopping, so statuses are settled on return.
-            stream = await batches.connect(self.group_id)
-            if stream is not None:
-                async with stream:
-                    async for _ in event_chunks(stream):
-                        pass
+        if await self._runner.cancel(self.group_id):
             return
         await self._refresh()
         if self._accounted() < self.total:
@@ -362,6 +333,8 @@ class BatchHandle:
         """
         if k8s and self._accounted() < self.total:
             await self.cancel()
+        if k8s:
+            await self._runner.release(self.group_id)
         if not gcs:
             return
         await self._refresh()

@@ -2,14 +2,16 @@
 
 Submission writes the function once, the inputs in chunked objects, and the
 manifest last — the commit point, written once and never rewritten — then asks
-the backend to run it. Validation and pickling happen before the first write,
-so bad input leaves nothing behind.
+the backend's batch engine to run it. Validation, pickling and (on GKE) the
+image happen before the first write, so bad input leaves nothing behind.
+Nothing is written per input: the inputs are in the chunks.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import socket
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -19,14 +21,16 @@ import anyio
 import anyio.to_thread
 import cloudpickle
 
+from kinetic._backends.base import Backend
 from kinetic._backends.local import LocalBackend
 from kinetic._core.accelerators import AcceleratorConfig
 from kinetic._core.config import Settings, capture_env
 from kinetic._core.ids import check_group_id, new_group_id
 from kinetic._core.inputs import check_map_options, chunk_size, to_call
 from kinetic._core.records import utcnow_iso
-from kinetic._engine import runtime
+from kinetic._engine import runtime, targets
 from kinetic._engine.batch import BatchHandle
+from kinetic._engine.batch_runner import runner_for
 from kinetic._engine.data_refs import prepare_calls_data
 from kinetic._engine.packaging import (
     acontext_archive,
@@ -38,7 +42,6 @@ from kinetic._engine.packaging import (
 )
 from kinetic._engine.submit import RunOptions, resolve_target
 from kinetic._exceptions import (
-    BackendError,
     ConfigError,
     JobNotFoundError,
     ObjectNotFoundError,
@@ -48,6 +51,10 @@ from kinetic._settings import load_settings
 from runner import protocol
 
 _WRITE_CONCURRENCY = 16
+GKE_DEFAULT_CONCURRENCY = 64
+"""Inputs running at once on GKE when ``max_concurrent`` is not given."""
+GKE_CHUNK = 64
+"""Inputs per stored chunk on GKE (each pod downloads the chunk holding its input)."""
 
 
 def _to_calls(
@@ -111,6 +118,8 @@ async def submit_batch(
     :raises ConfigError: for invalid options, empty inputs or inputs that do not fit
         ``input_mode`` — nothing is written.
     :raises SerializationError: naming an input that cannot be pickled — nothing is written.
+    :raises BackendError: for a backend that cannot run batches (nothing is written), or
+        when launching failed (the batch is recorded: ``attach_batch`` resumes it).
     """
     check_map_options(
         input_mode=input_mode,
@@ -127,16 +136,18 @@ async def submit_batch(
     if not items:
         raise ConfigError("inputs must be non-empty")
     settings, accel, backend = resolve_target(opts)
-    if not isinstance(backend, LocalBackend):
-        raise BackendError(f"batches are not available on the {backend.name} backend yet")
+    runner = runner_for(backend)
+    image = ""
+    if backend.name == "gke":  # before anything is written: a missing image is bad input
+        image = opts.container_image or await targets.built_image(backend)
     group_id = new_group_id()
     storage = backend.storage
     # Recorded first, so attach_batch in another process can wait for this submission.
-    recording = {"pid": os.getpid(), "started_at": utcnow_iso()}
+    recording = {"pid": os.getpid(), "host": socket.gethostname(), "started_at": utcnow_iso()}
     await storage.write(protocol.group_recording_key(group_id), protocol.dump_json(recording))
     try:
         manifest = await _record(
-            fn, items, opts, group_id, settings, accel, backend,
+            fn, items, opts, group_id, settings, accel, backend, image,
             input_mode=input_mode, max_concurrent=max_concurrent, retries=retries,
             fail_fast=fail_fast, cancel_running_on_fail=cancel_running_on_fail,
             name=name, tags=tags, prefix_args=prefix_args,
@@ -145,8 +156,14 @@ async def submit_batch(
         with anyio.CancelScope(shield=True):
             await storage.delete_prefix(protocol.group_prefix(group_id))
         raise
-    # From here on the batch is durable: a failed launch is repaired by any attach.
-    await backend.batches.launch(group_id)
+    # From here on the batch is durable: a failed launch is repaired by any attach —
+    # unless the launch says the batch can never run (a missing namespace, say).
+    try:
+        await runner.launch(group_id)
+    except ConfigError:
+        with anyio.CancelScope(shield=True):
+            await storage.delete_prefix(protocol.group_prefix(group_id))
+        raise
     return BatchHandle(backend=backend, manifest=manifest)
 
 
@@ -176,8 +193,7 @@ async def attach_batch(
     check_group_id(group_id)
     settings = load_settings(backend=backend, project=project, cluster=cluster)
     target = runtime.backend_for_settings(settings)
-    if not isinstance(target, LocalBackend):
-        raise BackendError(f"batches are not available on the {target.name} backend yet")
+    runner_for(target)  # raises BackendError for a backend without batches
     storage = target.storage
     deadline = time.monotonic() + timeout
     while True:
@@ -186,22 +202,32 @@ async def attach_batch(
             break
         except ObjectNotFoundError:
             pass
-        recording = await target.batches.read_json(protocol.group_recording_key(group_id))
+        recording = await _read_json(storage, protocol.group_recording_key(group_id))
         if recording is None:
             raise JobNotFoundError(f"no batch {group_id!r} in {storage.url}")
-        if not _pid_alive(int(recording.get("pid", 0))) or time.monotonic() > deadline:
+        # The pid says something only on the machine that recorded the batch.
+        here = recording.get("host", socket.gethostname()) == socket.gethostname()
+        gone = here and not _pid_alive(int(recording.get("pid", 0)))
+        if gone or time.monotonic() > deadline:
             raise JobNotFoundError(
                 f"batch {group_id} was never fully recorded (its submitting process stopped "
                 "before all inputs were stored); submit it again"
             )
         await anyio.sleep(0.05)
     handle = BatchHandle(backend=target, manifest=manifest)
-    summary = await target.batches.read_json(protocol.group_summary_key(group_id))
+    summary = await _read_json(storage, protocol.group_summary_key(group_id))
     if summary is not None:
         for key, state in summary.get("states", {}).items():
             handle._record(int(key), state)
         handle._cleaned = True
     return handle
+
+
+async def _read_json(storage: Any, key: str) -> Any:
+    try:
+        return protocol.load_json(await storage.read(key))
+    except ObjectNotFoundError:
+        return None
 
 
 def _pid_alive(pid: int) -> bool:
@@ -223,7 +249,8 @@ async def _record(
     group_id: str,
     settings: Settings,
     accel: AcceleratorConfig,
-    backend: LocalBackend,
+    backend: Backend,
+    image: str,
     *,
     input_mode: str,
     max_concurrent: int | None,
@@ -241,16 +268,35 @@ async def _record(
     """
     storage = backend.storage
     root = find_package_root(function_source_dir(fn))
-    size = chunk_size(len(items))
+    local = isinstance(backend, LocalBackend)
+    # Local workers stream through many inputs: few, large chunks. A GKE pod reads only
+    # its input's chunk: at most GKE_CHUNK inputs each, so small batches are one object.
+    size = (
+        chunk_size(len(items))
+        if local
+        else chunk_size(len(items), target_chunks=1, max_size=GKE_CHUNK)
+    )
     calls = _to_calls(items, input_mode, prefix_args)
-    data = await prepare_calls_data(calls, storage=backend.storage, local_backend=True)
+    data = await prepare_calls_data(calls, storage=backend.storage, local_backend=local)
     fn_bytes = await apickle_function(fn, root)
     chunks = await anyio.to_thread.run_sync(_pickle_chunks, fn, data.calls, size, root)
     archive = await acontext_archive(root, exclude=(Path(settings.local_root), *data.local_paths))
     sys_path, cwd = relative_sys_path(root, Path.cwd())
 
     func_name = getattr(fn, "__name__", type(fn).__name__)
-    pool = max_concurrent if max_concurrent is not None else (os.cpu_count() or 1)
+    default_pool = (os.cpu_count() or 1) if local else GKE_DEFAULT_CONCURRENCY
+    pool = max_concurrent if max_concurrent is not None else default_pool
+    if isinstance(backend, LocalBackend):
+        output_dir = opts.output_dir or _outputs_dir(settings.local_root)
+        location = {"bucket_name": str(backend.storage.root), "cluster_name": "local", "zone": ""}
+    else:
+        place = targets.target_for(backend).placement(settings, group_id, None)
+        output_dir = opts.output_dir or f"gs://{place.bucket_name}/outputs"
+        location = {
+            "bucket_name": place.bucket_name,
+            "cluster_name": place.cluster_name,
+            "zone": place.zone,
+        }
     manifest: dict[str, Any] = {
         "format": protocol.FORMAT,
         "group_id": group_id,
@@ -280,23 +326,27 @@ async def _record(
             "cwd": cwd,
             "sys_path": sys_path,
             "env": _captured_env(opts),
-            "output_dir": opts.output_dir or _outputs_dir(settings.local_root),
+            "output_dir": output_dir,
             "has_data": data.has_data,
         },
         "handle": {
             "backend": backend.name,
             "project": settings.project or "",
-            "cluster_name": "local",
-            "zone": "",
+            **location,
             "namespace": settings.namespace,
-            "bucket_name": str(backend.storage.root),
-            "image_uri": opts.container_image or "",
+            "image_uri": image or opts.container_image or "",
             "accelerator": accel.name,
             "func_name": func_name,
             "created_at": utcnow_iso(),
             "debug": opts.debug,
         },
     }
+    if not local:
+        manifest["gke"] = {
+            "image": image,
+            "namespace": settings.namespace,
+            "accelerator": accel.name + (":spot" if accel.spot else ""),
+        }
     context_key = protocol.context_key(archive.sha256)
     if not await storage.exists(context_key):
         await storage.write(context_key, archive.data)

@@ -105,7 +105,7 @@ class GKETarget:
 
         if not isinstance(backend, GKEBackend):
             raise TypeError(f"expected a GKE backend, got {backend!r}")
-        image = job.container_image or await _built_image(backend)
+        image = job.container_image or await built_image(backend)
         backend.prepare(
             job.job_id,
             image=image,
@@ -130,7 +130,11 @@ class GKETarget:
             backend.discard(job_id)
 
 
-async def _built_image(backend: object) -> str:
+async def built_image(backend: object) -> str:
+    """The runner image Kinetic builds and pushes for ``backend`` (a GKE backend).
+
+    :raises ConfigError: when no image registry is configured.
+    """
     from kinetic._backends.gke.backend import GKEBackend
     from kinetic._images.runner_image import ensure_runner_image
 

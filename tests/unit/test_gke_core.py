@@ -292,3 +292,53 @@ def test_gcs_fuse_volumes_mount_each_bucket_read_only() -> None:
     assert all(m["readOnly"] for m in mounts)
     assert "volumes" not in base["spec"]["template"]["spec"]  # the input is left as it was
     assert k8s_spec.with_gcs_fuse(base, []) == base
+
+
+def test_member_job_manifest_names_labels_and_command() -> None:
+    from runner import protocol
+
+    cfg = accelerators.parse_accelerator("cpu")
+    group = "grp-0123456789ab"
+    kwargs: dict[str, Any] = {
+        "group_id": group,
+        "index": 5,
+        "namespace": "ns",
+        "image": "img:1",
+        "bucket": "b",
+        "accelerator": cfg,
+        "output_dir": "gs://b/outputs",
+    }
+    first = k8s_spec.member_job_manifest(attempt=0, **kwargs)
+    retry = k8s_spec.member_job_manifest(attempt=2, **kwargs)
+    member = protocol.member_job_id(group, 5)
+    assert first["metadata"]["name"] == f"kinetic-{member}"
+    assert retry["metadata"]["name"] == f"kinetic-{member}-a2"
+    labels = retry["spec"]["template"]["metadata"]["labels"]
+    assert labels == retry["metadata"]["labels"]
+    assert labels["group-id"] == group
+    assert (labels["group-index"], labels["attempt"], labels["job-id"]) == (
+        "5",
+        "2",
+        f"{member}-a2",
+    )
+    container = retry["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"][-7:] == [
+        "--group", group, "--index", "5", "--attempt", "2", "--upload-logs",
+    ]  # fmt: skip
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["JOB_ID"] == member
+    assert env["KINETIC_OUTPUT_DIR"] == f"gs://b/outputs/{member}"
+    assert retry["spec"]["backoffLimit"] == 0
+    assert k8s_spec.group_selector(group) == f"app=kinetic,group-id={group}"
+
+
+def test_outcome_objects_round_trip_and_reject_garbage() -> None:
+    from runner import protocol
+
+    header = {"state": "failed", "attempt": 1, "error": "E: x\ny", "phase": "execute"}
+    payload = b"\x80\x05binary\nwith newlines"
+    data = protocol.encode_outcome(header, payload)
+    assert protocol.decode_outcome(data) == (header, payload)
+    assert protocol.group_outcome_key("grp-1", 7) == "_groups/grp-1/results/0000007.res"
+    with pytest.raises(ValueError, match="not a batch outcome"):
+        protocol.decode_outcome(b'{"no": "state"}\npayload')

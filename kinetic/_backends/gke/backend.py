@@ -20,6 +20,9 @@ stuck for ``start_grace`` seconds ends it: the Job is deleted and a final record
 (phase ``start``, the reason) is written, so every process then sees FAILED.
 Likewise a job whose pod vanished before finishing is ended (Kubernetes would
 otherwise start a replacement pod: Kinetic never retries behind the user's back).
+
+Inputs of a batch (``group_id`` set) are one Job per attempt, driven by
+:mod:`kinetic._backends.gke.batch`; their handles' methods go there.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from typing import Any
 import anyio
 
 from kinetic._backends.base import JobRef, StatusCallback
+from kinetic._backends.gke.batch import GKEBatches
 from kinetic._backends.gke.client import KubeClient
 from kinetic._backends.gke.watch import SharedWatch
 from kinetic._core import k8s_spec, k8s_status
@@ -95,6 +99,7 @@ class GKEBackend:
         self.options = options or GKEOptions()
         self.storage = storage or GCSStorage(bucket)
         self._pending_specs: dict[str, dict[str, Any]] = {}
+        self.batches = GKEBatches(self)
 
     def __repr__(self) -> str:
         return f"GKEBackend({self.bucket!r}, namespace={self.namespace!r})"
@@ -175,6 +180,8 @@ class GKEBackend:
         return list(listing.get("items") or [])
 
     async def status(self, job: JobRef) -> StatusReport:
+        if job.group_id is not None:
+            return await self.batches.member_status(job)
         k8s_job = await self.client.get_job(job.namespace, job.k8s_name)
         pods = (
             await self.client.list_objects("pods", job.namespace, k8s_spec.job_selector(job.job_id))
@@ -209,6 +216,8 @@ class GKEBackend:
         )
 
     async def wait(self, job: JobRef, on_change: StatusCallback | None = None) -> StatusReport:
+        if job.group_id is not None:
+            return await self.batches.member_wait(job, on_change)
         watch = self.cluster.watch(job.namespace)
         last: StatusReport | None = None
         stuck_since: float | None = None
@@ -285,6 +294,12 @@ class GKEBackend:
             return None
 
     async def logs(self, job: JobRef, *, tail: int | None = None) -> str:
+        if job.group_id is not None:
+            member_text = await self.batches.member_logs(job)
+            if tail is not None:
+                lines = member_text.splitlines(keepends=True)
+                member_text = "".join(lines[-tail:]) if tail > 0 else ""
+            return member_text
         pods = (
             await self.client.list_objects("pods", job.namespace, k8s_spec.job_selector(job.job_id))
         )["items"]
@@ -342,6 +357,14 @@ class GKEBackend:
     async def follow_logs(
         self, job: JobRef, finished: anyio.Event | None = None
     ) -> AsyncIterator[str]:
+        if job.group_id is not None:
+            # A batch input's output is read once it is over (stored by its pod).
+            if finished is not None:
+                await finished.wait()
+            else:
+                await self.wait(job)
+            yield await self.logs(job)
+            return
         pod: dict[str, Any] | None = None
         said: str | None = None
         while True:
@@ -409,6 +432,9 @@ class GKEBackend:
         A job that has not recorded an outcome gets a cancel record first, so every
         process reports it FAILED (cancelled).
         """
+        if job.group_id is not None:
+            await self.batches.member_cancel(job)
+            return
         if not await self.storage.exists(protocol.final_key(job.job_id)):
             await self.storage.write(
                 f"{job.job_id}/{CANCEL_KEY}", protocol.dump_json({"cancelled": True})
@@ -417,10 +443,17 @@ class GKEBackend:
 
     async def read_result(self, job: JobRef) -> bytes:
         """The job's result payload. :raises ObjectNotFoundError: when there is none."""
+        if job.group_id is not None:
+            return await self.batches.member_result(job)
         return await self.storage.read(protocol.result_key(job.job_id))
 
     async def delete_objects(self, job: JobRef) -> None:
-        """Delete the job's objects (``{job_id}/``); shared context archives stay."""
+        """Delete the job's objects (``{job_id}/``); shared context archives stay.
+
+        A batch input's objects go with its batch's cleanup.
+        """
+        if job.group_id is not None:
+            return
         await self.storage.delete_prefix(f"{job.job_id}/")
 
     async def list_job_ids(self) -> list[str]:

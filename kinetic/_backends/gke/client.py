@@ -268,20 +268,62 @@ class KubeClient:
     # -- calls ------------------------------------------------------------------------
 
     async def create_job(
-        self, namespace: str, manifest: Mapping[str, Any], *, timeout: float = DEFAULT_TIMEOUT
-    ) -> None:
+        self,
+        namespace: str,
+        manifest: Mapping[str, Any],
+        *,
+        exist_ok: bool = False,
+        timeout: float = DEFAULT_TIMEOUT,
+    ) -> bool:
         """Create a ``batch/v1`` Job.
 
+        :param exist_ok: a Job of that name existing already is success (names that are
+            deterministic make creation idempotent).
+        :returns: False when ``exist_ok`` and the Job already existed, else True.
         :raises ConfigError: the namespace does not exist.
         :raises BackendError: refused (exists already, invalid, forbidden) or unreachable.
         """
         name = manifest["metadata"]["name"]
+        try:
+            await self._request(
+                "POST",
+                f"/apis/batch/v1/namespaces/{namespace}/jobs",
+                what=f"create Job {namespace}/{name}",
+                namespace=namespace,
+                body=dict(manifest),
+                timeout=timeout,
+            )
+        except BackendError as exc:
+            cause = exc.__cause__
+            if exist_ok and isinstance(cause, KubeHTTPError) and cause.status == 409:
+                return False
+            raise
+        return True
+
+    async def delete_jobs(
+        self, namespace: str, selector: str, *, timeout: float = DEFAULT_TIMEOUT
+    ) -> None:
+        """Delete every Job matching ``selector`` (one request); pods follow in the background."""
         await self._request(
-            "POST",
+            "DELETE",
             f"/apis/batch/v1/namespaces/{namespace}/jobs",
-            what=f"create Job {namespace}/{name}",
-            namespace=namespace,
-            body=dict(manifest),
+            what=f"delete Jobs {selector} in {namespace}",
+            query=[("labelSelector", selector)],
+            body={"propagationPolicy": "Background", "gracePeriodSeconds": 0},
+            timeout=timeout,
+        )
+
+    async def delete_pods(
+        self, namespace: str, selector: str, *, timeout: float = DEFAULT_TIMEOUT
+    ) -> None:
+        """Delete every pod matching ``selector`` at once (no grace: the runner is PID 1,
+        which ignores SIGTERM, so a graceful stop would only wait out the grace period)."""
+        await self._request(
+            "DELETE",
+            f"/api/v1/namespaces/{namespace}/pods",
+            what=f"delete pods {selector} in {namespace}",
+            query=[("labelSelector", selector)],
+            body={"gracePeriodSeconds": 0},
             timeout=timeout,
         )
 

@@ -16,7 +16,14 @@ the subscriber that holds the lock. When that subscriber leaves, its task group
 cancels its candidate, the lock passes to the next subscriber's candidate, which
 resumes the streams from the last ``resourceVersion`` (no events lost, no
 re-list). With no subscriber, nothing runs and nothing is leaked; the next first
-subscriber re-lists, since the copy went stale meanwhile.
+subscriber re-lists, since the copy went stale meanwhile — unless it asks to
+``resume`` and the gap was shorter than :data:`RESUME_WINDOW`: then the streams
+resume from the last ``resourceVersion`` and the API server replays what changed
+in the gap (or says ``410 Gone``, and it re-lists). A batch driver subscribes once
+per step and tolerates a copy that lags until the replay arrives (a Job it created
+is counted alive until seen), so this spares it a full list of the namespace per
+completed input. Single-job waiters do not resume: their first report must be
+current.
 
 *Consistency.* A stream starts with a list (which also sets the resourceVersion)
 when it has none, and resumes from it otherwise. ``410 Gone`` (the version is too
@@ -46,6 +53,8 @@ KINDS = ("jobs", "pods")
 SERVER_TIMEOUT = 240
 """Seconds the API server keeps one watch open before ending it (we then resume)."""
 MAX_BACKOFF = 2.0
+RESUME_WINDOW = 60.0
+"""Seconds without subscribers after which the copy is re-listed rather than resumed."""
 
 
 class _Gone(Exception):
@@ -76,6 +85,7 @@ class SharedWatch:
         self._changed = anyio.Event()
         self._driver = anyio.Lock()
         self._subscribers = 0
+        self._idle_since: float | None = None
 
     def __repr__(self) -> str:
         return f"SharedWatch({self.namespace!r}, {self.selector!r})"
@@ -83,13 +93,19 @@ class SharedWatch:
     # -- for waiters ------------------------------------------------------------------
 
     @contextlib.asynccontextmanager
-    async def subscribe(self) -> AsyncIterator[SharedWatch]:
+    async def subscribe(self, *, resume: bool = False) -> AsyncIterator[SharedWatch]:
         """Keep the streams running (here or in another subscriber) while inside.
 
         The first subscriber after a time with none re-lists: the copy was not kept
-        current meanwhile, and must not be read as if it were.
+        current meanwhile, and must not be read as if it were. With ``resume`` and a gap
+        shorter than :data:`RESUME_WINDOW`, the streams resume and replay what changed
+        instead: the copy may lag until the replay arrives.
         """
-        if self._subscribers == 0:
+        recent = (
+            self._idle_since is not None
+            and anyio.current_time() - self._idle_since <= RESUME_WINDOW
+        )
+        if self._subscribers == 0 and not (resume and recent):
             self._rv = dict.fromkeys(KINDS)
             self._synced = dict.fromkeys(KINDS, False)
         self._subscribers += 1
@@ -102,6 +118,8 @@ class SharedWatch:
                     tg.cancel_scope.cancel()
         finally:
             self._subscribers -= 1
+            if self._subscribers == 0:
+                self._idle_since = anyio.current_time()
 
     @property
     def synced(self) -> bool:

@@ -1,0 +1,106 @@
+"""One input of a batch, run as its own job (a GKE pod): the runner's member mode.
+
+``python -m runner --storage gs://B --group GID --index I --attempt A --upload-logs``
+
+Reads the batch's manifest (the spec), its function (``fn.pkl``, SHA-256 checked
+against the spec) and the input's chunk, runs the input, and writes at most two
+objects: the outcome (:func:`runner.protocol.group_outcome_key`: a JSON header
+and the result payload) and, with ``--upload-logs``, the output
+(:func:`runner.protocol.group_member_logs_key`).
+
+A failed attempt that will be retried (``A < retries`` in the manifest) writes no
+outcome: it exits non-zero, and the driver of the batch starts the next attempt.
+The final attempt always records its outcome, success or failure. A pod killed
+before it recorded one is recognised by the driver, which then records the
+failure (or retries).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import cloudpickle
+
+from runner import protocol
+from runner._main import PhaseError, build_failure, build_success, prepare_workspace
+from runner._store import RunnerStore
+
+
+def run_member(store: RunnerStore, group_id: str, index: int, attempt: int, workdir: Path) -> int:
+    """Run input ``index`` of batch ``group_id``; return the process exit status.
+
+    Never raises for failures of the input: they are recorded as its outcome (on the
+    final attempt) or left for a retry.
+    """
+    phase = "fetch"
+    final = True
+    try:
+        manifest = protocol.load_json(store.read(protocol.group_manifest_key(group_id)))
+        final = attempt >= int(manifest["options"]["retries"])
+        spec = manifest["spec"]
+        fn_bytes = store.read(protocol.group_payload_key(group_id))
+        chunk, offset = divmod(index, int(manifest["chunk_size"]))
+        chunk_bytes = store.read(protocol.group_inputs_key(group_id, chunk))
+        phase = "verify"
+        if hashlib.sha256(fn_bytes).hexdigest() != spec["payload_sha256"]:
+            raise PhaseError("verify", "fn.pkl is corrupted: its sha256 does not match")
+        prepare_workspace(store, spec, workdir)
+        job_id = protocol.member_job_id(group_id, index)
+        os.environ["JOB_ID"] = job_id
+        os.environ["KINETIC_OUTPUT_DIR"] = f"{spec['output_dir'].rstrip('/')}/{job_id}"
+        os.environ["KINETIC_ATTEMPT"] = str(attempt)  # 0 first, then 1, 2, ... on retries
+        phase = "deserialize"
+        fn = cloudpickle.loads(fn_bytes)
+        args, kwargs = cloudpickle.loads(chunk_bytes)[offset]
+        phase = "resolve"
+        if spec.get("has_data"):
+            from runner.data import resolve_arguments
+
+            args, kwargs = resolve_arguments(store, args, kwargs, workdir)
+    except BaseException as exc:  # noqa: BLE001 - every failure must be recorded
+        if isinstance(exc, PhaseError):
+            phase = exc.phase
+        data, record = build_failure(phase, exc, user=False)
+        print(f"kinetic runner: input {index} failed in phase {phase}: {record['error']}")
+        if final:
+            _record(store, group_id, index, attempt, data, record)
+        return protocol.EXIT_RUNNER_ERROR
+    try:
+        value = fn(*args, **kwargs)
+    except BaseException as exc:  # noqa: BLE001 - SystemExit too: it must not skip the record
+        import traceback
+
+        traceback.print_exc()
+        if not final:
+            return protocol.EXIT_USER_ERROR  # the driver starts the next attempt
+        data, record = build_failure("execute", exc, user=True)
+        return _record(store, group_id, index, attempt, data, record)
+    data, record = build_success(value)
+    return _record(store, group_id, index, attempt, data, record)
+
+
+def _record(
+    store: RunnerStore,
+    group_id: str,
+    index: int,
+    attempt: int,
+    data: bytes,
+    record: protocol.FinalRecord,
+) -> int:
+    """Write the outcome object (one write); the exit status to end with."""
+    header: dict[str, Any] = {"attempt": attempt}
+    header.update({k: v for k, v in record.items() if v is not None})
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    try:
+        store.write(
+            protocol.group_outcome_key(group_id, index), protocol.encode_outcome(header, data)
+        )
+    except BaseException as exc:  # noqa: BLE001
+        print(f"kinetic runner: could not record the outcome ({exc})", file=sys.stderr)
+        return protocol.EXIT_RUNNER_ERROR
+    return protocol.EXIT_OK if record["state"] == "succeeded" else protocol.EXIT_RUNNER_ERROR
