@@ -104,3 +104,18 @@ class Backend(Protocol):
     async def aclose(self) -> None:
         """Release connections and background watches."""
         ...
+
+
+async def logs_once_over(
+    backend: Backend, job: JobRef, finished: anyio.Event | None
+) -> AsyncIterator[str]:
+    """A batch input's whole output, once the input is over.
+
+    Batch inputs share workers (locally) or store their output when their pod ends
+    (GKE): there is no live stream of one input, so followers get it in one piece.
+    """
+    if finished is not None:
+        await finished.wait()
+    else:
+        await backend.wait(job)
+    yield await backend.logs(job)

@@ -39,7 +39,7 @@ from kinetic._backends._process import (
     spawn_detached,
     wait_exit,
 )
-from kinetic._backends.base import JobRef, StatusCallback
+from kinetic._backends.base import JobRef, StatusCallback, logs_once_over
 from kinetic._backends.local_batch import LocalBatches, event_chunks
 from kinetic._core.status import JobStatus, StatusReport, status_from_local_records
 from kinetic._exceptions import ObjectNotFoundError
@@ -182,12 +182,8 @@ class LocalBackend:
         self, job: JobRef, finished: anyio.Event | None = None
     ) -> AsyncIterator[str]:
         if job.group_id is not None:
-            # A batch input's output is interleaved in its worker's log: give it whole.
-            if finished is not None:
-                await finished.wait()
-            else:
-                await self.wait(job)
-            yield await self.logs(job)
+            async for text in logs_once_over(self, job, finished):
+                yield text
             return
         path = self.storage.path_for(protocol.logs_key(job.job_id))
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")

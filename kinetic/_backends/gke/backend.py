@@ -33,7 +33,7 @@ from typing import Any
 
 import anyio
 
-from kinetic._backends.base import JobRef, StatusCallback
+from kinetic._backends.base import JobRef, StatusCallback, logs_once_over
 from kinetic._backends.gke.batch import GKEBatches
 from kinetic._backends.gke.client import KubeClient
 from kinetic._backends.gke.watch import SharedWatch
@@ -358,12 +358,8 @@ class GKEBackend:
         self, job: JobRef, finished: anyio.Event | None = None
     ) -> AsyncIterator[str]:
         if job.group_id is not None:
-            # A batch input's output is read once it is over (stored by its pod).
-            if finished is not None:
-                await finished.wait()
-            else:
-                await self.wait(job)
-            yield await self.logs(job)
+            async for text in logs_once_over(self, job, finished):
+                yield text
             return
         pod: dict[str, Any] | None = None
         said: str | None = None
