@@ -326,3 +326,24 @@ class Greeter:
 
 def test_methods_receive_their_instance() -> None:
     assert Greeter("hi").greet("ada") == "hi, ada"
+
+
+def test_local_backend_notice_is_one_line_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("KINETIC_QUIET")
+    script = textwrap.dedent(
+        """
+        import kinetic
+
+        @kinetic.run()
+        def one():
+            return 1
+
+        assert one() + one() == 2
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=120
+    )
+    notices = [line for line in out.stderr.splitlines() if "local backend" in line]
+    assert len(notices) == 1
+    assert "no GCP project configured" in notices[0]
