@@ -51,7 +51,7 @@ def _params(sig: inspect.Signature) -> list[tuple[str, object, object]]:
     return [(p.name, p.kind, p.default) for p in sig.parameters.values()]
 
 
-@pytest.mark.parametrize("name", ["JobHandle", "RemoteFunction"])
+@pytest.mark.parametrize("name", ["BatchHandle", "JobHandle", "RemoteFunction"])
 def test_classes_have_the_same_methods_and_parameters(name: str) -> None:
     sync_cls, async_cls = getattr(kinetic, name), getattr(aio, name)
     sync_methods, async_methods = _methods(sync_cls), _methods(async_cls)
@@ -66,9 +66,14 @@ def test_waiting_methods_are_coroutines_only_in_aio() -> None:
         assert not inspect.iscoroutinefunction(getattr(kinetic.JobHandle, method)), method
     assert inspect.iscoroutinefunction(aio.RemoteFunction.run_async)
     assert not inspect.iscoroutinefunction(kinetic.RemoteFunction.run_async)
+    for method in ("statuses", "status_counts", "wait", "results", "failures", "cancel"):
+        assert inspect.iscoroutinefunction(getattr(aio.BatchHandle, method)), method
+        assert not inspect.iscoroutinefunction(getattr(kinetic.BatchHandle, method)), method
+    assert inspect.isasyncgenfunction(aio.BatchHandle.as_completed)
+    assert inspect.isgeneratorfunction(kinetic.BatchHandle.as_completed)
 
 
-@pytest.mark.parametrize("name", ["run", "attach", "list_jobs"])
+@pytest.mark.parametrize("name", ["run", "attach", "attach_batch", "list_jobs"])
 def test_functions_have_the_same_parameters(name: str) -> None:
     sync_sig = inspect.signature(getattr(kinetic, name))
     async_sig = inspect.signature(getattr(aio, name))
