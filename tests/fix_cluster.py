@@ -60,8 +60,16 @@ class Testbed:
 
     def up(self) -> None:
         """Run ``tests/testbed/up`` (restarts whatever component is down)."""
+        # Name our cache explicitly: tests run with KINETIC_* variables cleared, and an `up`
+        # on another cache would start a second testbed on the same ports.
+        env = {**os.environ, "KINETIC_TESTBED_CACHE": str(self.cache)}
         proc = subprocess.run(
-            [str(TESTBED / "up")], capture_output=True, text=True, timeout=1500, check=False
+            [str(TESTBED / "up")],
+            capture_output=True,
+            text=True,
+            timeout=1500,
+            check=False,
+            env=env,
         )
         if proc.returncode != 0:
             pytest.fail(f"tests/testbed/up failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")

@@ -20,7 +20,8 @@ _CLEARED_PREFIXES = ("KINETIC_", "GOOGLE_CLOUD_PROJECT", "CLOUDSDK_")
 def kinetic_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Isolate the test; yields the local backend root (``KINETIC_LOCAL_ROOT``)."""
     for name in list(os.environ):
-        if name.startswith(_CLEARED_PREFIXES):
+        # The testbed's own settings (KINETIC_TESTBED_*) describe the machine, not Kinetic.
+        if name.startswith(_CLEARED_PREFIXES) and not name.startswith("KINETIC_TESTBED_"):
             monkeypatch.delenv(name)
     root = tmp_path / "kinetic-root"
     monkeypatch.setenv("KINETIC_LOCAL_ROOT", str(root))
