@@ -346,6 +346,7 @@ async def _record(
             "image": image,
             "namespace": settings.namespace,
             "accelerator": accel.name + (":spot" if accel.spot else ""),
+            "fuse_buckets": sorted(data.fuse_buckets),  # mounted read-only in every pod
         }
     context_key = protocol.context_key(archive.sha256)
     if not await storage.exists(context_key):

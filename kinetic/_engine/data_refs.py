@@ -109,6 +109,7 @@ class PreparedCalls:
     calls: list[tuple[tuple[Any, ...], dict[str, Any]]]
     local_paths: list[Path] = field(default_factory=list)
     has_data: bool = False
+    fuse_buckets: set[str] = field(default_factory=set)
 
 
 async def prepare_calls_data(
@@ -138,7 +139,9 @@ async def prepare_calls_data(
     holder = PreparedData((), {}, has_data=True)
     refs = await _references(found, storage, local_backend, holder)
     new_calls = [replace_leaves(call, _is_data, refs.__getitem__) for call in calls]
-    return PreparedCalls(new_calls, holder.local_paths, has_data=True)
+    return PreparedCalls(
+        new_calls, holder.local_paths, has_data=True, fuse_buckets=holder.fuse_buckets
+    )
 
 
 def _is_data(x: object) -> bool:
