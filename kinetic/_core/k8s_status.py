@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kinetic._core.status import JobStatus, StatusReport, describe_exit
+from kinetic._core.status import JobStatus, StatusReport, describe_exit, status_from_records
 
 IMAGE_PROBLEMS = frozenset(
     {
@@ -170,15 +170,9 @@ def status_from_k8s(
     :param events: the Job's events (only ``FailedCreate`` ones matter).
     :param recorded: the job's handle is in storage.
     """
-    if final is not None:
-        ok = final.get("state") == "succeeded"
-        return StatusReport(
-            JobStatus.SUCCEEDED if ok else JobStatus.FAILED,
-            reason=None if ok else str(final.get("error") or "job failed"),
-            phase=None if ok else final.get("phase"),
-        )
-    if cancelled:
-        return StatusReport(JobStatus.FAILED, reason="cancelled", cancelled=True)
+    settled = status_from_records(final=final, cancelled=cancelled)
+    if settled is not None:
+        return settled
     if lost_pod is not None:
         return StatusReport(
             JobStatus.FAILED,

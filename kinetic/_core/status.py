@@ -41,6 +41,21 @@ class StatusReport:
     cancelled: bool = False
 
 
+def status_from_records(*, final: Mapping[str, Any] | None, cancelled: bool) -> StatusReport | None:
+    """The status the job's own records settle, whatever runs it: the runner's final
+    record wins, then a cancel record; None when neither exists."""
+    if final is not None:
+        ok = final.get("state") == "succeeded"
+        return StatusReport(
+            JobStatus.SUCCEEDED if ok else JobStatus.FAILED,
+            reason=None if ok else str(final.get("error") or "job failed"),
+            phase=None if ok else final.get("phase"),
+        )
+    if cancelled:
+        return StatusReport(JobStatus.FAILED, reason="cancelled", cancelled=True)
+    return None
+
+
 def status_from_local_records(
     *,
     final: Mapping[str, Any] | None,
@@ -58,15 +73,9 @@ def status_from_local_records(
     :param exit_code: the exit status the job's wrapper recorded, if any
         (``128 + N`` when the runner was killed by signal ``N``).
     """
-    if final is not None:
-        ok = final.get("state") == "succeeded"
-        return StatusReport(
-            JobStatus.SUCCEEDED if ok else JobStatus.FAILED,
-            reason=None if ok else str(final.get("error") or "job failed"),
-            phase=None if ok else final.get("phase"),
-        )
-    if cancelled:
-        return StatusReport(JobStatus.FAILED, reason="cancelled", cancelled=True)
+    settled = status_from_records(final=final, cancelled=cancelled)
+    if settled is not None:
+        return settled
     if not launched:
         return StatusReport(JobStatus.PENDING)
     if alive:
