@@ -103,3 +103,32 @@ def verdict(value: float, target: float, *, lower_is_better: bool = True) -> str
     """``"PASS"`` or ``"MISS"`` against a target."""
     ok = value <= target if lower_is_better else value >= target
     return "PASS" if ok else "MISS"
+
+
+def isolated_project(prefix: str, module: str, source: str) -> tuple[Path, Path]:
+    """A temporary tiny project holding ``{module}.py``, entered as the job's package root.
+
+    Points every Kinetic setting of this process into it (a private local root, no
+    profiles, no GCP project, no notice), puts it on ``sys.path`` and makes it the cwd.
+    Returns ``(workdir, project)``; the caller removes ``workdir``.
+    """
+    import tempfile
+
+    workdir = Path(tempfile.mkdtemp(prefix=prefix))
+    project = workdir / "project"
+    project.mkdir()
+    (project / "pyproject.toml").write_text(f'[project]\nname = "{module}"\nversion = "0"\n')
+    (project / f"{module}.py").write_text(source)
+    for name in (
+        "KINETIC_PROJECT",
+        "GOOGLE_CLOUD_PROJECT",
+        "KINETIC_BACKEND",
+        "KINETIC_PACKAGE_ROOT",
+    ):
+        os.environ.pop(name, None)
+    os.environ["KINETIC_LOCAL_ROOT"] = str(workdir / "local")
+    os.environ["KINETIC_QUIET"] = "1"
+    os.environ["KINETIC_PROFILES_FILE"] = str(workdir / "no-profiles.json")
+    sys.path.insert(0, str(project))
+    os.chdir(project)
+    return workdir, project

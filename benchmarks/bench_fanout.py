@@ -60,7 +60,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from _common import REPO, env_python, machine, median, ms, summary, verdict
+from _common import REPO, env_python, isolated_project, machine, median, ms, summary, verdict
 from _common import write_results as write
 
 TARGET_VS_RAY = 2.0
@@ -532,19 +532,7 @@ def main() -> None:
     ns = parser.parse_args()
     ensure_kinetic_interpreter()
 
-    workdir = Path(tempfile.mkdtemp(prefix="kinetic-bench-fanout-"))
-    project = workdir / "project"
-    project.mkdir()
-    (project / "pyproject.toml").write_text('[project]\nname = "kbench-fanout"\nversion = "0"\n')
-    (project / "kfanout_jobs.py").write_text(JOBS_MODULE)
-    for name in ("KINETIC_PROJECT", "GOOGLE_CLOUD_PROJECT", "KINETIC_BACKEND"):
-        os.environ.pop(name, None)
-    os.environ.pop("KINETIC_PACKAGE_ROOT", None)
-    os.environ["KINETIC_LOCAL_ROOT"] = str(workdir / "local")
-    os.environ["KINETIC_QUIET"] = "1"
-    os.environ["KINETIC_PROFILES_FILE"] = str(workdir / "no-profiles.json")
-    sys.path.insert(0, str(project))
-    os.chdir(project)
+    workdir, _ = isolated_project("kinetic-bench-fanout-", "kfanout_jobs", JOBS_MODULE)
     try:
         jobs = importlib.import_module("kfanout_jobs")
         res: dict[str, Any] = {"machine": machine()}

@@ -32,14 +32,23 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 import traceback
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
-from _common import REPO, env_python, machine, median, ms, summary, time_subprocess, verdict
+from _common import (
+    REPO,
+    env_python,
+    isolated_project,
+    machine,
+    median,
+    ms,
+    summary,
+    time_subprocess,
+    verdict,
+)
 from _common import write_results as write
 
 TARGET_ROUND_TRIP_RATIO = 2.0
@@ -466,19 +475,7 @@ def main() -> None:
     ns = parser.parse_args()
     ensure_kinetic_interpreter()
 
-    workdir = Path(tempfile.mkdtemp(prefix="kinetic-bench-single-"))
-    project = workdir / "proj"
-    project.mkdir()
-    (project / "pyproject.toml").write_text('[project]\nname = "kbench"\nversion = "0"\n')
-    (project / "kbench_jobs.py").write_text(JOBS_MODULE)
-    for name in ("KINETIC_PROJECT", "GOOGLE_CLOUD_PROJECT", "KINETIC_BACKEND"):
-        os.environ.pop(name, None)
-    os.environ.pop("KINETIC_PACKAGE_ROOT", None)
-    os.environ["KINETIC_LOCAL_ROOT"] = str(workdir / "local")
-    os.environ["KINETIC_QUIET"] = "1"
-    os.environ["KINETIC_PROFILES_FILE"] = str(workdir / "no-profiles.json")
-    sys.path.insert(0, str(project))
-    os.chdir(project)
+    workdir, project = isolated_project("kinetic-bench-single-", "kbench_jobs", JOBS_MODULE)
 
     import kinetic
 
