@@ -9,7 +9,8 @@
 #
 # Usage: bash benchmarks/envs.sh            (PYTHON=python3.11 to choose the interpreter)
 # An env is (re)built only when its check fails, so a second run is quick.
-# If /work/.venv-orig already holds keras-kinetic 0.0.4 (same interpreter), `orig` links to it.
+# REUSE_ORIG=/path/to/venv links `orig` to an existing venv holding keras-kinetic 0.0.4
+# (same interpreter) instead of building one.
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -17,7 +18,7 @@ REPO="$(dirname "$HERE")"
 ENVS="$HERE/.envs"
 PYTHON="${PYTHON:-python3}"
 ORIG_VERSION="0.0.4"
-REUSE_ORIG="${REUSE_ORIG:-/work/.venv-orig}"
+REUSE_ORIG="${REUSE_ORIG:-}"
 
 mkdir -p "$ENVS"
 
