@@ -14,7 +14,8 @@ a timeout), it inherits the builtin too, so ``except ValueError`` keeps working:
     ├── ConfigError (ValueError)          bad options, unknown backend, bad mount path
     │   ├── ProfileError                  malformed ~/.kinetic/profiles.json
     │   ├── AcceleratorError              unparseable or unservable accelerator
-    │   └── DataError                     bad ``Data`` argument
+    │   ├── DataError                     bad ``Data`` argument
+    │   └── RequirementsError             a dependency line that cannot be used
     ├── InvalidFunctionError (TypeError)  the decorated object cannot run as a job
     ├── SerializationError                function or argument cannot be pickled
     ├── JobNotFoundError (LookupError)    no such job / batch
@@ -28,6 +29,7 @@ a timeout), it inherits the builtin too, so ``except ValueError`` keeps working:
     ├── StorageError                      object storage failed
     │   └── ObjectNotFoundError (LookupError)
     ├── BackendError                      the execution backend failed
+    │   └── ImageBuildError               an image could not be built or pushed
     └── BlockingCallError (RuntimeError)  sync API called from Kinetic's own loop thread
 
     KineticBlockingWarning (RuntimeWarning)   sync API called while the caller's loop runs
@@ -45,6 +47,7 @@ __all__ = [
     "BlockingCallError",
     "ConfigError",
     "DataError",
+    "ImageBuildError",
     "InvalidFunctionError",
     "JobCancelledError",
     "JobError",
@@ -56,6 +59,7 @@ __all__ = [
     "ObjectNotFoundError",
     "ProfileError",
     "RemoteError",
+    "RequirementsError",
     "ResultError",
     "SerializationError",
     "StorageError",
@@ -80,6 +84,12 @@ class AcceleratorError(ConfigError):
 
 class DataError(ConfigError):
     """A ``Data`` argument or volume is invalid."""
+
+
+class RequirementsError(ConfigError):
+    """A line of the project's ``requirements.txt`` / ``pyproject.toml`` dependencies
+    cannot be parsed, or cannot be installed where the job runs. The message names the
+    file and the line."""
 
 
 class InvalidFunctionError(KineticError, TypeError):
@@ -183,6 +193,11 @@ class ObjectNotFoundError(StorageError, LookupError):
 
 class BackendError(KineticError):
     """The execution backend (process launcher, Kubernetes API, ...) failed."""
+
+
+class ImageBuildError(BackendError):
+    """A container image could not be built or pushed (the message ends with the
+    failing step's log tail). No tag is left behind that a later run would trust."""
 
 
 class BlockingCallError(KineticError, RuntimeError):
