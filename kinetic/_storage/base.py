@@ -47,6 +47,16 @@ class Storage(Protocol):
         """Create or replace the object atomically."""
         ...
 
+    async def create_if_absent(
+        self, key: str, data: bytes, *, timeout: float = DEFAULT_TIMEOUT
+    ) -> bool:
+        """Create the object only if no object has that key; return whether it was created.
+
+        Atomic across processes and machines sharing the store: of concurrent callers,
+        exactly one gets True (GCS: the ``ifGenerationMatch=0`` precondition).
+        """
+        ...
+
     async def exists(self, key: str, *, timeout: float = DEFAULT_TIMEOUT) -> bool:
         """Whether the object exists."""
         ...

@@ -245,6 +245,40 @@ class GCSStorage:
         # A 404 here means the bucket is missing: StorageError, not ObjectNotFoundError.
         await self._call(f"write {key!r}", op, key=None, timeout=timeout)
 
+    async def create_if_absent(
+        self, key: str, data: bytes, *, timeout: float = DEFAULT_TIMEOUT
+    ) -> bool:
+        """Create the object unless one exists (``ifGenerationMatch=0``); return whether
+        it was created. A retried attempt whose first try did land reads as "exists".
+
+        :raises ConfigError: ``key`` is not a valid key.
+        :raises StorageError: on failure, or when ``timeout`` seconds ran out.
+        """
+        check_key(key)
+
+        async def op(client: _GCloudStorage, t: int) -> None:
+            # Metadata makes this a multipart upload: the one kind every GCS
+            # implementation checks the precondition on.
+            await client.upload(
+                self._bucket,
+                key,
+                data,
+                content_type=_CONTENT_TYPE,
+                parameters={"ifGenerationMatch": "0"},
+                metadata={"metadata": {"kinetic": "create-if-absent"}},
+                force_resumable_upload=False,
+                timeout=t,
+            )
+
+        try:
+            await self._call(f"create {key!r}", op, key=None, timeout=timeout)
+        except StorageError as exc:
+            cause = exc.__cause__
+            if isinstance(cause, aiohttp.ClientResponseError) and cause.status == 412:
+                return False
+            raise
+        return True
+
     async def _metadata(self, key: str, timeout: float) -> dict[str, Any]:
         check_key(key)
 

@@ -60,6 +60,26 @@ class LocalStorage:
     async def write(self, key: str, data: bytes, *, timeout: float = DEFAULT_TIMEOUT) -> None:
         await self._run(timeout, atomic_write, self.path_for(key), data)
 
+    async def create_if_absent(
+        self, key: str, data: bytes, *, timeout: float = DEFAULT_TIMEOUT
+    ) -> bool:
+        path = self.path_for(key)
+
+        def _create() -> bool:
+            # Written aside, then hard-linked into place: link() fails if the name exists,
+            # so the object appears whole and only one creator wins.
+            tmp = path.with_name(f".tmp-create-{os.getpid()}-{id(data)}-{path.name}")
+            atomic_write(tmp, data)
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                return False
+            finally:
+                tmp.unlink(missing_ok=True)
+            return True
+
+        return bool(await self._run(timeout, _create))
+
     async def exists(self, key: str, *, timeout: float = DEFAULT_TIMEOUT) -> bool:
         return bool(await self._run(timeout, self.path_for(key).is_file))
 

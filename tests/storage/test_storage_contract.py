@@ -103,6 +103,27 @@ async def test_overwrite_replaces(store: Storage) -> None:
     assert await store.size("k/v") == len(b"second")
 
 
+async def test_create_if_absent_has_one_winner(store: Storage) -> None:
+    assert await store.create_if_absent("locks/one", b"first") is True
+    assert await store.create_if_absent("locks/one", b"second") is False
+    assert await store.read("locks/one") == b"first"
+    # Concurrent creators of a fresh key: exactly one wins, and its bytes are the object.
+    wins: list[bytes] = []
+
+    async def race(n: int) -> None:
+        data = f"creator {n}".encode()
+        if await store.create_if_absent("locks/race", data):
+            wins.append(data)
+
+    async with anyio.create_task_group() as tg:
+        for n in range(8):
+            tg.start_soon(race, n)
+    assert len(wins) == 1
+    assert await store.read("locks/race") == wins[0]
+    # No temporary object of a losing creator is left behind.
+    assert {k async for k in store.list("locks/")} == {"locks/one", "locks/race"}
+
+
 # -- missing objects ---------------------------------------------------------------
 
 
@@ -351,6 +372,7 @@ async def test_gcs_every_operation_translates(
         calls: list[Callable[[], Awaitable[object]]] = [
             lambda: store.read("k"),
             lambda: store.write("k", b"x"),
+            lambda: store.create_if_absent("k", b"x"),
             lambda: store.exists("k"),
             lambda: store.size("k"),
             lambda: store.delete("k"),
