@@ -49,6 +49,7 @@ def load_settings(
     zone: str | None = None,
     cluster: str | None = None,
     namespace: str | None = None,
+    base_image_repo: str | None = None,
 ) -> Settings:
     """Resolve settings from arguments, the environment and the active profile."""
     return resolve_settings(
@@ -57,6 +58,7 @@ def load_settings(
         zone=zone,
         cluster=cluster,
         namespace=namespace,
+        base_image_repo=base_image_repo,
         env=os.environ,
         profile=active_profile(),
         home=str(Path.home()),

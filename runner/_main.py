@@ -87,9 +87,10 @@ def run_job(
 
 
 def prepare_workspace(store: RunnerStore, spec: protocol.JobSpec, workdir: Path) -> None:
-    """Fetch, verify and unpack the context archive, then enter it (cwd, sys.path, env).
+    """Fetch, verify and unpack the context archive, enter it (cwd, sys.path, env), then
+    install the spec's requirements (prebuilt mode).
 
-    :raises PhaseError: naming the phase (fetch, verify, unpack) that failed.
+    :raises PhaseError: naming the phase (fetch, verify, unpack, install) that failed.
     """
     root = workdir / "workspace"
     root.mkdir(parents=True, exist_ok=True)
@@ -106,6 +107,10 @@ def prepare_workspace(store: RunnerStore, spec: protocol.JobSpec, workdir: Path)
         except Exception as exc:
             raise PhaseError("unpack", f"cannot unpack the context archive: {exc}") from exc
     _enter_workspace(root, spec)
+    if spec.get("install"):
+        from runner.install import install_requirements
+
+        install_requirements(spec.get("install", []), workdir)
 
 
 def _verify(data: bytes, expected: str, what: str) -> None:

@@ -27,6 +27,7 @@ PHASES: Final = (
     "fetch",
     "verify",
     "unpack",
+    "install",
     "deserialize",
     "resolve",
     "execute",
@@ -88,6 +89,9 @@ class JobSpec(TypedDict):
     output_dir: str
     has_data: NotRequired[bool]
     """The payload holds data references (and maybe ``volumes``) to resolve first."""
+    install: NotRequired[list[str]]
+    """Requirement lines to install with ``uv pip install`` before the function is
+    unpickled (prebuilt mode); a failure ends the job in phase ``install``."""
 
 
 class FinalRecord(TypedDict):

@@ -20,7 +20,8 @@ BACKENDS = ("local", "gke", "pathways")
 DEFAULT_ZONE = "us-central1-a"
 DEFAULT_CLUSTER = "kinetic-cluster"
 DEFAULT_NAMESPACE = "default"
-PROFILE_FIELDS = ("project", "zone", "cluster", "namespace")
+DEFAULT_BASE_IMAGE_REPO = "kinetic"
+PROFILE_FIELDS = ("project", "zone", "cluster", "namespace", "base_image_repo", "builder")
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,26 @@ class Settings:
     local_root: str
     backend_was_defaulted: bool = False
     """True when no backend was asked for and none could be inferred from a project."""
+    base_image_repo: str = DEFAULT_BASE_IMAGE_REPO
+    """Where prebuilt base images live (``{repo}/base-{category}:{version}``)."""
+    builder: str | None = None
+    """The image builder named by ``KINETIC_BUILDER`` or the profile (None: choose)."""
+
+    @property
+    def region(self) -> str:
+        """The zone's region (``us-central1-a`` -> ``us-central1``)."""
+        head, sep, tail = self.zone.rpartition("-")
+        return head if sep and len(tail) == 1 else self.zone
+
+    @property
+    def default_registry(self) -> str:
+        """Where bundled images go when ``KINETIC_IMAGE_REGISTRY`` is unset: the
+        project's Artifact Registry repository ``kinetic`` in the zone's region."""
+        if not self.project:
+            raise ConfigError(
+                "no registry for bundled images: set KINETIC_IMAGE_REGISTRY or a GCP project"
+            )
+        return f"{self.region}-docker.pkg.dev/{self.project}/kinetic"
 
     @property
     def bucket_name(self) -> str:
@@ -79,6 +100,7 @@ def resolve_settings(
     zone: str | None = None,
     cluster: str | None = None,
     namespace: str | None = None,
+    base_image_repo: str | None = None,
     env: Mapping[str, str],
     profile: Mapping[str, str] | None,
     home: str,
@@ -110,6 +132,9 @@ def resolve_settings(
         namespace=pick(namespace, "KINETIC_NAMESPACE", "namespace") or DEFAULT_NAMESPACE,
         local_root=env.get("KINETIC_LOCAL_ROOT") or os.path.join(home, ".kinetic", "local"),
         backend_was_defaulted=defaulted,
+        base_image_repo=pick(base_image_repo, "KINETIC_BASE_IMAGE_REPO", "base_image_repo")
+        or DEFAULT_BASE_IMAGE_REPO,
+        builder=pick(None, "KINETIC_BUILDER", "builder"),
     )
 
 

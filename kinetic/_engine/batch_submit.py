@@ -26,6 +26,7 @@ from kinetic._backends.local import LocalBackend
 from kinetic._core.accelerators import AcceleratorConfig
 from kinetic._core.config import Settings, capture_env
 from kinetic._core.ids import check_group_id, new_group_id
+from kinetic._core.image_spec import JobImage
 from kinetic._core.inputs import check_map_options, chunk_size, to_call
 from kinetic._core.records import utcnow_iso
 from kinetic._engine import runtime, targets
@@ -137,9 +138,13 @@ async def submit_batch(
         raise ConfigError("inputs must be non-empty")
     settings, accel, backend = resolve_target(opts)
     runner = runner_for(backend)
-    image = ""
-    if backend.name == "gke":  # before anything is written: a missing image is bad input
-        image = opts.container_image or await targets.built_image(backend)
+    root = find_package_root(function_source_dir(fn))
+    # Before anything is written: a bad requirement or a failed build is bad input.
+    if backend.name == "gke":
+        image = await targets.gke_image(backend, settings, accel, opts.container_image, root)
+    else:
+        await targets.warn_missing_requirements(root)
+        image = JobImage(opts.container_image or "", "local")
     group_id = new_group_id()
     storage = backend.storage
     # Recorded first, so attach_batch in another process can wait for this submission.
@@ -250,7 +255,7 @@ async def _record(
     settings: Settings,
     accel: AcceleratorConfig,
     backend: Backend,
-    image: str,
+    image: JobImage,
     *,
     input_mode: str,
     max_concurrent: int | None,
@@ -328,13 +333,14 @@ async def _record(
             "env": _captured_env(opts),
             "output_dir": output_dir,
             "has_data": data.has_data,
+            **({"install": list(image.install)} if image.install else {}),
         },
         "handle": {
             "backend": backend.name,
             "project": settings.project or "",
             **location,
             "namespace": settings.namespace,
-            "image_uri": image or opts.container_image or "",
+            "image_uri": image.uri,
             "accelerator": accel.name,
             "func_name": func_name,
             "created_at": utcnow_iso(),
@@ -343,7 +349,7 @@ async def _record(
     }
     if not local:
         manifest["gke"] = {
-            "image": image,
+            "image": image.uri,
             "namespace": settings.namespace,
             "accelerator": accel.name + (":spot" if accel.spot else ""),
             "fuse_buckets": sorted(data.fuse_buckets),  # mounted read-only in every pod

@@ -25,6 +25,7 @@ from kinetic._backends.base import Backend
 from kinetic._core import accelerators
 from kinetic._core.config import Settings, capture_env
 from kinetic._core.ids import new_job_id
+from kinetic._core.image_spec import execution_mode
 from kinetic._core.records import utcnow_iso
 from kinetic._engine import runtime, targets
 from kinetic._engine.data_refs import prepare_data
@@ -70,6 +71,7 @@ class RunOptions:
                 f"unknown backend {self.backend!r}; valid backends: 'local', 'gke', 'pathways'"
             )
         capture_env(list(self.capture_env_vars or ()), {})
+        execution_mode(self.container_image)
         if self.volumes is not None:
             _check_volumes(self.volumes)
 
@@ -153,8 +155,9 @@ async def submit(
     place = target.placement(settings, job_id, opts.output_dir)
     output_dir = place.output_dir
     func_name = getattr(fn, "__name__", type(fn).__name__)
+    root = find_package_root(function_source_dir(fn))
     # Backend-specific checks and image resolution: before anything is written.
-    image_uri = await target.prepare(
+    image = await target.prepare(
         backend,
         targets.LaunchInput(
             job_id=job_id,
@@ -164,10 +167,10 @@ async def submit(
             output_dir=output_dir,
             env=env,
             func_name=func_name,
+            package_root=root,
         ),
     )
     try:
-        root = find_package_root(function_source_dir(fn))
         data = await prepare_data(
             args,
             kwargs,
@@ -199,6 +202,8 @@ async def submit(
         "output_dir": output_dir,
         "has_data": data.has_data,
     }
+    if image.install:
+        spec["install"] = list(image.install)
     handle = JobHandle(
         job_id=job_id,
         backend=backend.name,
@@ -208,7 +213,7 @@ async def submit(
         namespace=settings.namespace,
         bucket_name=place.bucket_name,
         k8s_name=f"kinetic-{job_id}",
-        image_uri=image_uri,
+        image_uri=image.uri,
         accelerator=accel.name + (":spot" if accel.spot else ""),
         func_name=func_name,
         display_name=f"kinetic-{func_name}-{job_id}",

@@ -9,14 +9,19 @@ anything that can fail on bad input) also before anything is written, and
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+import anyio.to_thread
+
 from kinetic._backends.base import Backend
 from kinetic._core.accelerators import AcceleratorConfig
 from kinetic._core.config import Settings
+from kinetic._core.image_spec import JobImage
 from kinetic._exceptions import ConfigError
 
 
@@ -41,6 +46,7 @@ class LaunchInput:
     output_dir: str
     env: Mapping[str, str]
     func_name: str
+    package_root: Path
 
 
 class Target(Protocol):
@@ -50,10 +56,11 @@ class Target(Protocol):
         """Location fields; ``output_dir`` is the user's, or None for the default."""
         ...
 
-    async def prepare(self, backend: Backend, job: LaunchInput) -> str:
-        """Get the job ready to launch (nothing written); return its image URI ("" if none).
+    async def prepare(self, backend: Backend, job: LaunchInput) -> JobImage:
+        """Get the job ready to launch (nothing written); return its image.
 
         :raises ConfigError: on input the backend cannot run.
+        :raises ImageBuildError: the job's image could not be built.
         """
         ...
 
@@ -78,8 +85,9 @@ class LocalTarget:
             zone="",
         )
 
-    async def prepare(self, backend: Backend, job: LaunchInput) -> str:
-        return job.container_image or ""
+    async def prepare(self, backend: Backend, job: LaunchInput) -> JobImage:
+        await warn_missing_requirements(job.package_root)
+        return JobImage(job.container_image or "", "local")
 
     def mount_gcs_fuse(self, backend: Backend, job_id: str, buckets: set[str]) -> None:
         return None  # local jobs use local paths in place and download gs:// data
@@ -100,15 +108,17 @@ class GKETarget:
             zone=settings.zone,
         )
 
-    async def prepare(self, backend: Backend, job: LaunchInput) -> str:
+    async def prepare(self, backend: Backend, job: LaunchInput) -> JobImage:
         from kinetic._backends.gke.backend import GKEBackend
 
         if not isinstance(backend, GKEBackend):
             raise TypeError(f"expected a GKE backend, got {backend!r}")
-        image = job.container_image or await built_image(backend)
+        image = await gke_image(
+            backend, job.settings, job.accelerator, job.container_image, job.package_root
+        )
         backend.prepare(
             job.job_id,
-            image=image,
+            image=image.uri,
             accelerator=job.accelerator,
             output_dir=job.output_dir,
             env=job.env,
@@ -130,23 +140,61 @@ class GKETarget:
             backend.discard(job_id)
 
 
-async def built_image(backend: object) -> str:
-    """The runner image Kinetic builds and pushes for ``backend`` (a GKE backend).
+async def gke_image(
+    backend: Backend,
+    settings: Settings,
+    accelerator: AcceleratorConfig,
+    container_image: str | None,
+    package_root: Path,
+) -> JobImage:
+    """The image of a GKE job or batch in its execution mode (bundled images are built
+    and pushed here when new). Nothing about the job is written.
 
-    :raises ConfigError: when no image registry is configured.
+    :raises RequirementsError, ConfigError, ImageBuildError, BackendError: see
+        :func:`kinetic._images.modes.resolve_job_image`.
     """
     from kinetic._backends.gke.backend import GKEBackend
-    from kinetic._images.runner_image import ensure_runner_image
+    from kinetic._images.modes import resolve_job_image
 
-    assert isinstance(backend, GKEBackend)
-    registry = backend.options.image_registry
-    if registry is None:
-        raise ConfigError(
-            "a GKE job needs an image: pass container_image='registry/image:tag' (an image "
-            "with kinetic-aio installed), or set KINETIC_IMAGE_REGISTRY to have Kinetic "
-            "build and push its runner image there"
+    if not isinstance(backend, GKEBackend):
+        raise TypeError(f"expected a GKE backend, got {backend!r}")
+    return await resolve_job_image(
+        container_image,
+        category=accelerator.kind,
+        package_root=package_root,
+        settings=settings,
+        options=backend.options,
+        storage=backend.storage,
+        env=os.environ,
+    )
+
+
+_warned_roots: set[Path] = set()
+
+
+async def warn_missing_requirements(package_root: Path) -> None:
+    """Say once per project and process which of its requirements this interpreter
+    lacks: the local backend runs jobs with it, so they would fail on import."""
+    if package_root in _warned_roots:
+        return
+    _warned_roots.add(package_root)
+    from kinetic._engine.requirements_io import missing_distributions, read_project_requirements
+
+    def check() -> list[str]:
+        try:
+            return missing_distributions(read_project_requirements(package_root))
+        except ConfigError as exc:  # an unreadable file is worth a line, not a failure
+            return [f"(cannot read the requirements: {exc})"]
+
+    missing = await anyio.to_thread.run_sync(check)
+    if missing:
+        print(
+            f"kinetic: warning: the local backend runs jobs with this interpreter "
+            f"({sys.executable}), which lacks requirements of {package_root}: "
+            f"{', '.join(missing)}. Install them here (pip install ...) or jobs that "
+            "import them will fail.",
+            file=sys.stderr,
         )
-    return await ensure_runner_image(registry, backend.options.base_image)
 
 
 _TARGETS: Mapping[str, Target] = {"local": LocalTarget(), "gke": GKETarget()}

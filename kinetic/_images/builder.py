@@ -56,16 +56,14 @@ class ImageBuilder(Protocol):
         ...
 
 
-def choose_builder(
-    explicit: str | None, *, project: str | None, env: Mapping[str, str]
-) -> str:
-    """Which builder to use: ``explicit`` (argument or profile) > ``KINETIC_BUILDER`` >
-    ``cloudbuild`` when a GCP project is configured and no ``DOCKER_HOST`` is set >
-    ``docker``. Pure.
+def choose_builder(explicit: str | None, *, project: str | None, env: Mapping[str, str]) -> str:
+    """Which builder to use: ``explicit`` (an argument, or the settings' ``KINETIC_BUILDER``
+    > profile value) > ``cloudbuild`` when a GCP project is configured and no
+    ``DOCKER_HOST`` is set > ``docker``. Pure.
 
     :raises ConfigError: for an unknown builder name.
     """
-    chosen = explicit or env.get("KINETIC_BUILDER")
+    chosen = explicit
     if chosen is None:
         chosen = "cloudbuild" if project and not env.get("DOCKER_HOST") else "docker"
     if chosen not in BUILDERS:

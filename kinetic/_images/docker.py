@@ -1,10 +1,13 @@
 """Docker Engine API (over its unix socket) and registry v2 API, with httpx.
 
-Only what building the runner image needs: ``POST /build`` (network off), ``POST
+Only what building images needs: ``POST /build`` (network off), ``POST
 /images/{name}/push``, and the registry's ``GET /v2/{name}/manifests/{tag}`` to
-ask whether a tag exists. Both progress streams are JSON lines; an ``error``
-line fails the operation. Every failure becomes :class:`~kinetic.BackendError`
-(httpx exceptions never escape), and every call takes a timeout.
+ask whether a tag exists (with the registry token handshake where a registry asks
+for it: Artifact Registry, Docker Hub). Both progress streams are JSON lines; an
+``error`` line fails the operation. Every build or push failure becomes
+:class:`~kinetic.ImageBuildError`, every registry query failure
+:class:`~kinetic.BackendError` (httpx exceptions never escape), and every call takes
+a timeout.
 """
 
 from __future__ import annotations
@@ -12,12 +15,16 @@ from __future__ import annotations
 import base64
 import json
 import os
-from collections.abc import AsyncIterator
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+import anyio
 import httpx
 
-from kinetic._exceptions import BackendError, ConfigError
+from kinetic._exceptions import BackendError, ConfigError, ImageBuildError
+from kinetic._images.builder import BUILD_TIMEOUT as BUILD_AND_PUSH_TIMEOUT
+from kinetic._images.builder import Progress
 
 BUILD_TIMEOUT = 900.0
 PUSH_TIMEOUT = 600.0
@@ -65,10 +72,17 @@ class DockerEngine:
             transport=transport, base_url="http://docker", timeout=httpx.Timeout(timeout)
         )
 
-    async def build(self, context: bytes, tag: str, *, timeout: float = BUILD_TIMEOUT) -> str:
+    async def build(
+        self,
+        context: bytes,
+        tag: str,
+        *,
+        timeout: float = BUILD_TIMEOUT,
+        progress: Progress | None = None,
+    ) -> str:
         """Build ``context`` (a tar with a Dockerfile) as ``tag``, network off; return the log.
 
-        :raises BackendError: the build failed (the message ends with its log) or the
+        :raises ImageBuildError: the build failed (the message ends with its log) or the
             daemon could not be reached.
         """
         params = {"t": tag, "networkmode": "none", "rm": "1", "forcerm": "1", "pull": "0"}
@@ -86,23 +100,27 @@ class DockerEngine:
             ):
                 if resp.status_code != 200:
                     body = (await resp.aread()).decode(errors="replace")
-                    raise BackendError(
+                    raise ImageBuildError(
                         f"docker build of {tag} refused: HTTP {resp.status_code} {body}"
                     )
                 async for item in _json_lines(resp):
                     if "stream" in item:
                         output.append(str(item["stream"]))
+                        if progress is not None and str(item["stream"]).strip():
+                            progress(str(item["stream"]).rstrip("\n"))
                     if "error" in item:
                         log = "".join(output)[-4000:]
-                        raise BackendError(f"docker build of {tag} failed: {item['error']}\n{log}")
+                        raise ImageBuildError(
+                            f"docker build of {tag} failed: {item['error']}\n{log}"
+                        )
         except httpx.HTTPError as exc:
-            raise BackendError(f"docker build of {tag}: {type(exc).__name__}: {exc}") from exc
+            raise ImageBuildError(f"docker build of {tag}: {type(exc).__name__}: {exc}") from exc
         return "".join(output)
 
     async def push(self, image: str, *, timeout: float = PUSH_TIMEOUT) -> None:
         """Push ``repository:tag`` to its registry.
 
-        :raises BackendError: the push failed or the daemon could not be reached.
+        :raises ImageBuildError: the push failed or the daemon could not be reached.
         """
         name, _, tag = image.rpartition(":")
         auth = base64.urlsafe_b64encode(b"{}").decode()
@@ -118,34 +136,79 @@ class DockerEngine:
             ):
                 if resp.status_code != 200:
                     body = (await resp.aread()).decode(errors="replace")
-                    raise BackendError(
+                    raise ImageBuildError(
                         f"docker push of {image} refused: HTTP {resp.status_code} {body}"
                     )
                 async for item in _json_lines(resp):
                     if "error" in item:
-                        raise BackendError(f"docker push of {image} failed: {item['error']}")
+                        raise ImageBuildError(f"docker push of {image} failed: {item['error']}")
         except httpx.HTTPError as exc:
-            raise BackendError(f"docker push of {image}: {type(exc).__name__}: {exc}") from exc
+            raise ImageBuildError(f"docker push of {image}: {type(exc).__name__}: {exc}") from exc
+
+
+Credentials = Callable[[], Awaitable[tuple[str, str] | None]]
+"""Returns (username, password) for a registry's token service, or None (anonymous)."""
+
+_CHALLENGE = re.compile(r'(\w+)="([^"]*)"')
+
+
+class DockerBuilder:
+    """:class:`~kinetic._images.builder.ImageBuilder` on a Docker daemon: build with the
+    network off, then push. Layers of an earlier build are reused by the daemon's cache."""
+
+    name = "docker"
+
+    def __init__(self, docker_host: str | None = None) -> None:
+        self.engine = DockerEngine(docker_host)
+
+    async def build_and_push(
+        self,
+        context: bytes,
+        image: str,
+        *,
+        progress: Progress | None = None,
+        timeout: float = BUILD_AND_PUSH_TIMEOUT,
+    ) -> None:
+        try:
+            with anyio.fail_after(timeout):
+                await self.engine.build(context, image, timeout=timeout, progress=progress)
+                await self.engine.push(image, timeout=timeout)
+        except TimeoutError as exc:
+            raise ImageBuildError(f"building and pushing {image} took over {timeout}s") from exc
 
 
 class Registry:
-    """A registry's v2 API (anonymous). Loopback registries are spoken to over http."""
+    """A registry's v2 API. Loopback registries are spoken to over http.
 
-    def __init__(self, host: str) -> None:
+    A registry that answers 401 with a ``Bearer`` challenge gets the standard token
+    handshake (the token service named by the challenge, with ``credentials`` when
+    given, else anonymously), once per instance; the token is then reused.
+    """
+
+    def __init__(self, host: str, *, credentials: Credentials | None = None) -> None:
         self.host = host
         local = host.startswith(("127.", "localhost", "[::1]"))
         self.base = f"{'http' if local else 'https'}://{host}"
+        self._credentials = credentials
+        self._token: str | None = None
 
     async def has_tag(self, name: str, tag: str, *, timeout: float = QUERY_TIMEOUT) -> bool:
-        """Whether ``name:tag`` exists (``GET /v2/NAME/manifests/TAG``).
+        """Whether ``name:tag`` exists (``GET /v2/NAME/manifests/TAG``): one request when
+        anonymous access or a held token suffices.
 
-        :raises BackendError: the registry answered neither 200 nor 404, or is unreachable.
+        :raises BackendError: the registry answered neither 200 nor 404 (after the token
+            handshake), or is unreachable.
         """
+        url = f"{self.base}/v2/{name}/manifests/{tag}"
         try:
             async with httpx.AsyncClient(timeout=httpx.Timeout(timeout)) as client:
-                resp = await client.get(
-                    f"{self.base}/v2/{name}/manifests/{tag}", headers={"Accept": _MANIFEST_TYPES}
-                )
+                resp = await client.get(url, headers=self._headers())
+                if (
+                    resp.status_code == 401
+                    and "bearer" in resp.headers.get("www-authenticate", "").lower()
+                ):
+                    self._token = await self._fetch_token(client, resp.headers["www-authenticate"])
+                    resp = await client.get(url, headers=self._headers())
         except httpx.HTTPError as exc:
             raise BackendError(f"registry {self.host}: {type(exc).__name__}: {exc}") from exc
         if resp.status_code == 200:
@@ -155,3 +218,28 @@ class Registry:
         raise BackendError(
             f"registry {self.host}: GET manifest {name}:{tag} answered HTTP {resp.status_code}"
         )
+
+    def _headers(self) -> dict[str, str]:
+        headers = {"Accept": _MANIFEST_TYPES}
+        if self._token:
+            headers["Authorization"] = f"Bearer {self._token}"
+        return headers
+
+    async def _fetch_token(self, client: httpx.AsyncClient, challenge: str) -> str:
+        params = dict(_CHALLENGE.findall(challenge))
+        realm = params.pop("realm", None)
+        if not realm:
+            raise BackendError(f"registry {self.host}: a Bearer challenge without a realm")
+        creds = await self._credentials() if self._credentials else None
+        auth = httpx.BasicAuth(*creds) if creds else None
+        resp = await client.get(realm, params=params, auth=auth)
+        if resp.status_code != 200:
+            raise BackendError(
+                f"registry {self.host}: its token service {realm} answered HTTP "
+                f"{resp.status_code}; check the credentials for this registry"
+            )
+        body = resp.json()
+        token = body.get("token") or body.get("access_token")
+        if not isinstance(token, str):
+            raise BackendError(f"registry {self.host}: its token service returned no token")
+        return token

@@ -1,24 +1,28 @@
-"""Build (once) and push the runner image: content-addressed, offline, cached.
+"""Build (once) and push Kinetic's images: content-addressed, offline, cached.
 
-:func:`ensure_runner_image` computes the image's tag from its inputs
-(:func:`kinetic._core.image_spec.image_tag`): the base image, Kinetic's own
-dependencies pinned to the versions installed here, and the source of the
-``kinetic`` and ``runner`` packages. If the registry already has that tag, it is
-returned at once (one registry request). Otherwise the dependency wheels are
-downloaded on this host (``pip download``, cached under
-``~/.cache/kinetic/wheels/``), the build context is assembled, the Docker daemon
-(``DOCKER_HOST``) builds it with the network off, and the image is pushed.
-Concurrent callers in one process share one build.
+:func:`ensure_image` computes an image's tag from its inputs
+(:func:`kinetic._core.image_spec.image_tag`): the accelerator category, the base
+image, Kinetic's own dependencies pinned to the versions installed here, the source of
+the ``kinetic`` and ``runner`` packages, and (bundled mode) the user's filtered
+requirements. If the registry already has that tag, it is returned at once (one
+registry request; none for a tag this process already saw). Otherwise the wheels are
+downloaded on this host (``pip download``, cached under ``~/.cache/kinetic/wheels/``)
+so the build needs no network, the build context is assembled, one builder (the
+Docker Engine or Cloud Build) builds and pushes it, and the registry must then list
+the tag. One build per tag runs at a time: in this process (a lock per tag) and
+across processes sharing a store (:mod:`kinetic._images.build_lock`).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.metadata
 import os
 import re
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,8 +32,12 @@ import anyio.to_thread
 import kinetic
 import runner
 from kinetic._core import image_spec
-from kinetic._exceptions import BackendError
-from kinetic._images.docker import DockerEngine, Registry
+from kinetic._exceptions import ImageBuildError
+from kinetic._images import build_lock
+from kinetic._images.builder import ImageBuilder, Progress
+from kinetic._images.docker import DockerBuilder, Registry
+from kinetic._images.gauth import google_registry_credentials, is_google_registry
+from kinetic._storage.base import Storage
 
 DISTRIBUTION = "kinetic-aio"
 PLATFORMS = (
@@ -40,7 +48,9 @@ PLATFORMS = (
     "linux_x86_64",
 )
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*")
-_LOCK = anyio.Lock()
+_LOCKS: dict[str, anyio.Lock] = {}
+_KNOWN: set[str] = set()
+"""Image URIs this process has seen in their registry (tags are never rewritten)."""
 
 
 @dataclass(frozen=True)
@@ -52,8 +62,10 @@ class BuildPlan:
     repository: str
     tag: str
     base_image: str
+    category: str
     requirements: tuple[str, ...]
     sources: dict[str, bytes]
+    user_requirements: tuple[str, ...] = ()
 
 
 def pinned_requirements(distribution: str = DISTRIBUTION) -> list[str]:
@@ -86,24 +98,44 @@ def package_sources() -> dict[str, bytes]:
     return files
 
 
+@functools.cache
+def runner_inputs() -> tuple[tuple[str, ...], dict[str, bytes], dict[str, str]]:
+    """(pinned requirements, source files, their SHA-256s): read once per process, since
+    the code running here is what goes into the image. Blocking the first time."""
+    sources = package_sources()
+    digests = {p: hashlib.sha256(d).hexdigest() for p, d in sources.items()}
+    return tuple(pinned_requirements()), sources, digests
+
+
 def plan(
     registry: str,
     base_image: str,
     repository: str = image_spec.DEFAULT_REPOSITORY,
+    *,
+    category: str = "cpu",
+    user_requirements: tuple[str, ...] = (),
+    extra_requirements: tuple[str, ...] = (),
 ) -> BuildPlan:
-    """The image to use for this project's code. Blocking (reads the sources)."""
-    requirements = tuple(pinned_requirements())
-    sources = package_sources()
-    digests = {p: hashlib.sha256(d).hexdigest() for p, d in sources.items()}
-    tag = image_spec.image_tag(base_image, requirements, digests)
+    """The image for this code (and the user's requirement lines, bundled mode).
+
+    :param extra_requirements: added to Kinetic's own (``uv`` for prebuilt bases).
+    Blocking the first time in a process (reads the sources), then pure.
+    """
+    pinned, sources, digests = runner_inputs()
+    requirements = (*pinned, *extra_requirements)
+    tag = image_spec.image_tag(
+        base_image, requirements, digests, category=category, user_requirements=user_requirements
+    )
     return BuildPlan(
         uri=image_spec.image_uri(registry, tag, repository),
         registry=registry,
         repository=repository,
         tag=tag,
         base_image=base_image,
+        category=category,
         requirements=requirements,
         sources=sources,
+        user_requirements=user_requirements,
     )
 
 
@@ -114,14 +146,20 @@ def wheel_cache() -> Path:
 
 
 def download_wheels(
-    requirements: tuple[str, ...], python_version: str = "3.11"
+    requirements: tuple[str, ...],
+    python_version: str = "3.11",
+    *,
+    with_installer: bool = True,
 ) -> dict[str, bytes]:
-    """Wheels for ``requirements`` and their dependencies, for CPython ``python_version``
-    on x86-64 Linux, from the package index (cached). Blocking.
+    """Wheels for ``requirements`` (requirement lines, options such as ``--index-url``
+    included) and their dependencies, for CPython ``python_version`` on x86-64 Linux,
+    from the package index this host uses (cached). Blocking.
 
-    :raises BackendError: pip could not download them.
+    :param with_installer: also fetch ``pip`` and ``setuptools`` (the venv's own).
+    :raises ImageBuildError: pip could not download them; the message names pip's reason.
     """
-    key = hashlib.sha256(("\n".join(requirements) + python_version).encode()).hexdigest()[:16]
+    lines = (*requirements, *(("pip", "setuptools") if with_installer else ()))
+    key = hashlib.sha256(("\n".join(lines) + python_version).encode()).hexdigest()[:16]
     dest = wheel_cache() / key
     done = dest / ".complete"
     if not done.exists():
@@ -150,19 +188,114 @@ def download_wheels(
         ]
         for platform in PLATFORMS:
             cmd += ["--platform", platform]
-        proc = subprocess.run(
-            [*cmd, *requirements, "pip", "setuptools"],
-            check=False,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
+        with tempfile.TemporaryDirectory() as tmp:
+            req_file = Path(tmp) / "requirements.txt"
+            req_file.write_text("".join(f"{line}\n" for line in lines))
+            proc = subprocess.run(
+                [*cmd, "-r", str(req_file)],
+                check=False,
+                capture_output=True,
+                text=True,
+                timeout=900,
+            )
         if proc.returncode != 0:
-            raise BackendError(
-                f"pip download of the runner's wheels failed:\n{proc.stderr[-3000:]}"
+            raise ImageBuildError(
+                f"pip download of {', '.join(requirements) or 'the runner'}'s wheels "
+                f"(for Python {python_version} on Linux x86-64) failed; every requirement "
+                f"needs a wheel on the package index:\n{proc.stderr[-3000:]}"
             )
         done.write_text("ok\n")
     return {p.name: p.read_bytes() for p in sorted(dest.glob("*.whl"))}
+
+
+def registry_of(uri: str) -> Registry:
+    """A registry client for ``uri``'s host, with Google credentials for Google's."""
+    host, _, _ = image_spec.parse_image_uri(uri)
+    creds = google_registry_credentials if is_google_registry(host) else None
+    return Registry(host, credentials=creds)
+
+
+async def image_exists(uri: str) -> bool:
+    """Whether the registry lists ``uri`` (one request, none once seen by this process).
+
+    :raises BackendError: the registry failed.
+    """
+    if uri in _KNOWN:
+        return True
+    _, name, tag = image_spec.parse_image_uri(uri)
+    if await registry_of(uri).has_tag(name, tag):
+        _KNOWN.add(uri)
+        return True
+    return False
+
+
+def _context(the_plan: BuildPlan) -> bytes:
+    wheels = download_wheels(the_plan.requirements)
+    user_wheels = (
+        download_wheels(the_plan.user_requirements, with_installer=False)
+        if the_plan.user_requirements
+        else None
+    )
+    files = image_spec.context_files(
+        the_plan.base_image,
+        the_plan.requirements,
+        the_plan.sources,
+        wheels,
+        user_requirements=the_plan.user_requirements,
+        user_wheels=user_wheels,
+    )
+    return image_spec.build_context(files)
+
+
+async def ensure_image(
+    the_plan: BuildPlan,
+    builder: ImageBuilder,
+    *,
+    lock_storage: Storage | None = None,
+    progress: Progress | None = None,
+) -> str:
+    """The URI of ``the_plan``'s image, building and pushing it first if the registry
+    does not list it. With ``lock_storage``, processes sharing that store build a tag
+    once between them.
+
+    :raises ImageBuildError: pip, the build or the push failed; nothing is tagged.
+    :raises BackendError: the registry failed.
+    """
+    uri = the_plan.uri
+    if await image_exists(uri):
+        return uri
+
+    async def build_it() -> None:
+        await build(the_plan, builder, progress=progress)
+
+    async with _LOCKS.setdefault(uri, anyio.Lock()):
+        if lock_storage is None:
+            if not await image_exists(uri):
+                await build_it()
+        else:
+            await build_lock.build_once(
+                lock_storage, the_plan.tag, is_built=lambda: image_exists(uri), build=build_it
+            )
+    return uri
+
+
+async def build(
+    the_plan: BuildPlan, builder: ImageBuilder, *, progress: Progress | None = None
+) -> None:
+    """Fetch the wheels, assemble the context, build and push ``the_plan``'s image, and
+    check that the registry lists it. Unconditional: callers decide whether to build.
+
+    :raises ImageBuildError: pip, the build or the push failed.
+    :raises BackendError: the registry failed.
+    """
+    uri = the_plan.uri
+    if progress is not None:
+        progress(f"building {uri} with {builder.name}")
+    context = await anyio.to_thread.run_sync(_context, the_plan)
+    await builder.build_and_push(context, uri, progress=progress)
+    _KNOWN.discard(uri)
+    if not await image_exists(uri):
+        raise ImageBuildError(f"pushed {uri}, but the registry does not list it")
 
 
 async def ensure_runner_image(
@@ -172,26 +305,10 @@ async def ensure_runner_image(
     docker_host: str | None = None,
     repository: str = image_spec.DEFAULT_REPOSITORY,
 ) -> str:
-    """The URI of the runner image for this code, building and pushing it if needed.
+    """The URI of the CPU runner image (no user requirements), built with the local
+    Docker daemon if needed.
 
-    :raises BackendError: the registry, pip, the build or the push failed.
+    :raises ImageBuildError, BackendError: see :func:`ensure_image`.
     """
     the_plan = await anyio.to_thread.run_sync(plan, registry, base_image, repository)
-    reg = Registry(registry.split("/", 1)[0])
-    name = f"{registry.split('/', 1)[1]}/{repository}" if "/" in registry else repository
-    if await reg.has_tag(name, the_plan.tag):
-        return the_plan.uri
-    async with _LOCK:
-        if await reg.has_tag(name, the_plan.tag):
-            return the_plan.uri
-        wheels = await anyio.to_thread.run_sync(download_wheels, the_plan.requirements)
-        files = image_spec.context_files(
-            base_image, the_plan.requirements, the_plan.sources, wheels
-        )
-        context = await anyio.to_thread.run_sync(image_spec.build_context, files)
-        engine = DockerEngine(docker_host)
-        await engine.build(context, the_plan.uri)
-        await engine.push(the_plan.uri)
-        if not await reg.has_tag(name, the_plan.tag):
-            raise BackendError(f"pushed {the_plan.uri}, but the registry does not list it")
-    return the_plan.uri
+    return await ensure_image(the_plan, DockerBuilder(docker_host))

@@ -1,34 +1,25 @@
-"""``kinetic``: look after jobs and batches from a shell.
+"""``kinetic jobs`` and ``kinetic batch``: look after jobs and batches from a shell.
 
-    kinetic jobs list                 newest first
-    kinetic jobs status JOB_ID        status, with the reason when it failed
-    kinetic jobs logs JOB_ID [-f]     output so far (-f: follow until the job ends)
-    kinetic jobs result JOB_ID        the value (repr), or the job's error
-    kinetic jobs cancel JOB_ID
-    kinetic jobs cleanup JOB_ID
-    kinetic batch status GROUP_ID     counts per status
-    kinetic batch cancel GROUP_ID
-
-Settings (backend, project, cluster) resolve as for ``kinetic.run``: options, then
-``KINETIC_*`` variables, then the active profile. Exit status: 0 on success, 1 when
-the job failed or an error occurred, 2 on bad usage.
+kinetic jobs list                 newest first
+kinetic jobs status JOB_ID        status, with the reason when it failed
+kinetic jobs logs JOB_ID [-f]     output so far (-f: follow until the job ends)
+kinetic jobs result JOB_ID        the value (repr), or the job's error
+kinetic jobs cancel JOB_ID
+kinetic jobs cleanup JOB_ID
+kinetic batch status GROUP_ID     counts per status
+kinetic batch cancel GROUP_ID
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
 
 from kinetic._exceptions import KineticError
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kinetic", description="Manage Kinetic jobs.")
-    parser.add_argument("--backend", help="local, gke or pathways")
-    parser.add_argument("--project")
-    parser.add_argument("--cluster")
-    sub = parser.add_subparsers(dest="group", required=True)
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the ``jobs`` and ``batch`` command groups."""
     jobs = sub.add_parser("jobs", help="single jobs").add_subparsers(dest="action", required=True)
     jobs.add_parser("list", help="list recorded jobs")
     for action in ("status", "result", "cancel", "cleanup"):
@@ -39,12 +30,10 @@ def _parser() -> argparse.ArgumentParser:
     batch = sub.add_parser("batch", help="batches").add_subparsers(dest="action", required=True)
     for action in ("status", "cancel"):
         batch.add_parser(action).add_argument("group_id")
-    return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; return the exit status."""
-    ns = _parser().parse_args(argv)
+def run(ns: argparse.Namespace) -> int:
+    """Run a ``jobs`` or ``batch`` command; return the exit status."""
     import kinetic
 
     where = {"project": ns.project, "cluster": ns.cluster, "backend": ns.backend}
@@ -87,7 +76,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - the job's own error, reported not raised
         print(f"kinetic: the job raised {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,108 @@
+"""``kinetic build-image``: build and push the prebuilt base images.
+
+    kinetic build-image --repo REPO [--category cpu --category tpu] [--tag T] [--yes]
+
+Builds ``{REPO}/base-{category}:{tag}`` (every category by default; the tag defaults
+to Kinetic's version, which is what prebuilt mode looks for) with the selected builder
+(``--builder``, else ``KINETIC_BUILDER``, the profile, then ``cloudbuild`` when a GCP
+project is configured and no ``DOCKER_HOST`` is set, else ``docker``), streams the
+build's output to stderr, and prints each pushed URI on stdout. An image the registry
+already lists is kept unless ``--rebuild``. It asks before building unless ``--yes``
+(required when stdin is not a terminal).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from kinetic._core import image_spec
+from kinetic._exceptions import KineticError
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the ``build-image`` command."""
+    p = sub.add_parser(
+        "build-image",
+        help="build and push the prebuilt base images (prebuilt mode)",
+        description="Build and push {repo}/base-{category}:{tag} for prebuilt mode.",
+    )
+    p.add_argument("--repo", help="image repository (default: base_image_repo setting)")
+    p.add_argument(
+        "--category",
+        action="append",
+        choices=image_spec.CATEGORIES,
+        help="cpu, gpu or tpu; repeat for several (default: all)",
+    )
+    p.add_argument("--tag", help="image tag (default: Kinetic's version)")
+    p.add_argument("--builder", choices=("docker", "cloudbuild"))
+    p.add_argument("--base-image", help="the image to build on (default: KINETIC_IMAGE_BASE)")
+    p.add_argument("--rebuild", action="store_true", help="replace images that exist")
+    p.add_argument("-y", "--yes", action="store_true", help="do not ask before building")
+
+
+def run(ns: argparse.Namespace) -> int:
+    """Run ``build-image``; return the exit status."""
+    import dataclasses
+
+    import anyio
+
+    from kinetic._core.gke_config import options_from_env
+    from kinetic._images.modes import make_builder
+    from kinetic._images.prebuilt import build_base_images
+    from kinetic._settings import load_settings
+    from kinetic._version import __version__
+
+    try:
+        settings = load_settings(project=ns.project, cluster=ns.cluster, base_image_repo=ns.repo)
+        if ns.builder:
+            settings = dataclasses.replace(settings, builder=ns.builder)
+        categories = list(dict.fromkeys(ns.category or image_spec.CATEGORIES))
+        tag = ns.tag or __version__
+        repo = settings.base_image_repo
+        base_image = ns.base_image or options_from_env(os.environ).base_image
+        targets = [image_spec.prebuilt_uri(repo, c, tag) for c in categories]
+        if not ns.yes and not _confirm(targets, base_image):
+            print("kinetic: nothing built", file=sys.stderr)
+            return 1
+
+        async def main() -> list[str]:
+            storage = None
+            if settings.project:
+                from kinetic._storage.gcs import GCSStorage
+
+                storage = GCSStorage(settings.bucket_name)
+            try:
+                builder = make_builder(settings, storage, os.environ)
+                return await build_base_images(
+                    repo,
+                    categories,
+                    tag=tag,
+                    base_image=base_image,
+                    builder=builder,
+                    rebuild=ns.rebuild,
+                    progress=_progress,
+                )
+            finally:
+                if storage is not None:
+                    await storage.aclose()
+
+        for uri in anyio.run(main):
+            print(uri)
+        return 0
+    except KineticError as exc:
+        print(f"kinetic: {exc}", file=sys.stderr)
+        return 1
+
+
+def _confirm(targets: list[str], base_image: str) -> bool:
+    if not sys.stdin.isatty():
+        print("kinetic: build-image asks before building; pass --yes", file=sys.stderr)
+        return False
+    print(f"Build on {base_image} and push:", *(f"  {t}" for t in targets), sep="\n")
+    return input("Proceed? [y/N] ").strip().lower() in ("y", "yes")
+
+
+def _progress(line: str) -> None:
+    print(f"  {line}", file=sys.stderr, flush=True)

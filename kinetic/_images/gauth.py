@@ -1,0 +1,76 @@
+"""Google access tokens for Cloud Build and Artifact Registry, from the Google auth
+library (gcloud-aio-auth: Application Default Credentials), never hand-rolled."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import anyio
+import anyio.to_thread
+
+from kinetic._exceptions import BackendError
+
+CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
+_GOOGLE_REGISTRY_SUFFIXES = ("-docker.pkg.dev", "gcr.io")
+
+TokenSource = Callable[[], Awaitable[str]]
+"""Returns a valid access token (refreshed by the auth library when it expires)."""
+
+log = logging.getLogger(__name__)
+
+
+@contextlib.asynccontextmanager
+async def google_token_source() -> AsyncIterator[TokenSource]:
+    """A token source for the cloud-platform scope (Application Default Credentials:
+    ``GOOGLE_APPLICATION_CREDENTIALS``, gcloud's user credentials, or the metadata
+    server), whose session is closed on exit. Needs the asyncio backend.
+
+    :raises BackendError: no credentials could be found (on entry) or refreshed (from
+        the source).
+    """
+    from gcloud.aio.auth import Token  # imported late: only these paths need it
+
+    try:
+        # The constructor reads the credentials file: not on the event loop.
+        token = await anyio.to_thread.run_sync(lambda: Token(scopes=[CLOUD_PLATFORM_SCOPE]))
+    except Exception as exc:  # the auth library raises many kinds; translated here
+        raise _no_credentials(exc) from exc
+
+    async def get() -> str:
+        try:
+            return await token.get() or ""
+        except Exception as exc:
+            raise _no_credentials(exc) from exc
+
+    try:
+        yield get
+    finally:
+        # Closing is cleanup: the caller's own outcome stands whatever happens here.
+        with anyio.CancelScope(shield=True):
+            try:
+                await token.close()
+            except Exception as exc:  # noqa: BLE001
+                log.debug("closing the Google auth session failed: %s", exc)
+
+
+def _no_credentials(exc: BaseException) -> BackendError:
+    return BackendError(
+        f"no usable Google credentials for Cloud Build / Artifact Registry ({exc}); run "
+        "`gcloud auth application-default login` or set GOOGLE_APPLICATION_CREDENTIALS"
+    )
+
+
+def is_google_registry(host: str) -> bool:
+    """Whether ``host`` is Artifact Registry or Container Registry (Google tokens work)."""
+    return host.endswith(_GOOGLE_REGISTRY_SUFFIXES)
+
+
+async def google_registry_credentials() -> tuple[str, str]:
+    """Basic credentials Google registries accept at their token service.
+
+    :raises BackendError: no usable credentials.
+    """
+    async with google_token_source() as get:
+        return "oauth2accesstoken", await get()
