@@ -17,6 +17,7 @@ Strings in, values out: no file IO and no environment reads (the IO side is
 from __future__ import annotations
 
 import enum
+import functools
 import re
 import tomllib
 from collections.abc import Iterable, Iterator
@@ -172,8 +173,12 @@ def _classify_option(line: str) -> _Line:
     return _Line(_Kind.OPTION, name=name, option=option, value=value or None)
 
 
+@functools.lru_cache(maxsize=4096)
 def _classify(line: str) -> _Line:
     """What kind of requirements-file line ``line`` is (stripped, comment removed).
+
+    Memoized: validating a line is most of the cost of reading a file (packaging's
+    parser), and a file is read at every submission; a changed line is a new key.
 
     :raises _LineError: if an ordinary requirement line is not valid PEP 508.
     """

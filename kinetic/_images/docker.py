@@ -79,13 +79,18 @@ class DockerEngine:
         *,
         timeout: float = BUILD_TIMEOUT,
         progress: Progress | None = None,
+        no_cache: bool = False,
     ) -> str:
         """Build ``context`` (a tar with a Dockerfile) as ``tag``, network off; return the log.
+
+        :param no_cache: build every layer afresh (a cold build), ignoring the layer cache.
 
         :raises ImageBuildError: the build failed (the message ends with its log) or the
             daemon could not be reached.
         """
         params = {"t": tag, "networkmode": "none", "rm": "1", "forcerm": "1", "pull": "0"}
+        if no_cache:
+            params["nocache"] = "1"
         output: list[str] = []
         try:
             async with (
@@ -185,11 +190,18 @@ class Registry:
     given, else anonymously), once per instance; the token is then reused.
     """
 
-    def __init__(self, host: str, *, credentials: Credentials | None = None) -> None:
+    def __init__(
+        self,
+        host: str,
+        *,
+        credentials: Credentials | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
         self.host = host
         local = host.startswith(("127.", "localhost", "[::1]"))
         self.base = f"{'http' if local else 'https'}://{host}"
         self._credentials = credentials
+        self._transport = transport
         self._token: str | None = None
 
     async def has_tag(self, name: str, tag: str, *, timeout: float = QUERY_TIMEOUT) -> bool:
@@ -201,7 +213,9 @@ class Registry:
         """
         url = f"{self.base}/v2/{name}/manifests/{tag}"
         try:
-            async with httpx.AsyncClient(timeout=httpx.Timeout(timeout)) as client:
+            async with httpx.AsyncClient(
+                timeout=httpx.Timeout(timeout), transport=self._transport
+            ) as client:
                 resp = await client.get(url, headers=self._headers())
                 if (
                     resp.status_code == 401

@@ -1,0 +1,207 @@
+"""Execution modes: what the image step costs a submission, and what a build costs.
+
+(a) Dependency discovery + tag, warm (no testbed needed): reading the package root's
+    50-line ``requirements.txt``, the accelerator filter and the content-addressed tag
+    (:func:`kinetic._images.runner_image.plan`). Target: <= 5 ms.
+(b) The image step of a warm bundled submission (the tag is in the registry):
+    :func:`kinetic._images.modes.resolve_job_image` as a new process sees it (one
+    registry request) and as a process that already saw the tag (none), side by side
+    with custom mode (no image step). Target: <= 1 registry request and <= 30 ms.
+(c) A cold bundled build of the test project (every layer built, ``nocache``) and the
+    rebuild after a one-line change to ``requirements.txt``, on the testbed's Docker
+    daemon and registry, with the number of layers the rebuild took from the cache (the
+    runner's layers must all come from it).
+
+(b) and (c) need the testbed (``tests/testbed/up``, run by this script with
+``--testbed``). Writes ``benchmarks/results/images.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from _common import machine, summary, verdict, write_results
+
+from kinetic._core.config import resolve_settings
+from kinetic._core.gke_config import GKEOptions
+from kinetic._core.requirements import _classify, filter_for_category, requirements_lines
+from kinetic._engine.requirements_io import read_project_requirements
+from kinetic._images import modes, runner_image
+from kinetic._images.docker import DockerEngine, Registry
+from kinetic._storage.local import LocalStorage
+
+FIFTY = [f"package-{i}>=1.{i},<3  # pinned for reasons {i}" for i in range(48)]
+FIFTY += ["jax[tpu]>=0.4", "requests==2.32.3; python_version >= '3.8'"]
+
+
+def discovery(runs: int) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        (root / "requirements.txt").write_text("\n".join(FIFTY) + "\n")
+        runner_image.plan("reg/x", "base")  # the runner's own inputs: read once per process
+
+        def once() -> float:
+            t0 = time.perf_counter()
+            reqs = filter_for_category(read_project_requirements(root), "tpu")
+            lines = tuple(requirements_lines(reqs))
+            runner_image.plan("reg/x", "base", category="tpu", user_requirements=lines)
+            return time.perf_counter() - t0
+
+        unchanged, one_line_edited, first_in_process = [], [], []
+        for i in range(runs):
+            unchanged.append(once())
+            lines = [*FIFTY[:-1], f"requests=={i}.0"]  # one changed line: validated anew
+            (root / "requirements.txt").write_text("\n".join(lines) + "\n")
+            one_line_edited.append(once())
+            _classify.cache_clear()  # a new process: every line validated
+            first_in_process.append(once())
+    result = {
+        "lines": len(FIFTY),
+        "unchanged_file": summary(unchanged),
+        "one_line_edited": summary(one_line_edited),
+        "first_in_process": summary(first_in_process),
+    }
+    result["verdict_5ms"] = verdict(
+        max(v["median_ms"] for k, v in result.items() if isinstance(v, dict)), 5.0
+    )
+    return result
+
+
+def testbed_env() -> dict[str, str]:
+    subprocess.run([str(REPO / "tests/testbed/up")], check=True, capture_output=True)
+    cache = Path(os.environ.get("KINETIC_TESTBED_CACHE") or Path.home() / ".cache/kinetic-testbed")
+    return {k: str(v) for k, v in json.loads((cache / "run/env.json").read_text()).items()}
+
+
+def project(root: Path, requirements: str) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "requirements.txt").write_text(requirements)
+    return root
+
+
+async def warm_image_step(env: dict[str, str], runs: int) -> dict[str, Any]:
+    registry = f"{env['KINETIC_TESTBED_REGISTRY']}/bench"
+    base = env["KINETIC_TESTBED_BASE_IMAGE"]
+    os.environ["DOCKER_HOST"] = env["DOCKER_HOST"]
+    os.environ["KINETIC_BUILDER"] = "docker"
+    settings = resolve_settings(env=os.environ, profile=None, home=str(Path.home()))
+    options = GKEOptions(image_registry=registry, base_image=base)
+    queries = 0
+    has_tag = Registry.has_tag
+
+    async def counting(self: Registry, name: str, tag: str, **kw: Any) -> bool:
+        nonlocal queries
+        queries += 1
+        return await has_tag(self, name, tag, **kw)
+
+    Registry.has_tag = counting  # type: ignore[method-assign]
+    with tempfile.TemporaryDirectory() as tmp:
+        root = project(Path(tmp) / "proj", "tabulate\n")
+        store = LocalStorage(Path(tmp) / "locks")
+
+        async def step(image: str | None) -> Any:
+            return await modes.resolve_job_image(
+                image,
+                category="cpu",
+                package_root=root,
+                settings=settings,
+                options=options,
+                storage=store,
+                env=os.environ,
+            )
+
+        await step(None)  # builds once if this tag is new
+        fresh, warm, custom = [], [], []
+        fresh_q, warm_q = [], []
+        for _ in range(runs):
+            runner_image._KNOWN.clear()
+            queries = 0
+            t0 = time.perf_counter()
+            await step(None)
+            fresh.append(time.perf_counter() - t0)
+            fresh_q.append(queries)
+            queries = 0
+            t0 = time.perf_counter()
+            await step(None)
+            warm.append(time.perf_counter() - t0)
+            warm_q.append(queries)
+            t0 = time.perf_counter()
+            await step("custom/image:1")
+            custom.append(time.perf_counter() - t0)
+    Registry.has_tag = has_tag  # type: ignore[method-assign]
+    out = {
+        "new_process": {**summary(fresh), "registry_requests": max(fresh_q)},
+        "same_process": {**summary(warm), "registry_requests": max(warm_q)},
+        "custom_mode": summary(custom),
+    }
+    added = out["new_process"]["median_ms"] - out["custom_mode"]["median_ms"]
+    out["added_ms_new_process"] = round(added, 3)
+    out["verdict"] = (
+        "PASS" if added <= 30.0 and out["new_process"]["registry_requests"] <= 1 else "MISS"
+    )
+    return out
+
+
+async def builds(env: dict[str, str]) -> dict[str, Any]:
+    registry = f"{env['KINETIC_TESTBED_REGISTRY']}/bench-cold"
+    base = env["KINETIC_TESTBED_BASE_IMAGE"]
+    engine = DockerEngine(env["DOCKER_HOST"])
+    first = runner_image.plan(registry, base, user_requirements=("tabulate",))
+    second = runner_image.plan(registry, base, user_requirements=("tabulate==0.8.10",))
+    ctx1 = await anyio.to_thread.run_sync(runner_image._context, first)
+    ctx2 = await anyio.to_thread.run_sync(runner_image._context, second)
+    t0 = time.perf_counter()
+    await engine.build(ctx1, first.uri, no_cache=True)
+    await engine.push(first.uri)
+    cold = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    log = await engine.build(ctx2, second.uri)
+    await engine.push(second.uri)
+    rebuild = time.perf_counter() - t0
+    steps = re.findall(r"^Step \d+/\d+ : (.*)$", log, re.MULTILINE)
+    cached = log.count("Using cache")
+    runner_steps = next(i for i, s in enumerate(steps) if "user-wheels" in s)
+    return {
+        "cold_build_and_push_s": round(cold, 2),
+        "rebuild_after_one_line_change_s": round(rebuild, 2),
+        "ratio": round(rebuild / cold, 3),
+        "rebuild_steps": len(steps),
+        "rebuild_steps_from_cache": cached,
+        "runner_steps": runner_steps,
+        "runner_layers_reused": "PASS" if cached >= runner_steps - 1 else "MISS",
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=200)
+    ap.add_argument("--testbed", action="store_true", help="also (b) and (c) on the testbed")
+    args = ap.parse_args()
+    results: dict[str, Any] = {"machine": machine(), "discovery_and_tag": discovery(args.runs)}
+    print("discovery + tag (50 lines):", results["discovery_and_tag"])
+    if args.testbed:
+        env = testbed_env()
+        results["warm_bundled_image_step"] = anyio.run(warm_image_step, env, 20)
+        print("warm bundled image step:", results["warm_bundled_image_step"])
+        results["builds"] = anyio.run(builds, env)
+        print("builds:", results["builds"])
+    print(f"wrote {write_results('images', results)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,280 @@
+"""Execution modes and image identity: pure rules, the build lock on a real local store,
+and the registry token handshake (Artifact Registry's documented wire shape)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import anyio
+import httpx
+import pytest
+
+from kinetic._core import image_spec
+from kinetic._core.config import resolve_settings
+from kinetic._exceptions import BackendError, ConfigError, ImageBuildError
+from kinetic._images import build_lock
+from kinetic._images.builder import choose_builder
+from kinetic._images.docker import Registry
+from kinetic._storage.local import LocalStorage
+
+# -- modes and tags (pure) -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("container_image", "mode"),
+    [
+        (None, "bundled"),
+        ("bundled", "bundled"),
+        ("prebuilt", "prebuilt"),
+        ("us-docker.pkg.dev/p/r/img:1", "custom"),
+        ("python:3.11", "custom"),
+    ],
+)
+def test_execution_mode(container_image: str | None, mode: str) -> None:
+    assert image_spec.execution_mode(container_image) == mode
+
+
+@pytest.mark.parametrize("bad", ["", "  ", " img:1"])
+def test_blank_or_padded_image_is_config_error(bad: str) -> None:
+    with pytest.raises(ConfigError, match="container_image"):
+        image_spec.execution_mode(bad)
+
+
+def test_prebuilt_uri() -> None:
+    assert image_spec.prebuilt_uri("kinetic", "tpu", "0.3.0") == "kinetic/base-tpu:0.3.0"
+    assert image_spec.prebuilt_uri("reg/x/", "cpu", "1") == "reg/x/base-cpu:1"
+    with pytest.raises(ValueError, match="category"):
+        image_spec.prebuilt_uri("kinetic", "fpga", "1")
+
+
+def _tag(**kw: object) -> str:
+    args: dict[str, object] = {
+        "base_image": "base",
+        "requirements": ["anyio==4"],
+        "sources": {"runner/a.py": "d1"},
+        "category": "cpu",
+        "user_requirements": ["tabulate==0.9.0"],
+    }
+    args.update(kw)
+    return image_spec.image_tag(**args)  # type: ignore[arg-type]
+
+
+def test_bundled_tag_is_a_digest_of_exactly_its_inputs() -> None:
+    tag = _tag()
+    assert tag == _tag()
+    changed = [
+        _tag(category="gpu"),
+        _tag(base_image="base2"),
+        _tag(requirements=["anyio==5"]),
+        _tag(sources={"runner/a.py": "d2"}),
+        _tag(user_requirements=["tabulate==0.9.1"]),
+        _tag(user_requirements=["tabulate==0.9.0", "six"]),
+        _tag(user_requirements=[]),
+    ]
+    assert tag not in changed
+    assert len(set(changed)) == len(changed)
+
+
+def test_user_layers_come_after_the_runner_layers() -> None:
+    plain = image_spec.dockerfile("b")
+    bundled = image_spec.dockerfile("b", user_requirements=True)
+    # The runner's layers are a prefix: a changed requirement never rebuilds them.
+    runner_part = plain.removesuffix("WORKDIR /tmp\n")
+    assert bundled.startswith(runner_part)
+    assert "user-requirements.txt" in bundled.removeprefix(runner_part)
+    files = image_spec.context_files(
+        "b", ["x==1"], {}, {}, user_requirements=["tabulate"], user_wheels={"t.whl": b"w"}
+    )
+    assert files["user-requirements.txt"] == b"tabulate\n"
+    assert files["user-wheels/t.whl"] == b"w"
+
+
+# -- builder choice and settings (pure) --------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("explicit", "project", "env", "chosen"),
+    [
+        (None, None, {}, "docker"),
+        (None, "p", {}, "cloudbuild"),
+        (None, "p", {"DOCKER_HOST": "unix:///d.sock"}, "docker"),
+        ("docker", "p", {}, "docker"),
+        ("cloudbuild", None, {}, "cloudbuild"),
+    ],
+)
+def test_choose_builder(
+    explicit: str | None, project: str | None, env: dict[str, str], chosen: str
+) -> None:
+    assert choose_builder(explicit, project=project, env=env) == chosen
+
+
+def test_unknown_builder_lists_the_valid_ones() -> None:
+    with pytest.raises(ConfigError, match="'docker', 'cloudbuild'"):
+        choose_builder("kaniko", project=None, env={})
+
+
+def test_builder_and_base_image_repo_resolve_with_precedence() -> None:
+    profile = {"builder": "docker", "base_image_repo": "prof/repo"}
+
+    def settings(env: dict[str, str], arg: str | None = None) -> tuple[str, str | None]:
+        s = resolve_settings(env=env, profile=profile, home="/h", base_image_repo=arg)
+        return s.base_image_repo, s.builder
+
+    assert settings({}) == ("prof/repo", "docker")
+    env = {"KINETIC_BUILDER": "cloudbuild", "KINETIC_BASE_IMAGE_REPO": "env/repo"}
+    assert settings(env) == ("env/repo", "cloudbuild")
+    assert settings(env, "arg/repo") == ("arg/repo", "cloudbuild")
+    none = resolve_settings(env={}, profile=None, home="/h")
+    assert (none.base_image_repo, none.builder) == ("kinetic", None)
+
+
+def test_default_registry_is_the_projects_artifact_registry_in_its_region() -> None:
+    s = resolve_settings(env={}, profile=None, home="/h", project="p", zone="europe-west4-b")
+    assert s.default_registry == "europe-west4-docker.pkg.dev/p/kinetic"
+    with pytest.raises(ConfigError, match="KINETIC_IMAGE_REGISTRY"):
+        _ = resolve_settings(env={}, profile=None, home="/h").default_registry
+
+
+# -- one build per tag across processes (real local store) -------------------------------
+
+
+async def test_concurrent_builders_of_one_tag_build_once(tmp_path: Path) -> None:
+    store = LocalStorage(tmp_path / "store")
+    built = anyio.Event()
+    builds: list[int] = []
+
+    async def is_built() -> bool:
+        return built.is_set()
+
+    def builder(n: int) -> object:
+        async def build() -> None:
+            builds.append(n)
+            await anyio.sleep(0.2)
+            built.set()
+
+        return build
+
+    results: list[bool] = []
+
+    async def one(n: int) -> None:
+        results.append(
+            await build_lock.build_once(
+                store, "k123", is_built=is_built, build=builder(n), poll=0.02
+            )
+        )
+
+    async with anyio.create_task_group() as tg:
+        for n in range(5):
+            tg.start_soon(one, n)
+    assert len(builds) == 1
+    assert sorted(results) == [False, False, False, False, True]
+    assert not await store.exists(build_lock.marker_key("k123"))  # released
+
+
+async def test_a_failed_build_releases_the_tag_for_the_next_builder(tmp_path: Path) -> None:
+    store = LocalStorage(tmp_path / "store")
+
+    async def never() -> bool:
+        return False
+
+    async def broken() -> None:
+        raise ImageBuildError("no such distribution")
+
+    with pytest.raises(ImageBuildError, match="no such distribution"):
+        await build_lock.build_once(store, "k1", is_built=never, build=broken)
+    assert not await store.exists(build_lock.marker_key("k1"))
+
+
+async def test_a_dead_builders_marker_is_taken_over_once_stale(tmp_path: Path) -> None:
+    store = LocalStorage(tmp_path / "store")
+    stale = {"owner": "gone", "created_at": time.time() - 7200}
+    await store.write(build_lock.marker_key("k2"), json.dumps(stale).encode())
+    calls: list[str] = []
+
+    async def never() -> bool:
+        return False
+
+    async def build() -> None:
+        calls.append("built")
+
+    assert await build_lock.build_once(
+        store, "k2", is_built=never, build=build, poll=0.01, stale_after=3600
+    )
+    assert calls == ["built"]
+
+
+async def test_waiting_on_a_live_builder_is_bounded(tmp_path: Path) -> None:
+    store = LocalStorage(tmp_path / "store")
+    live = {"owner": "other", "created_at": time.time()}
+    await store.write(build_lock.marker_key("k3"), json.dumps(live).encode())
+
+    async def never() -> bool:
+        return False
+
+    async def build() -> None:
+        raise AssertionError("must not build while another process holds the tag")
+
+    with pytest.raises(ImageBuildError, match="another process building image tag k3"):
+        await build_lock.build_once(
+            store, "k3", is_built=never, build=build, poll=0.01, wait_timeout=0.1
+        )
+
+
+# -- the registry's token handshake (Docker registry v2 / Artifact Registry shape) -------
+
+
+def _registry_transport(seen: list[httpx.Request], present: set[str]) -> httpx.MockTransport:
+    def handle(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        if request.url.path == "/v2/token":
+            if request.headers.get("authorization", "").startswith("Basic "):
+                return httpx.Response(200, json={"token": "reg-token"})
+            return httpx.Response(401)
+        if request.headers.get("authorization") != "Bearer reg-token":
+            challenge = (
+                'Bearer realm="https://us-docker.pkg.dev/v2/token",'
+                'service="us-docker.pkg.dev",scope="repository:p/r/img:pull"'
+            )
+            return httpx.Response(401, headers={"WWW-Authenticate": challenge})
+        name_tag = request.url.path.removeprefix("/v2/").replace("/manifests/", ":")
+        return httpx.Response(200 if name_tag in present else 404)
+
+    return httpx.MockTransport(handle)
+
+
+async def test_registry_token_handshake_then_one_request_per_query() -> None:
+    seen: list[httpx.Request] = []
+
+    async def creds() -> tuple[str, str]:
+        return "oauth2accesstoken", "google-token"
+
+    reg = Registry(
+        "us-docker.pkg.dev",
+        credentials=creds,
+        transport=_registry_transport(seen, {"p/r/img:k1"}),
+    )
+    assert await reg.has_tag("p/r/img", "k1") is True
+    token_request = next(r for r in seen if r.url.path == "/v2/token")
+    assert token_request.url.params["scope"] == "repository:p/r/img:pull"
+    assert token_request.url.params["service"] == "us-docker.pkg.dev"
+    seen.clear()
+    assert await reg.has_tag("p/r/img", "k2") is False
+    assert len(seen) == 1  # the token is reused: a warm query is one request
+
+
+async def test_registry_refusing_credentials_is_a_clear_backend_error() -> None:
+    seen: list[httpx.Request] = []
+    reg = Registry("us-docker.pkg.dev", transport=_registry_transport(seen, set()))
+    with pytest.raises(BackendError, match="token service .* answered HTTP 401"):
+        await reg.has_tag("p/r/img", "k1")
+
+
+async def test_unreachable_registry_is_a_backend_error() -> None:
+    def refuse(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("connection refused", request=request)
+
+    reg = Registry("127.0.0.1:1", transport=httpx.MockTransport(refuse))
+    with pytest.raises(BackendError, match="registry 127.0.0.1:1: ConnectError"):
+        await reg.has_tag("x", "y")
