@@ -119,6 +119,7 @@ def resolve_target(opts: RunOptions) -> tuple[Settings, accelerators.Accelerator
         zone=opts.zone,
         cluster=opts.cluster,
         namespace=opts.namespace,
+        base_image_repo=opts.base_image_repo,
     )
     default = "cpu" if settings.backend == "local" else GKE_DEFAULT_ACCELERATOR
     accel = accelerators.parse_accelerator(opts.accelerator or default, spot=opts.spot)
