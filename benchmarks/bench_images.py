@@ -11,8 +11,12 @@
     rebuild after a one-line change to ``requirements.txt``, on the testbed's Docker
     daemon and registry, with the number of layers the rebuild took from the cache (the
     runner's layers must all come from it).
+(d) Start-up cost per execution mode: the round trip of a blocking no-op job from a
+    project whose ``requirements.txt`` names ``tabulate``, interleaved, warm images:
+    custom (the runner image, the requirement unused), bundled (an image holding it),
+    prebuilt (the base image; the pod installs it with uv from an index on 127.0.0.1).
 
-(b) and (c) need the testbed (``tests/testbed/up``, run by this script with
+(b), (c) and (d) need the testbed (``tests/testbed/up``, run by this script with
 ``--testbed``). Writes ``benchmarks/results/images.json``.
 """
 
@@ -187,6 +191,90 @@ async def builds(env: dict[str, str]) -> dict[str, Any]:
     }
 
 
+NOOP_MODULE = "def noop():\n    return 1\n"
+
+
+def per_mode_startup(env: dict[str, str], runs: int) -> dict[str, Any]:
+    import functools
+    import http.server
+    import importlib.util
+    import threading
+    import urllib.request
+    import uuid
+
+    import kinetic
+    from kinetic._images.docker import DockerBuilder
+    from kinetic._images.prebuilt import build_base_images
+
+    for key in ("KUBECONFIG", "STORAGE_EMULATOR_HOST", "DOCKER_HOST"):
+        os.environ[key] = env[key]
+    os.environ["KINETIC_GKE_HOST_NETWORK"] = env["KINETIC_TESTBED_HOST_NETWORK"]
+    os.environ["KINETIC_GKE_SERVICE_ACCOUNT"] = env["KINETIC_TESTBED_SERVICE_ACCOUNT"]
+    os.environ["KINETIC_QUIET"] = "1"
+    os.environ["KINETIC_BUILDER"] = "docker"
+    os.environ["KINETIC_IMAGE_REGISTRY"] = f"{env['KINETIC_TESTBED_REGISTRY']}/bench"
+    os.environ["KINETIC_IMAGE_BASE"] = base = env["KINETIC_TESTBED_BASE_IMAGE"]
+    cluster = f"b{uuid.uuid4().hex[:8]}"
+    req = urllib.request.Request(
+        f"{env['STORAGE_EMULATOR_HOST']}/storage/v1/b?project=kb",
+        data=json.dumps({"name": f"kb-kn-{cluster}-jobs"}).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    urllib.request.urlopen(req, timeout=10).close()
+    repo = f"{env['KINETIC_TESTBED_REGISTRY']}/bench-base"
+    custom = anyio.run(runner_image.ensure_runner_image, env["KINETIC_TESTBED_REGISTRY"], base)
+    anyio.run(
+        functools.partial(
+            build_base_images, repo, ["cpu"], tag=kinetic.__version__, base_image=base,
+            builder=DockerBuilder(env["DOCKER_HOST"]),
+        )
+    )  # fmt: skip
+    with tempfile.TemporaryDirectory() as tmp:
+        index = Path(tmp) / "index"
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:"]
+            + ["--dest", str(index / "simple/tabulate"), "tabulate==0.8.10"],
+            check=True,
+        )
+        handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(index))
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        os.environ["UV_DEFAULT_INDEX"] = f"http://127.0.0.1:{server.server_address[1]}/simple"
+        root = project(Path(tmp) / "proj", "tabulate==0.8.10\n")
+        (root / "bench_noop.py").write_text(NOOP_MODULE)
+        spec = importlib.util.spec_from_file_location("bench_noop", root / "bench_noop.py")
+        assert spec is not None
+        assert spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["bench_noop"] = module
+        spec.loader.exec_module(module)
+        modes_ = {"custom": custom, "bundled": None, "prebuilt": "prebuilt"}
+        fns = {
+            name: kinetic.run(
+                backend="gke", project="kb", cluster=cluster, accelerator="cpu",
+                container_image=image, base_image_repo=repo,
+                capture_env_vars=["UV_DEFAULT_INDEX"],
+            )(module.noop)
+            for name, image in modes_.items()
+        }  # fmt: skip
+        samples: dict[str, list[float]] = {name: [] for name in fns}
+        for fn in fns.values():
+            fn()  # warm: images built and pulled
+        for _ in range(runs):
+            for name, fn in fns.items():
+                t0 = time.perf_counter()
+                fn()
+                samples[name].append(time.perf_counter() - t0)
+        server.shutdown()
+        server.server_close()
+    out: dict[str, Any] = {name: summary(xs) for name, xs in samples.items()}
+    base_ms = out["custom"]["median_ms"]
+    for name in ("bundled", "prebuilt"):
+        out[name]["added_vs_custom_ms"] = round(out[name]["median_ms"] - base_ms, 1)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=200)
@@ -200,6 +288,8 @@ def main() -> None:
         print("warm bundled image step:", results["warm_bundled_image_step"])
         results["builds"] = anyio.run(builds, env)
         print("builds:", results["builds"])
+        results["startup_per_mode"] = per_mode_startup(env, 5)
+        print("start-up per mode:", results["startup_per_mode"])
     print(f"wrote {write_results('images', results)}")
 
 

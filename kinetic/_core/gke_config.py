@@ -7,9 +7,9 @@
 | ``KINETIC_GKE_IMAGE_PULL_POLICY`` | ``Always``/``IfNotPresent``/``Never`` | Kubernetes' choice |
 | ``KINETIC_GKE_START_GRACE`` | seconds a job may be unable to start before it fails | 300 |
 | ``KINETIC_K8S_QPS`` / ``KINETIC_K8S_BURST`` | client-side API rate limit | 20 / 40 |
-| ``KINETIC_IMAGE_REGISTRY`` | where the runner image is built and pushed when no ``container_image`` is given | none |
+| ``KINETIC_IMAGE_REGISTRY`` | where bundled images are pushed | the project's Artifact Registry ``kinetic`` |
 | ``STORAGE_EMULATOR_HOST`` | forwarded to pods when set (a GCS emulator) | unset |
-| ``KINETIC_IMAGE_BASE`` | base image (with ``python3`` and ``venv``) for that build | ``python:3.11-slim`` |
+| ``KINETIC_IMAGE_BASE`` | base image (with ``python3`` and ``venv``) of built images | ``python:3.11-slim`` |
 """
 
 from __future__ import annotations
