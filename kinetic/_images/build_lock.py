@@ -61,6 +61,10 @@ async def build_once(
             record = {**me, "created_at": time.time()}
             if await storage.create_if_absent(key, json.dumps(record).encode()):
                 try:
+                    # Checked again under the lock: a builder that finished between our
+                    # check and our marker has released it with the tag pushed.
+                    if await is_built():
+                        return False
                     await build()
                 finally:
                     with anyio.CancelScope(shield=True):

@@ -13,9 +13,11 @@ a timeout.
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import os
 import re
+import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -36,6 +38,13 @@ _MANIFEST_TYPES = (
     "application/vnd.oci.image.manifest.v1+json, "
     "application/vnd.oci.image.index.v1+json"
 )
+
+
+@functools.cache
+def _tls() -> ssl.SSLContext:
+    # Building a verifying context loads the CA bundle: tens to hundreds of ms. One per
+    # process, shared by every registry query (a warm submission makes one).
+    return httpx.create_ssl_context()
 
 
 def docker_socket(docker_host: str | None = None) -> str:
@@ -68,8 +77,12 @@ class DockerEngine:
 
     def _client(self, timeout: float) -> httpx.AsyncClient:
         transport = httpx.AsyncHTTPTransport(uds=self.socket)
+        # Plain HTTP over the socket: no TLS context to build.
         return httpx.AsyncClient(
-            transport=transport, base_url="http://docker", timeout=httpx.Timeout(timeout)
+            transport=transport,
+            base_url="http://docker",
+            timeout=httpx.Timeout(timeout),
+            verify=False,
         )
 
     async def build(
@@ -214,7 +227,9 @@ class Registry:
         url = f"{self.base}/v2/{name}/manifests/{tag}"
         try:
             async with httpx.AsyncClient(
-                timeout=httpx.Timeout(timeout), transport=self._transport
+                timeout=httpx.Timeout(timeout),
+                transport=self._transport,
+                verify=_tls() if self.base.startswith("https:") else False,
             ) as client:
                 resp = await client.get(url, headers=self._headers())
                 if (
