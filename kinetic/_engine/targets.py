@@ -166,7 +166,14 @@ async def gke_image(
         options=backend.options,
         storage=backend.storage,
         env=os.environ,
+        progress=_build_progress,
     )
+
+
+def _build_progress(line: str) -> None:
+    # A build takes minutes: say that it runs and show its steps, not every line of pip.
+    if line.startswith(("building ", "Step ")):
+        print(f"kinetic: {line}", file=sys.stderr, flush=True)
 
 
 _warned_roots: set[Path] = set()

@@ -102,7 +102,10 @@ async def resolve_job_image(
             registry, options.base_image, category=category, user_requirements=lines
         )
     )
-    if not await runner_image.image_exists(the_plan.uri):
-        builder = make_builder(settings, storage, env)
-        await runner_image.ensure_image(the_plan, builder, lock_storage=storage, progress=progress)
+    await runner_image.ensure_image(
+        the_plan,
+        lambda: make_builder(settings, storage, env),
+        lock_storage=storage,
+        progress=progress,
+    )
     return JobImage(the_plan.uri, "bundled")

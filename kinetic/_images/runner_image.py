@@ -23,6 +23,7 @@ import re
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -249,14 +250,15 @@ def _context(the_plan: BuildPlan) -> bytes:
 
 async def ensure_image(
     the_plan: BuildPlan,
-    builder: ImageBuilder,
+    make_builder: Callable[[], ImageBuilder],
     *,
     lock_storage: Storage | None = None,
     progress: Progress | None = None,
 ) -> str:
     """The URI of ``the_plan``'s image, building and pushing it first if the registry
     does not list it. With ``lock_storage``, processes sharing that store build a tag
-    once between them.
+    once between them. The builder is made only when a build is needed (a warm call
+    never fails on a builder it does not use).
 
     :raises ImageBuildError: pip, the build or the push failed; nothing is tagged.
     :raises BackendError: the registry failed.
@@ -266,7 +268,7 @@ async def ensure_image(
         return uri
 
     async def build_it() -> None:
-        await build(the_plan, builder, progress=progress)
+        await build(the_plan, make_builder(), progress=progress)
 
     async with _LOCKS.setdefault(uri, anyio.Lock()):
         if lock_storage is None:
@@ -311,4 +313,4 @@ async def ensure_runner_image(
     :raises ImageBuildError, BackendError: see :func:`ensure_image`.
     """
     the_plan = await anyio.to_thread.run_sync(plan, registry, base_image, repository)
-    return await ensure_image(the_plan, DockerBuilder(docker_host))
+    return await ensure_image(the_plan, lambda: DockerBuilder(docker_host))
