@@ -21,7 +21,15 @@ by the local backend once a batch's inputs are durably recorded. It
 
 A worker that dies mid-input fails that input (or retries it), its other queued
 inputs go back to the queue, and a new worker takes its place: the batch never
-hangs. ``fail_fast`` stops dispatching after the first final failure (and with
+hangs. Which input it died in is not guessed from what it was sent: a worker
+reports in bursts, so the supervisor may not yet have heard of the inputs it
+finished just before dying. Each worker marks the input it starts and ends in a
+word of shared memory (no system call), and on its death the supervisor reads
+that word and the worker's results log: inputs with a record keep it, inputs
+that ended without one (a failed attempt to retry) are retried, the input it was
+running is failed (or retried), and the rest, never started, are queued again.
+
+``fail_fast`` stops dispatching after the first final failure (and with
 ``cancel_running_on_fail`` kills running workers); both record ``stop.json``,
 so every input without a result is then known to be cancelled.
 """
@@ -31,10 +39,12 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import mmap
 import os
 import selectors
 import signal
 import socket
+import struct
 import sys
 import tempfile
 import time
@@ -59,6 +69,15 @@ def socket_address(storage_url: str, group_id: str) -> bytes:
     return b"\0kinetic-batch-" + digest.encode()
 
 
+# Each worker's shared word: the input (index, attempt) it started last, and whether it
+# is still running it. Written by the worker only, read by the supervisor once it died.
+_SLOT = struct.Struct("=qqq")
+
+
+def _mark(slot: mmap.mmap, index: int, attempt: int, running: bool) -> None:
+    _SLOT.pack_into(slot, 0, index, attempt, int(running))
+
+
 # ----------------------------------------------------------------------------- worker
 
 
@@ -79,7 +98,12 @@ class _Inputs:
 
 
 def _worker_main(
-    sock: socket.socket, store: FileStore, manifest: dict[str, Any], fn_bytes: bytes, log: Path
+    sock: socket.socket,
+    slot: mmap.mmap,
+    store: FileStore,
+    manifest: dict[str, Any],
+    fn_bytes: bytes,
+    log: Path,
 ) -> None:
     group_id = manifest["group_id"]
     results_fd = results_log.open_log(log)
@@ -134,6 +158,7 @@ def _worker_main(
         out_dir = f"{out_base}/{job_id}"
         os.environ["KINETIC_OUTPUT_DIR"] = out_dir
         os.environ["JOB_ID"] = job_id
+        _mark(slot, index, attempt, True)
         out.write(f"{protocol.INPUT_MARKER} {index}\n")
         started = time.perf_counter()
         outcome: tuple[bytes, protocol.FinalRecord] | None = None
@@ -154,12 +179,14 @@ def _worker_main(
             out.flush()
         elapsed_us = int((time.perf_counter() - started) * 1e6)
         if outcome is None:  # failed, and a retry will follow
+            _mark(slot, index, attempt, False)
             replies.append(f"r {index} {elapsed_us}\n")
             continue
         data_, record = outcome
         header: dict[str, Any] = {"attempt": attempt}
         header.update({k: v for k, v in record.items() if v is not None})
         results_log.append(results_fd, index, header, data_)  # durable before reported
+        _mark(slot, index, attempt, False)
         kind = "s" if record["state"] == "succeeded" else "f"
         replies.append(f"{kind} {index} {elapsed_us}\n")
 
@@ -168,11 +195,15 @@ def _worker_main(
 
 
 class _Worker:
-    def __init__(self, n: int, pid: int, sock: socket.socket) -> None:
-        self.n, self.pid, self.sock = n, pid, sock
-        self.assigned: deque[tuple[int, int]] = deque()  # (index, attempt), in run order
+    def __init__(
+        self, n: int, pid: int, sock: socket.socket, slot: mmap.mmap, results: Path
+    ) -> None:
+        self.n, self.pid, self.sock, self.slot, self.results = n, pid, sock, slot, results
+        # (index, attempt) sent to the worker and not yet reported back, in run order.
+        self.assigned: deque[tuple[int, int]] = deque()
         self.rbuf = b""
-        self.killed_for: int | None = None  # an input cancelled while this worker ran it
+        self.gone = False  # its socket broke: it died, and its EOF is yet to be read
+        self.cancelled: set[int] = set()  # inputs it held when it was killed to cancel them
 
 
 class _Client:
@@ -262,6 +293,8 @@ class Supervisor:
         log = self.store.root / protocol.group_logs_prefix(self.group_id) / f"worker-{n}.txt"
         make_private_dirs(log.parent)
         results = self.results_dir / f"w{os.getpid()}-{n}.log"
+        slot = mmap.mmap(-1, _SLOT.size)  # shared (MAP_SHARED) with the child
+        _mark(slot, -1, -1, False)
         sys.stdout.flush()
         sys.stderr.flush()
         pid = os.fork()
@@ -272,6 +305,7 @@ class Supervisor:
                 self.sel.close()
                 for other in self.workers.values():
                     other.sock.close()
+                    other.slot.close()
                 for c in self.clients.values():
                     c.sock.close()
                 self.listener.close()
@@ -280,7 +314,7 @@ class Supervisor:
                 os.dup2(fd, 2)
                 os.close(fd)
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
-                _worker_main(child, self.store, self.manifest, self.fn_bytes, results)
+                _worker_main(child, slot, self.store, self.manifest, self.fn_bytes, results)
             except BaseException:  # noqa: BLE001 - never return into the supervisor's code
                 traceback.print_exc()
                 code = 1
@@ -291,7 +325,7 @@ class Supervisor:
                 os._exit(code)
         child.close()
         parent.setblocking(False)
-        worker = _Worker(n, pid, parent)
+        worker = _Worker(n, pid, parent, slot, results)
         self.workers[parent.fileno()] = worker
         self.sel.register(parent, selectors.EVENT_READ, ("worker", worker))
 
@@ -309,7 +343,7 @@ class Supervisor:
             if not self.pending:
                 return
             room = limit - len(w.assigned)
-            if room <= 0 or (limit > 1 and len(w.assigned) > limit // 2):
+            if w.gone or room <= 0 or (limit > 1 and len(w.assigned) > limit // 2):
                 continue
             batch: list[tuple[int, int]] = []
             while self.pending and len(batch) < room:
@@ -322,8 +356,15 @@ class Supervisor:
             w.assigned.extend(batch)
             msg = ",".join(f"{i}:{a}:{int(a >= self.retries)}" for i, a in batch)
             w.sock.setblocking(True)
-            w.sock.sendall(msg.encode() + b"\n")
-            w.sock.setblocking(False)
+            try:
+                w.sock.sendall(msg.encode() + b"\n")
+            except OSError:
+                # It died since its last report: its exit (the EOF, read next) queues
+                # this batch again, as never started.
+                w.gone = True
+                continue
+            finally:
+                w.sock.setblocking(False)
             self.events.extend(f"r {i}\n" for i, _ in batch)
 
     def on_worker_data(self, w: _Worker) -> None:
@@ -364,23 +405,53 @@ class Supervisor:
         return 0
 
     def on_worker_exit(self, w: _Worker) -> None:
+        """Settle what a dead worker held, from what it left behind, not from guesses.
+
+        Its socket is drained (EOF comes after every reply it sent), but replies it had
+        not sent yet are lost: the inputs it held are judged by its results log (an
+        input with a record is done, whatever killed the worker after) and by its
+        shared word (the input it last started, and whether that one had ended).
+        """
         self.sel.unregister(w.sock)
         del self.workers[w.sock.fileno()]
         w.sock.close()
         _, status = os.waitpid(w.pid, 0)
+        last_index, last_attempt, last_running = _SLOT.unpack_from(w.slot)
+        w.slot.close()
         how = (
             f"killed by signal {os.WTERMSIG(status)}"
             if os.WIFSIGNALED(status)
             else f"exited with status {os.WEXITSTATUS(status)}"
         )
-        if w.assigned and not self.stopping:
-            index, attempt = w.assigned.popleft()
-            if w.killed_for == index:
+        held = list(w.assigned)
+        w.assigned.clear()
+        if not held:
+            return
+        recorded: dict[int, str] = {}
+        held_indices = {i for i, _ in held}
+        for record in results_log.read_new(w.results, 0)[0]:
+            if record.index in held_indices:
+                recorded.setdefault(record.index, record.header["state"])
+        # Inputs up to the last one started ran (in order); those after it never started.
+        started = next(
+            (pos + 1 for pos, item in enumerate(held) if item == (last_index, last_attempt)), 0
+        )
+        requeue: list[tuple[int, int]] = []
+        for pos, (index, attempt) in enumerate(held):
+            if index in recorded:
+                self.mark_done(index, recorded[index])
+            elif self.stopping:
+                continue  # it will never run: the stop record says so
+            elif index in w.cancelled:
                 self.write_member(index, "cancelled", "cancelled", None)
-            elif w.killed_for is not None:
-                self.pending.appendleft((index, attempt))  # not its fault: run it again
+            elif pos >= started:
+                requeue.append((index, attempt))  # never started
+            elif pos < started - 1 or not last_running:
+                requeue.append((index, attempt + 1))  # failed, its retry report was lost
+            elif w.cancelled:
+                requeue.append((index, attempt))  # killed to cancel another: run it again
             elif attempt < self.retries:
-                self.pending.appendleft((index, attempt + 1))
+                requeue.append((index, attempt + 1))
             else:
                 self.write_member(
                     index,
@@ -388,10 +459,8 @@ class Supervisor:
                     f"the worker process {how} while running input {index}",
                     "execute",
                 )
-        for item in reversed(w.assigned):
-            if not self.stopping:
-                self.pending.appendleft(item)
-        w.assigned.clear()
+        if not self.stopping:  # (a failure settled above may have stopped the batch)
+            self.pending.extendleft(reversed(requeue))
 
     # -- clients -------------------------------------------------------------------
 
@@ -438,17 +507,12 @@ class Supervisor:
             if index in self.done:
                 return
             for w in self.workers.values():
-                if w.assigned and w.assigned[0][0] == index:
-                    w.killed_for = index
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(w.pid, signal.SIGKILL)
-                    return
                 if any(i == index for i, _ in w.assigned):
-                    self._unassign(w, index)  # never started: the worker will skip nothing,
-                    w.killed_for = index  # so end it; its queue is rerun by a new worker
+                    # Running, or queued in the worker (which cannot skip it): end the
+                    # worker. Its exit settles the input, which may have just finished.
+                    w.cancelled.add(index)
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(w.pid, signal.SIGKILL)
-                    self.write_member(index, "cancelled", "cancelled", None)
                     return
             self.pending = deque((i, a) for i, a in self.pending if i != index)
             self.write_member(index, "cancelled", "cancelled", None)
