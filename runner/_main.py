@@ -90,27 +90,59 @@ def prepare_workspace(store: RunnerStore, spec: protocol.JobSpec, workdir: Path)
     """Fetch, verify and unpack the context archive, enter it (cwd, sys.path, env), then
     install the spec's requirements (prebuilt mode).
 
+    On the local backend (``KINETIC_CONTEXT_CACHE`` names a shared cache) the archive is
+    extracted once per content address and shared read-only; the job's cwd is its own
+    directory of links into it (:mod:`runner._contexts`). Elsewhere (a pod, which runs
+    one job) it is extracted into ``workdir``.
+
     :raises PhaseError: naming the phase (fetch, verify, unpack, install) that failed.
     """
     root = workdir / "workspace"
     root.mkdir(parents=True, exist_ok=True)
+    code_root = root
+    cwd = root / spec["cwd"] if spec["cwd"] else root
+    shared = os.environ.pop("KINETIC_CONTEXT_CACHE", None)
     if spec.get("context_key"):
-        try:
-            context_bytes = store.read(str(spec["context_key"]))
-        except OSError as exc:
-            raise PhaseError("fetch", f"cannot read the context archive: {exc}") from exc
-        _verify(context_bytes, str(spec["context_sha256"]), "context archive")
-        try:
-            _unpack(context_bytes, root)
-        except PhaseError:
-            raise
-        except Exception as exc:
-            raise PhaseError("unpack", f"cannot unpack the context archive: {exc}") from exc
-    _enter_workspace(root, spec)
+        if shared:
+            tree = _shared_context(store, spec, Path(shared), root)
+            if tree is not None:
+                code_root, cwd = tree
+        if code_root is root:
+            _unpack(_fetch_context(store, spec), root)
+    _enter_workspace(root, spec, code_root, cwd)
     if spec.get("install"):
         from runner.install import install_requirements
 
         install_requirements(spec.get("install", []), workdir)
+
+
+def _fetch_context(store: RunnerStore, spec: protocol.JobSpec) -> bytes:
+    try:
+        data = store.read(str(spec["context_key"]))
+    except OSError as exc:
+        raise PhaseError("fetch", f"cannot read the context archive: {exc}") from exc
+    _verify(data, str(spec["context_sha256"]), "context archive")
+    return data
+
+
+def _shared_context(
+    store: RunnerStore, spec: protocol.JobSpec, cache: Path, root: Path
+) -> tuple[Path, Path] | None:
+    """The shared tree and the job's cwd in ``root``; ``None`` if the cache is unusable."""
+    from runner import _contexts
+
+    try:
+        tree = _contexts.claim(
+            cache, str(spec["context_sha256"]), lambda: _fetch_context(store, spec)
+        )
+        return tree, _contexts.link_workspace(tree, root, spec["cwd"])
+    except _contexts.UnpackError as exc:
+        raise PhaseError("unpack", str(exc)) from exc
+    except OSError as exc:
+        _contexts.warn(f"shared context cache unusable ({exc}); unpacking for this job only")
+        remove_tree(root)
+        root.mkdir(parents=True, exist_ok=True)
+        return None
 
 
 def _verify(data: bytes, expected: str, what: str) -> None:
@@ -120,31 +152,27 @@ def _verify(data: bytes, expected: str, what: str) -> None:
 
 
 def _unpack(archive: bytes, root: Path) -> None:
-    import io
-    import zipfile
+    from runner._contexts import UnpackError, extract
 
-    with zipfile.ZipFile(io.BytesIO(archive)) as zf:
-        for info in zf.infolist():
-            # Refuse members that would land outside the workspace.
-            target = (root / info.filename).resolve()
-            if not target.is_relative_to(root.resolve()):
-                raise PhaseError("unpack", f"context archive member escapes: {info.filename!r}")
-        zf.extractall(root)
-        for info in zf.infolist():
-            mode = (info.external_attr >> 16) & 0o777
-            if mode:
-                os.chmod(root / info.filename, mode)
+    try:
+        extract(archive, root)
+    except UnpackError as exc:
+        raise PhaseError("unpack", str(exc)) from exc
+    except Exception as exc:
+        raise PhaseError("unpack", f"cannot unpack the context archive: {exc}") from exc
 
 
-def _enter_workspace(root: Path, spec: protocol.JobSpec) -> None:
+def _enter_workspace(root: Path, spec: protocol.JobSpec, code_root: Path, cwd: Path) -> None:
     os.environ.update(spec["env"])
     os.environ["KINETIC_OUTPUT_DIR"] = spec["output_dir"]
     os.environ["JOB_ID"] = spec["job_id"]
     if spec["output_dir"].startswith("/"):
         Path(spec["output_dir"]).mkdir(parents=True, exist_ok=True)
-    entries = [str(root / rel) if rel else str(root) for rel in spec["sys_path"]]
-    sys.path[:0] = [*entries, str(root)]
-    os.chdir(root / spec["cwd"] if spec["cwd"] else root)
+    entries = [str(code_root / rel) if rel else str(code_root) for rel in spec["sys_path"]]
+    sys.path[:0] = [*entries, str(code_root)]
+    # The project's cwd may be a folder that did not travel (ignored): start it empty.
+    cwd.mkdir(parents=True, exist_ok=True)
+    os.chdir(cwd)
 
 
 def build_success(value: Any) -> tuple[bytes, protocol.FinalRecord]:

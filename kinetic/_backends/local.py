@@ -12,6 +12,11 @@ Status is derived from records plus liveness (see
 record wins; a process that vanished without one is FAILED, with the signal or
 exit status as the reason. Waiting uses a pidfd, not a polling loop.
 
+Contexts: every job and batch supervisor started from this root is told (in
+``KINETIC_CONTEXT_CACHE``) to share extracted contexts under ``{root}/contexts``: one
+read-only extraction per content address, each job with its own working directory
+(:mod:`runner._contexts`).
+
 Inputs of a batch (``group_id`` set) are run by the batch supervisor
 (:mod:`runner.batch`, driven through :mod:`kinetic._backends.local_batch`); the
 same methods answer for them from the batch's records and event stream.
@@ -45,6 +50,7 @@ from kinetic._core.status import JobStatus, StatusReport, status_from_local_reco
 from kinetic._exceptions import ObjectNotFoundError
 from kinetic._storage.local import LocalStorage
 from runner import protocol
+from runner._contexts import CACHE_ENV
 
 _LAUNCH = "launch.json"
 _EXIT = "exit_code"
@@ -56,11 +62,16 @@ _LOG_POLL = 0.1
 _RUNNER_HOME = os.path.dirname(os.path.dirname(os.path.abspath(runner.__file__)))
 
 
-def job_environment() -> dict[str, str]:
-    """The environment local jobs start with: ours, unbuffered, with ``runner`` importable."""
+def job_environment(context_cache: Path | None = None) -> dict[str, str]:
+    """The environment local jobs start with: ours, unbuffered, with ``runner`` importable.
+
+    :param context_cache: where jobs share extracted contexts (:mod:`runner._contexts`).
+    """
     env = dict(os.environ)
     env["PYTHONUNBUFFERED"] = "1"  # so followed logs arrive as they are printed
     env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH", ""), _RUNNER_HOME) if p)
+    if context_cache is not None:
+        env[CACHE_ENV] = str(context_cache)
     return env
 
 
@@ -75,7 +86,9 @@ class LocalBackend:
     def __init__(self, root: Path) -> None:
         self.root = Path(root).absolute()
         self.storage = LocalStorage(self.root / "storage")
-        self.batches = LocalBatches(self.storage, job_environment())
+        # Extracted contexts, shared read-only by the jobs (and batches) of this root.
+        self.contexts = self.root / "contexts"
+        self.batches = LocalBatches(self.storage, job_environment(self.contexts))
 
     def __repr__(self) -> str:
         return f"LocalBackend({str(self.root)!r})"
@@ -94,7 +107,7 @@ class LocalBackend:
             "--job-id",
             job.job_id,
         ]
-        env = job_environment()
+        env = job_environment(self.contexts)
 
         def _spawn() -> ProcessRef:
             job_dir.mkdir(mode=0o700, parents=True, exist_ok=True)

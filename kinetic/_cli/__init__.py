@@ -4,6 +4,8 @@
     kinetic batch ...         look after batches (:mod:`kinetic._cli.jobs`)
     kinetic build-image ...   build and push the prebuilt base images
                               (:mod:`kinetic._cli.build_image`)
+    kinetic context [PATH]    what travels with a job, and its size
+                              (:mod:`kinetic._cli.context`)
 
 Settings (backend, project, cluster) resolve as for ``kinetic.run``: options, then
 ``KINETIC_*`` variables, then the active profile. Exit status: 0 on success, 1 when
@@ -16,7 +18,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from kinetic._cli import build_image, jobs
+from kinetic._cli import build_image, context, jobs
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -27,6 +29,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="group", required=True)
     jobs.add_parsers(sub)
     build_image.add_parser(sub)
+    context.add_parser(sub)
     return parser
 
 
@@ -35,6 +38,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ns = _parser().parse_args(argv)
     if ns.group == "build-image":
         return build_image.run(ns)
+    if ns.group == "context":
+        return context.run(ns)
     return jobs.run(ns)
 
 

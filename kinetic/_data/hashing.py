@@ -33,9 +33,9 @@ One call hashes one root (a directory or a single file) in five steps:
 Stat cache
 ----------
 One file per hashed root under ``${KINETIC_CACHE_DIR:-~/.kinetic/cache}/hash-stat-cache-v1/``,
-named by the SHA-256 of the root's kind and absolute path. Content: a magic line, the
-SHA-256 of the payload, then a :mod:`marshal` payload (never :mod:`pickle`, loading must
-not run code) ``(kind, root, os.sep, {dir relpath: (file names, stat keys, digests)})``:
+named by the SHA-256 of the root's kind and absolute path, in the checksummed format of
+:mod:`kinetic._data.stat_cache`. Its :mod:`marshal` payload is
+``(kind, root, os.sep, {dir relpath: (file names, stat keys, digests)})``:
 per directory, its regular files' names in walk order, their stat keys ``(size, mtime_ns,
 ctime_ns, inode, device)`` packed as ``<qqqQQ`` and their 32-byte digests, concatenated.
 Writers write a private temporary file and ``os.replace`` it, so concurrent processes
@@ -57,14 +57,9 @@ POSIX only (directory fds).
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import logging
-import marshal
 import os
 import stat
-import struct
-import tempfile
 import threading
 import time
 from collections import deque
@@ -80,6 +75,7 @@ import anyio.from_thread
 import anyio.to_thread
 
 from kinetic._core import content_hash as ch
+from kinetic._data import stat_cache
 from kinetic._exceptions import DataError
 
 __all__ = [
@@ -111,23 +107,17 @@ _WAIT_POLL_S = 0.02  # how often a blocked wait checks for cancellation
 
 _CACHE_SUBDIR = "hash-stat-cache-v1"
 _CACHE_MAGIC = b"kinetic-hash-stat-cache-v1\n"
-_CACHE_MAX_FILES = 512
-_CACHE_STALE_TMP_S = 3600.0
 
 _OPEN_FILE = os.O_RDONLY | os.O_CLOEXEC | os.O_NOCTTY | os.O_NONBLOCK
 _OPEN_DIR = os.O_RDONLY | os.O_CLOEXEC | os.O_DIRECTORY
 
-# What must not change for a cached digest to stay valid: (size, mtime_ns, ctime_ns,
-# inode, device). A rename-over or a restored mtime (``touch -r``, ``rsync -t``) still
-# changes ctime or the inode.
-_Key = tuple[int, int, int, int, int]
-_KEY: Callable[[os.stat_result], _Key] = attrgetter(
-    "st_size", "st_mtime_ns", "st_ctime_ns", "st_ino", "st_dev"
-)
-# Stat keys are stored packed, 40 bytes each: a cache costs little memory per file, loads
-# without building a tuple per file, and an unchanged directory compares as one bytes.
-_KEY_STRUCT = struct.Struct("<qqqQQ")
-_KEY_LEN = _KEY_STRUCT.size
+# What must not change for a cached digest to stay valid, and how it is stored (packed,
+# 40 bytes each: a cache costs little memory per file, loads without building a tuple per
+# file, and an unchanged directory compares as one bytes): see kinetic._data.stat_cache.
+_Key = stat_cache.StatKey
+_KEY = stat_cache.STAT_KEY
+_KEY_STRUCT = stat_cache.KEY_STRUCT
+_KEY_LEN = stat_cache.KEY_LEN
 _DIGEST_LEN = ch.DIGEST_SIZE
 # A directory's cache record: its regular files' names in walk order, their packed stat
 # keys and their digests, concatenated in the same order. The digests are exactly what the
@@ -176,8 +166,7 @@ def default_cache_dir() -> Path:
 
     Read at each call, so tests and users may change the variable at any time.
     """
-    base = os.environ.get("KINETIC_CACHE_DIR") or os.path.join("~", ".kinetic", "cache")
-    return Path(base).expanduser() / _CACHE_SUBDIR
+    return stat_cache.cache_base() / _CACHE_SUBDIR
 
 
 def hash_path(path: str | os.PathLike[str]) -> str:
@@ -687,57 +676,18 @@ class _StatCache:
 
     @classmethod
     def load(cls, cache_dir: Path, kind: str, root: str) -> _StatCache:
-        key = hashlib.sha256(f"{kind}\0{root}".encode("utf-8", "surrogateescape")).hexdigest()
-        file = cache_dir / f"{key[:40]}.bin"
+        file = stat_cache.cache_file(cache_dir, f"{kind}\0{root}")
         return cls(file, kind, root, _read_cache(file, kind, root))
 
     def save(self, tree: _Tree) -> bool:
         """Write ``tree`` atomically; return whether it was written."""
-        payload = marshal.dumps((self.kind, self.root, ch.SEP, tree), 4)
-        blob = _CACHE_MAGIC + hashlib.sha256(payload).digest() + payload
-        tmp: str | None = None
-        try:
-            self.file.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(
-                prefix=self.file.name + ".", suffix=".tmp", dir=self.file.parent
-            )
-            with os.fdopen(fd, "wb") as f:
-                f.write(blob)
-            new_file = not self.file.exists()
-            os.replace(tmp, self.file)
-            tmp = None
-            if new_file:
-                _prune(self.file.parent)
-        except OSError as exc:
-            # The cache only saves time: a read-only or full disk must not fail the hash.
-            logger.warning("cannot write hash stat cache %s: %s", self.file, exc)
-            return False
-        finally:
-            if tmp is not None:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
-        return True
+        return stat_cache.write_blob(
+            self.file, _CACHE_MAGIC, (self.kind, self.root, ch.SEP, tree), what="hash stat cache"
+        )
 
 
 def _read_cache(file: Path, kind: str, root: str) -> _Tree:
-    try:
-        data = file.read_bytes()
-    except FileNotFoundError:
-        return {}
-    except OSError as exc:
-        logger.warning("cannot read hash stat cache %s: %s", file, exc)
-        return {}
-    head = len(_CACHE_MAGIC)
-    payload = data[head + 32 :]
-    if (
-        not data.startswith(_CACHE_MAGIC)
-        or hashlib.sha256(payload).digest() != data[head : head + 32]
-    ):
-        return {}  # torn, foreign or from another format version: start over
-    try:
-        obj = marshal.loads(payload)
-    except (EOFError, ValueError, TypeError):
-        return {}
+    obj = stat_cache.read_blob(file, _CACHE_MAGIC)
     if not (
         isinstance(obj, tuple)
         and len(obj) == 4
@@ -760,22 +710,3 @@ def _read_cache(file: Path, kind: str, root: str) -> _Tree:
         ):
             return {}
     return tree
-
-
-def _prune(cache_dir: Path) -> None:
-    """Keep the cache directory bounded: drop the least recently written roots."""
-    now = time.time()
-    files: list[tuple[float, Path]] = []
-    for p in cache_dir.iterdir():
-        with contextlib.suppress(OSError):
-            mtime = p.stat().st_mtime
-            if p.name.endswith(".tmp"):
-                if now - mtime > _CACHE_STALE_TMP_S:  # left by a writer that died
-                    p.unlink()
-            elif p.name.endswith(".bin"):
-                files.append((mtime, p))
-    if len(files) > _CACHE_MAX_FILES:
-        files.sort()
-        for _, p in files[: len(files) - _CACHE_MAX_FILES * 3 // 4]:
-            with contextlib.suppress(OSError):
-                p.unlink()

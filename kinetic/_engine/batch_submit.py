@@ -34,8 +34,8 @@ from kinetic._engine.batch import BatchHandle
 from kinetic._engine.batch_runner import runner_for
 from kinetic._engine.data_refs import prepare_calls_data
 from kinetic._engine.packaging import (
-    acontext_archive,
     apickle_function,
+    astore_context,
     find_package_root,
     function_source_dir,
     relative_sys_path,
@@ -285,7 +285,9 @@ async def _record(
     data = await prepare_calls_data(calls, storage=backend.storage, local_backend=local)
     fn_bytes = await apickle_function(fn, root)
     chunks = await anyio.to_thread.run_sync(_pickle_chunks, fn, data.calls, size, root)
-    archive = await acontext_archive(root, exclude=(Path(settings.local_root), *data.local_paths))
+    archive = await astore_context(
+        storage, root, exclude=(Path(settings.local_root), *data.local_paths)
+    )
     sys_path, cwd = relative_sys_path(root, Path.cwd())
 
     func_name = getattr(fn, "__name__", type(fn).__name__)
@@ -354,9 +356,6 @@ async def _record(
             "accelerator": accel.name + (":spot" if accel.spot else ""),
             "fuse_buckets": sorted(data.fuse_buckets),  # mounted read-only in every pod
         }
-    context_key = protocol.context_key(archive.sha256)
-    if not await storage.exists(context_key):
-        await storage.write(context_key, archive.data)
     await storage.write(protocol.group_payload_key(group_id), fn_bytes)
     limiter = anyio.CapacityLimiter(_WRITE_CONCURRENCY)
 

@@ -1,10 +1,13 @@
 """Turn a call into artifacts: the pickled payload and the context archive.
 
-The context archive is the user's project (the *package root*) as a
-deterministic zip, so equal trees give equal bytes and one content address:
-an unchanged tree is stored once. Zipping and pickling are CPU work and run in
-worker threads; cloudpickle's by-value registry is process-global, so every
-use of it holds one lock.
+The context archive is the user's project (the *package root*) minus what is
+ignored (:mod:`kinetic._core.context_rules`), as a deterministic zip, so equal
+trees give equal bytes and one content address: an unchanged tree is stored
+once. An unchanged tree is not even read again: the stat cache of
+:mod:`kinetic._engine.context_files` gives its content address from one ``stat``
+per file; the bytes are rebuilt only when a storage lacks them. Zipping and
+pickling are CPU work and run in worker threads; cloudpickle's by-value registry
+is process-global, so every use of it holds one lock.
 """
 
 from __future__ import annotations
@@ -12,13 +15,14 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
+import logging
 import os
-import stat
 import sys
 import threading
 import zipfile
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -26,22 +30,47 @@ from typing import Any
 import anyio.to_thread
 import cloudpickle
 
-from kinetic._core.context_rules import ROOT_MARKERS, ExcludeRules
+from kinetic._core.context_rules import KINETICIGNORE, ROOT_MARKERS
 from kinetic._core.functions import name_arguments
+from kinetic._data.stat_cache import KEY_STRUCT, STAT_KEY
+from kinetic._engine.context_files import (
+    ContextFile,
+    Scan,
+    largest_dirs,
+    scan,
+)
 from kinetic._exceptions import ConfigError, SerializationError
+from kinetic._storage.base import Storage
+from runner import protocol
+
+logger = logging.getLogger("kinetic")
 
 PICKLE_LOCK = threading.Lock()
 _ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
 _MAX_CONTEXT_BYTES = int(os.environ.get("KINETIC_MAX_CONTEXT_MB", "1024")) << 20
+# A context this big (bytes or files) is named once per process and root: it travels
+# with every job.
+NOTICE_BYTES = 50 << 20
+NOTICE_FILES = 5_000
 
 
 @dataclass(frozen=True)
 class ContextArchive:
-    """A zipped package root and its SHA-256."""
+    """A zipped package root and its SHA-256.
+
+    :ivar data: the archive's bytes; ``None`` when the stat cache proved the tree
+        unchanged and nothing needed them yet (:func:`astore_context` rebuilds them).
+    :ivar size: the archive's length in bytes.
+    :ivar file_count: files in it.
+    :ivar total_bytes: their size before compression.
+    """
 
     root: Path
-    data: bytes
+    data: bytes | None
     sha256: str
+    size: int = 0
+    file_count: int = 0
+    total_bytes: int = 0
 
 
 def function_source_dir(fn: Callable[..., Any]) -> Path:
@@ -82,115 +111,157 @@ def find_package_root(start: Path, environ: Mapping[str, str] = os.environ) -> P
     return here
 
 
-def _load_rules(root: Path) -> ExcludeRules:
-    ignore = root / ".kineticignore"
-    if ignore.is_file():
-        return ExcludeRules.with_ignore_file(ignore.read_text(encoding="utf-8").splitlines())
-    return ExcludeRules()
-
-
-@dataclass(frozen=True)
-class ContextFile:
-    relpath: str
-    path: Path
-    size: int
-    mtime_ns: int
-    mode: int
-
-
-def list_context_files(root: Path, *, exclude: tuple[Path, ...] = ()) -> list[ContextFile]:
-    """The files that travel with a job, sorted; stat only, no reads. Blocking.
-
-    :param exclude: absolute paths left out besides the rules (e.g. local data
-        shipped separately, or Kinetic's own local storage when it sits inside).
-    """
-    rules = _load_rules(root)
-    skip = {p.resolve() for p in exclude}
-    found: list[ContextFile] = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        base = Path(dirpath)
-        rel_base = base.relative_to(root).as_posix()
-        rel_base = "" if rel_base == "." else rel_base + "/"
-        dirnames[:] = sorted(
-            d
-            for d in dirnames
-            if not rules.excludes(rel_base + d, is_dir=True)
-            and (base / d).resolve() not in skip
-            and not (base / d / "pyvenv.cfg").exists()  # any virtualenv, whatever its name
-        )
-        for name in sorted(filenames):
-            path = base / name
-            rel = rel_base + name
-            if rules.excludes(rel, is_dir=False) or (skip and path.resolve() in skip):
-                continue
-            try:
-                st = path.stat()
-            except OSError:
-                continue  # vanished, or a dangling link
-            if stat.S_ISREG(st.st_mode):
-                found.append(ContextFile(rel, path, st.st_size, st.st_mtime_ns, st.st_mode))
-    return found
-
-
-def fingerprint(files: list[ContextFile]) -> str:
-    """A digest of the listing's metadata: equal while no file changed."""
-    h = hashlib.sha256()
-    for f in files:
-        h.update(f"{f.relpath}\0{f.size}\0{f.mtime_ns}\0{f.mode}\n".encode())
-    return h.hexdigest()
-
-
 def build_context_archive(root: Path, files: list[ContextFile]) -> ContextArchive:
     """Zip ``files`` deterministically (sorted, fixed timestamps). Blocking: call in a thread.
 
     :raises ConfigError: when the archive would exceed ``KINETIC_MAX_CONTEXT_MB``.
     """
-    total = sum(f.size for f in files)
+    return _build(root, files)[0]
+
+
+def _check_size(root: Path, total: int) -> None:
     if total > _MAX_CONTEXT_BYTES:
         raise ConfigError(
             f"the project at {root} is larger than {_MAX_CONTEXT_BYTES >> 20} MB; "
-            "exclude files with .kineticignore, pass big inputs as kinetic.Data, "
-            "or set KINETIC_PACKAGE_ROOT"
+            f"exclude files with {KINETICIGNORE} or .gitignore, pass big inputs as "
+            "kinetic.Data, or set KINETIC_PACKAGE_ROOT (`kinetic context` lists what travels)"
         )
+
+
+def _build(root: Path, files: list[ContextFile]) -> tuple[ContextArchive, list[str]]:
+    """The archive, and the files whose bytes may not be those of the stat the walk saw.
+
+    Each file is read through one fd whose ``fstat`` after the read must equal the
+    walk's stat key; a file that changed, or vanished (left out, as before), is named.
+    """
+    _check_size(root, sum(f.size for f in files))
+    unproven: list[str] = []
+    total = 0
+    count = 0
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=1) as zf:
         for f in files:
             try:
-                data = f.path.read_bytes()
+                with open(f.path, "rb") as fh:
+                    data = fh.read()
+                    after = KEY_STRUCT.pack(*STAT_KEY(os.fstat(fh.fileno())))
             except OSError:
+                unproven.append(f.relpath)
                 continue  # removed since it was listed
+            if after != f.key:
+                unproven.append(f.relpath)
             info = zipfile.ZipInfo(f.relpath, date_time=_ZIP_EPOCH)
             info.external_attr = (f.mode & 0o777) << 16
             info.compress_type = zipfile.ZIP_DEFLATED
             zf.writestr(info, data, compresslevel=1)
+            total += len(data)
+            count += 1
     data = buf.getvalue()
-    return ContextArchive(root=root, data=data, sha256=hashlib.sha256(data).hexdigest())
+    archive = ContextArchive(
+        root=root,
+        data=data,
+        sha256=hashlib.sha256(data).hexdigest(),
+        size=len(data),
+        file_count=count,
+        total_bytes=total,
+    )
+    return archive, unproven
 
 
-_ARCHIVES: dict[tuple[Path, str], ContextArchive] = {}
+# The last archive built per root in this process, bytes included: a storage that
+# lacks it gets it without a rebuild. Older states of a tree are not coming back.
+_ARCHIVES: dict[Path, ContextArchive] = {}
 _ARCHIVES_LOCK = threading.Lock()
+_NOTICED: set[Path] = set()
 
 
-def context_archive(root: Path, *, exclude: tuple[Path, ...] = ()) -> ContextArchive:
-    """The archive of ``root``, rebuilt only when a file's metadata changed. Blocking."""
-    files = list_context_files(root, exclude=exclude)
-    key = (root, fingerprint(files))
-    with _ARCHIVES_LOCK:
-        cached = _ARCHIVES.get(key)
+def context_archive(
+    root: Path, *, exclude: tuple[Path, ...] = (), rebuild: bool = False
+) -> ContextArchive:
+    """The archive of ``root``; from the stat cache when no file changed. Blocking.
+
+    :param rebuild: zip the tree even when the stat cache knows its address (a storage
+        lacks the bytes).
+    :raises ConfigError: when the archive would exceed ``KINETIC_MAX_CONTEXT_MB``.
+    """
+    walk = scan(root, exclude=exclude)
+    _check_size(walk.root, walk.total_bytes)
+    _notice(walk)
+    cached = None if rebuild else walk.cached_result
     if cached is not None:
-        return cached
-    archive = build_context_archive(root, files)
+        sha, size = cached
+        with _ARCHIVES_LOCK:
+            known = _ARCHIVES.get(walk.root)
+        data = known.data if known is not None and known.sha256 == sha else None
+        return ContextArchive(walk.root, data, sha, size, walk.file_count, walk.total_bytes)
+    archive, unproven = _build(walk.root, walk.files())
+    walk.save((archive.sha256, archive.size), unproven)
     with _ARCHIVES_LOCK:
-        # Keep one archive per root: older states of the tree are not coming back.
-        for old in [k for k in _ARCHIVES if k[0] == root]:
-            del _ARCHIVES[old]
-        _ARCHIVES[key] = archive
+        _ARCHIVES[walk.root] = archive
     return archive
 
 
 async def acontext_archive(root: Path, *, exclude: tuple[Path, ...] = ()) -> ContextArchive:
     """:func:`context_archive` in a worker thread."""
-    return await anyio.to_thread.run_sync(lambda: context_archive(root, exclude=exclude))
+    return await anyio.to_thread.run_sync(partial(context_archive, root, exclude=exclude))
+
+
+async def astore_context(
+    storage: Storage, root: Path, *, exclude: tuple[Path, ...] = ()
+) -> ContextArchive:
+    """The archive of ``root``, stored under its content address unless already there.
+
+    Returns the archive actually stored: when the bytes must be rebuilt and the tree
+    changed since it was walked, that is a newer one, with its own address.
+
+    :raises ConfigError: when the archive would exceed ``KINETIC_MAX_CONTEXT_MB``.
+    :raises StorageError: when storing fails.
+    """
+    archive = await acontext_archive(root, exclude=exclude)
+    if await storage.exists(protocol.context_key(archive.sha256)):
+        return archive
+    if archive.data is None:
+        archive = await anyio.to_thread.run_sync(
+            partial(context_archive, root, exclude=exclude, rebuild=True)
+        )
+    assert archive.data is not None  # a rebuilt archive always holds its bytes
+    await storage.write(protocol.context_key(archive.sha256), archive.data)
+    return archive
+
+
+def _notice(walk: Scan) -> None:
+    """Name a big context once per process and root: it travels with every job."""
+    if walk.total_bytes <= NOTICE_BYTES and walk.file_count <= NOTICE_FILES:
+        return
+    with _ARCHIVES_LOCK:
+        if walk.root in _NOTICED:
+            return
+        _NOTICED.add(walk.root)
+    logger.warning("%s", context_notice(walk))
+
+
+def context_notice(walk: Scan) -> str:
+    """The one line that names a big context: size, files, the largest directories."""
+    root, total_bytes, file_count = walk.root, walk.total_bytes, walk.file_count
+    top = largest_dirs(walk.sizes())
+    biggest = ", ".join(f"{name} {human_bytes(b)} in {n:,} files" for name, b, n in top)
+    example = top[0][0] if top else "data/"
+    return (
+        f"kinetic: the context of {root} is {human_bytes(total_bytes)} in {file_count:,} "
+        f"files and travels with every job (largest: {biggest or 'none'}); leave out what "
+        f"jobs do not need with a line such as {example!r} in {root / KINETICIGNORE} or "
+        f"a .gitignore, or pass data as kinetic.Data; `kinetic context {root}` lists it"
+    )
+
+
+def human_bytes(n: int) -> str:
+    """``n`` bytes for people, in powers of 1024: ``812 B``, ``3.4 KB``, ``91.2 MB``."""
+    value = float(n)
+    for unit in ("B", "KB", "MB", "GB"):
+        if value < 1024 or unit == "GB":
+            return f"{n} B" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{n} B"
 
 
 def module_to_ship(fn: Callable[..., Any], root: Path) -> ModuleType | None:

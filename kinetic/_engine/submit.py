@@ -31,8 +31,8 @@ from kinetic._engine import runtime, targets
 from kinetic._engine.data_refs import prepare_data
 from kinetic._engine.handle import JobHandle
 from kinetic._engine.packaging import (
-    acontext_archive,
     apickle_payload,
+    astore_context,
     find_package_root,
     function_source_dir,
     relative_sys_path,
@@ -182,8 +182,9 @@ async def submit(
         if data.fuse_buckets:
             target.mount_gcs_fuse(backend, job_id, data.fuse_buckets)
         payload = await apickle_payload(fn, data.args, data.kwargs, root, volumes=data.volumes)
-        archive = await acontext_archive(
-            root, exclude=(Path(settings.local_root), *data.local_paths)
+        # Content-addressed and shared: stored before the job's own objects, and kept.
+        archive = await astore_context(
+            storage, root, exclude=(Path(settings.local_root), *data.local_paths)
         )
         sys_path, cwd = relative_sys_path(root, Path.cwd())
     except BaseException:
@@ -221,13 +222,6 @@ async def submit(
         created_at=utcnow_iso(),
         debug=opts.debug,
     )
-    context_key = protocol.context_key(archive.sha256)
-    try:
-        if not await storage.exists(context_key):
-            await storage.write(context_key, archive.data)
-    except BaseException:
-        target.discard(backend, job_id)
-        raise
     try:
         await storage.write(protocol.payload_key(job_id), payload)
         await storage.write(protocol.spec_key(job_id), protocol.dump_json(spec))

@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import io
+import time
 import zipfile
 from pathlib import Path
 
 import pytest
 
 from kinetic._core.context_rules import ExcludeRules
-from kinetic._engine.packaging import (
-    build_context_archive,
-    context_archive,
-    find_package_root,
-    list_context_files,
-)
+from kinetic._engine import packaging
+from kinetic._engine.context_files import list_context_files
+from kinetic._engine.packaging import build_context_archive, context_archive, find_package_root
 from kinetic._exceptions import ConfigError
 
 
@@ -112,8 +110,15 @@ def test_archive_is_deterministic_and_content_addressed(tmp_path: Path) -> None:
     assert build_context_archive(tmp_path, list_context_files(tmp_path)).sha256 != first.sha256
 
 
-def test_unchanged_tree_is_not_rezipped(tmp_path: Path) -> None:
+def test_unchanged_tree_is_not_rezipped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     make_tree(tmp_path, {"a.py": "x"})
-    assert context_archive(tmp_path) is context_archive(tmp_path)
+    time.sleep(0.05)  # past the racy window: the stat proves the content
+    built = []
+    real_build = packaging._build
+    monkeypatch.setattr(packaging, "_build", lambda *a: built.append(1) or real_build(*a))
+    first = context_archive(tmp_path)
+    assert context_archive(tmp_path).sha256 == first.sha256
+    assert len(built) == 1
     (tmp_path / "a.py").write_text("y")
-    assert context_archive(tmp_path).data != b""
+    assert context_archive(tmp_path).sha256 != first.sha256
+    assert len(built) == 2
