@@ -102,8 +102,7 @@ class LoopThread:
         :raises KeyboardInterrupt: after cancelling the task, on Ctrl-C.
         """
         self.check_caller()
-        future: Future[T] = self._ensure_portal().start_task_soon(fn, *args)
-        return wait_future(future)
+        return _cross(self._ensure_portal(), fn, *args)
 
     def iterate(self, make: Callable[[], AsyncIterator[T]]) -> Iterator[T]:
         """Drive an async iterator from blocking code, one item per crossing.
@@ -124,14 +123,14 @@ class LoopThread:
 
         try:
             while True:
-                item = wait_future(portal.start_task_soon(step))
+                item = _cross(portal, step)
                 if item is sentinel:
                     return
                 yield item
         finally:
             aclose = getattr(agen, "aclose", None)
             if aclose is not None and self._portal is portal:
-                wait_future(portal.start_task_soon(aclose))
+                _cross(portal, aclose)
 
     def stop(self) -> None:
         """Stop the loop thread (at interpreter exit), cancelling what still runs there."""
@@ -155,6 +154,64 @@ def wait_future(future: Future[T]) -> T:
     except KeyboardInterrupt:
         future.cancel()
         raise
+
+
+def _cross(portal: BlockingPortal, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+    """One crossing: run ``fn(*args)`` as a task on the loop and block for its outcome.
+
+    The future is ours and exists before the task is spawned, so a Ctrl-C (raised in
+    this thread wherever the signal lands: inside ``start_task_soon``, which itself
+    blocks until the loop has spawned the task, or just before the wait) still
+    cancels the task. With the portal's own future, a KeyboardInterrupt raised while
+    spawning lost the future, and the task ran on, unseen (a ``result()`` would go
+    on waiting and clean up the job's artifacts once it ended).
+    """
+    future: Future[T] = Future()
+    try:
+        portal.start_task_soon(_linked, future, fn, args)
+        return wait_future(future)
+    except KeyboardInterrupt:
+        future.cancel()  # a no-op if done or already cancelled by wait_future
+        raise
+
+
+async def _linked(
+    future: Future[T], fn: Callable[..., Awaitable[T]], args: tuple[Any, ...]
+) -> None:
+    """Run ``fn(*args)`` for :func:`_cross`: settle ``future`` with its outcome, and stop
+    when ``future`` is cancelled (also when it was cancelled before this task started)."""
+    loop = asyncio.get_running_loop()
+    loop_thread = threading.get_ident()
+    scope = anyio.CancelScope()
+
+    def on_done(f: Future[T]) -> None:
+        if not f.cancelled():
+            return
+        if threading.get_ident() == loop_thread:
+            scope.cancel()
+        else:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nothing to cancel
+                loop.call_soon_threadsafe(scope.cancel)
+
+    try:
+        with scope:
+            future.add_done_callback(on_done)  # called at once if cancelled already
+            value = await fn(*args)
+    except anyio.get_cancelled_exc_class():
+        # Cancelled from outside (the portal stopping): the waiter sees CancelledError.
+        future.cancel()
+        future.set_running_or_notify_cancel()
+        raise
+    except BaseException as exc:
+        if future.set_running_or_notify_cancel():
+            future.set_exception(exc)
+        if not isinstance(exc, Exception):
+            raise
+        return
+    if scope.cancelled_caught:
+        return  # the waiter cancelled the future and has moved on
+    if future.set_running_or_notify_cancel():  # False: cancelled as the value arrived
+        future.set_result(value)
 
 
 _PID = [os.getpid()]

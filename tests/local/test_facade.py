@@ -11,7 +11,9 @@ import sys
 import textwrap
 import threading
 import time
+from typing import Any
 
+import anyio
 import pytest
 
 import kinetic
@@ -95,21 +97,42 @@ def test_keeps_working_in_a_forked_child() -> None:
 
 _CTRL_C_SCRIPT = textwrap.dedent(
     """
-    import sys, time, kinetic
+    import signal, sys, time, kinetic
+    # Ctrl-C as at a terminal. pytest started in the background by a non-interactive
+    # shell (`tox &` in CI) ignores SIGINT, and this child would inherit that.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     @kinetic.run()
     def nap(seconds):
         time.sleep(seconds)
         return seconds
     job = nap.run_async(60)
     print(job.job_id, flush=True)
+
+    def waiting(status):
+        # Runs on the loop thread once result()'s wait has started: only now is
+        # the main thread inside result(), where Ctrl-C must land for this test.
+        print("waiting", status.value, flush=True)
+
     started = time.monotonic()
     try:
-        job.result()
+        job.result(on_status_change=waiting)
     except KeyboardInterrupt:
         waited = time.monotonic() - started
         print("interrupted", job.status().value, round(waited, 1), flush=True)
     """
 )
+
+
+def _next_line(proc: subprocess.Popen[str], what: str) -> str:
+    """The child's next stdout line; a child that ends or says otherwise fails the test."""
+    assert proc.stdout is not None
+    line = proc.stdout.readline().strip()
+    if not line.startswith(what):
+        proc.kill()
+        _, err = proc.communicate()  # reaps it and closes its pipes
+        pytest.fail(f"expected {what!r} from the child, got {line!r}; stderr:\n{err}")
+    return line
 
 
 def test_ctrl_c_cancels_the_wait_and_leaves_the_job_running() -> None:
@@ -120,15 +143,17 @@ def test_ctrl_c_cancels_the_wait_and_leaves_the_job_running() -> None:
         text=True,
     )
     try:
-        assert proc.stdout is not None
-        job_id = proc.stdout.readline().strip()
-        assert job_id.startswith("job-")
-        time.sleep(0.5)
+        job_id = _next_line(proc, "job-")
+        # Ctrl-C once the child is blocked in result(), not after a guessed delay.
+        _next_line(proc, "waiting")
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=30)
     finally:
         if proc.poll() is None:
+            # Reap it and close its pipes: a killed but unwaited Popen is reported as a
+            # ResourceWarning whenever the GC collects it, failing some later test.
             proc.kill()
+            proc.communicate()
     assert proc.returncode == 0, err
     word, status, waited = out.split()
     assert word == "interrupted"
@@ -138,3 +163,33 @@ def test_ctrl_c_cancels_the_wait_and_leaves_the_job_running() -> None:
     assert job.status() is kinetic.JobStatus.RUNNING
     job.cancel()
     assert job.status() is kinetic.JobStatus.FAILED
+
+
+def test_ctrl_c_while_the_task_is_being_spawned_still_cancels_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # start_task_soon blocks until the loop has spawned the task; a Ctrl-C landing in
+    # that wait (or just after it) must not leave the task running, unseen, on the loop.
+    from kinetic._sync import portal as portal_module
+
+    portal = portal_module.LOOP._ensure_portal()
+    real = portal.start_task_soon
+    cancelled = threading.Event()
+
+    def interrupted_after_the_spawn(*args: Any, **kwargs: Any) -> Any:
+        real(*args, **kwargs)
+        raise KeyboardInterrupt
+
+    async def forever() -> None:
+        try:
+            await anyio.sleep_forever()
+        except anyio.get_cancelled_exc_class():
+            cancelled.set()
+            raise
+
+    with monkeypatch.context() as m:
+        m.setattr(portal, "start_task_soon", interrupted_after_the_spawn)
+        with pytest.raises(KeyboardInterrupt):
+            portal_module.call(forever)
+    assert cancelled.wait(30), "the task kept running after Ctrl-C"
+    assert double(3) == 6  # and the facade still works
