@@ -6,6 +6,7 @@ absolute times on a shared 2-core machine are noise, ratios are what count.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import platform
@@ -29,6 +30,16 @@ def env_python(name: str) -> Path:
     if not py.exists():
         raise SystemExit(f"{py} is missing: run `bash benchmarks/envs.sh` first")
     return py
+
+
+def ensure_kinetic_interpreter() -> None:
+    """Re-execute under the ``kinetic`` benchmark venv unless this one imports our kinetic."""
+    spec = importlib.util.find_spec("kinetic")
+    origin = Path(spec.origin).resolve() if spec and spec.origin else None
+    if origin is not None and origin.is_relative_to(REPO):
+        return
+    py = env_python("kinetic")
+    os.execv(str(py), [str(py), *sys.argv])
 
 
 def ms(seconds: float) -> float:

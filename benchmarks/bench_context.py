@@ -37,7 +37,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from _common import REPO, env_python, machine, median, ms, summary, verdict, write_results
+from _common import (
+    ensure_kinetic_interpreter,
+    machine,
+    median,
+    ms,
+    summary,
+    verdict,
+    write_results,
+)
 
 TARGETS = {"ignored-10MB": 1.3, "2000-modules": 1.3, "20000-files": 1.5}
 SCRIPT = '''\
@@ -47,16 +55,6 @@ SCRIPT = '''\
 def noop():
     return None
 '''
-
-
-def ensure_kinetic_interpreter() -> None:
-    """Re-execute under the ``kinetic`` benchmark venv unless this one imports our kinetic."""
-    spec = importlib.util.find_spec("kinetic")
-    origin = Path(spec.origin).resolve() if spec and spec.origin else None
-    if origin is not None and origin.is_relative_to(REPO):
-        return
-    py = env_python("kinetic")
-    os.execv(str(py), [str(py), *sys.argv])
 
 
 def make_project(base: Path, name: str) -> Path:

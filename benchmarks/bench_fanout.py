@@ -52,7 +52,6 @@ import resource
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -60,7 +59,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from _common import REPO, env_python, isolated_project, machine, median, ms, summary, verdict
+from _common import (
+    ensure_kinetic_interpreter,
+    env_python,
+    isolated_project,
+    machine,
+    median,
+    ms,
+    summary,
+    verdict,
+)
 from _common import write_results as write
 
 TARGET_VS_RAY = 2.0
@@ -126,16 +134,6 @@ ray.shutdown()
 print(json.dumps({"import_s": t_import, "init_s": t_init, "warmup_s": t_warm,
                   "wall_s": wall, "cluster_cpus": cpus, "version": ray.__version__}))
 """
-
-
-def ensure_kinetic_interpreter() -> None:
-    """Re-execute under the ``kinetic`` benchmark venv unless this one imports our kinetic."""
-    spec = importlib.util.find_spec("kinetic")
-    origin = Path(spec.origin).resolve() if spec and spec.origin else None
-    if origin is not None and origin.is_relative_to(REPO):
-        return
-    py = env_python("kinetic")
-    os.execv(str(py), [str(py), *sys.argv])
 
 
 def square_local(x: int) -> int:

@@ -40,7 +40,7 @@ from typing import Any
 
 from _common import (
     REPO,
-    env_python,
+    ensure_kinetic_interpreter,
     isolated_project,
     machine,
     median,
@@ -67,16 +67,6 @@ def noop():
 def stamp():
     return time.time()
 '''
-
-
-def ensure_kinetic_interpreter() -> None:
-    """Re-execute under the ``kinetic`` benchmark venv unless this one imports our kinetic."""
-    spec = importlib.util.find_spec("kinetic")
-    origin = Path(spec.origin).resolve() if spec and spec.origin else None
-    if origin is not None and origin.is_relative_to(REPO):
-        return
-    py = env_python("kinetic")
-    os.execv(str(py), [str(py), *sys.argv])
 
 
 def noop_in_repo() -> None:
