@@ -172,6 +172,43 @@ def run_kinetic_async(jobs: Any, n: int) -> tuple[float, float]:
     return submit_s, total_s
 
 
+def run_kinetic_stream(jobs: Any, n: int) -> tuple[float, float]:
+    """The headline pattern: ``async for h in batch.as_completed(): await h.result()``
+    (default cleanup on every input, so the batch is cleaned up too)."""
+
+    async def go() -> tuple[float, float, list[Any]]:
+        start = time.perf_counter()
+        batch = await jobs.square.aio.run_async_map(range(n))
+        submitted = time.perf_counter()
+        out = [await h.result() async for h in batch.as_completed(timeout=KINETIC_TIMEOUT_S)]
+        return submitted - start, time.perf_counter() - start, out
+
+    submit_s, total_s, out = asyncio.run(go())
+    if sorted(out) != [i * i for i in range(n)]:
+        raise AssertionError("kinetic (as_completed) returned wrong results")
+    return submit_s, total_s
+
+
+def run_kinetic_stream_blocking(jobs: Any, n: int) -> tuple[float, float]:
+    """The README's blocking loop: ``for h in batch.as_completed(): h.result()``."""
+    start = time.perf_counter()
+    batch = jobs.square.run_async_map(range(n))
+    submitted = time.perf_counter()
+    out = [h.result() for h in batch.as_completed(timeout=KINETIC_TIMEOUT_S)]
+    end = time.perf_counter()
+    if sorted(out) != [i * i for i in range(n)]:
+        raise AssertionError("kinetic (blocking as_completed) returned wrong results")
+    return submitted - start, end - start
+
+
+_KINETIC_CONTENDERS = {
+    "kinetic": run_kinetic,
+    "kinetic_async": run_kinetic_async,
+    "kinetic_async_as_completed": run_kinetic_stream,
+    "kinetic_as_completed": run_kinetic_stream_blocking,
+}
+
+
 def run_pool(n: int, chunksize: int) -> float:
     """Seconds of ``ProcessPoolExecutor(2).map(f, range(n), chunksize)``, pool start included."""
     start = time.perf_counter()
@@ -224,14 +261,14 @@ def throughput(ns: argparse.Namespace, jobs: Any, workdir: Path) -> dict[str, An
     sizes: list[int] = ns.sizes
     ray_py = env_python("ray")
     # Warm-up: imports, the context archive (stored once), the pool's code paths.
-    run_kinetic(jobs, min(sizes))
-    run_kinetic_async(jobs, min(sizes))
+    for contender in _KINETIC_CONTENDERS.values():
+        contender(jobs, min(sizes))
     run_pool(min(sizes), 1)
 
-    names = ["kinetic", "kinetic_async", "pool_chunksize_1", "pool_chunked", "ray"]
+    names = [*_KINETIC_CONTENDERS, "pool_chunksize_1", "pool_chunked", "ray"]
     wall: dict[int, dict[str, list[float]]] = {n: {k: [] for k in names} for n in sizes}
     submit: dict[int, dict[str, list[float]]] = {
-        n: {"kinetic": [], "kinetic_async": []} for n in sizes
+        n: {k: [] for k in _KINETIC_CONTENDERS} for n in sizes
     }
     ray_runs: list[dict[str, Any]] = []
     reps = {n: ns.small_reps if n < SMALL else 1 for n in sizes}
@@ -246,11 +283,8 @@ def throughput(ns: argparse.Namespace, jobs: Any, workdir: Path) -> dict[str, An
                     wall[n]["ray"].extend(got["wall_s"][str(n)])
                 continue
             for n in [size for size in sizes for _ in range(reps[size])]:
-                if name == "kinetic":
-                    s, t = run_kinetic(jobs, n)
-                    submit[n][name].append(s)
-                elif name == "kinetic_async":
-                    s, t = run_kinetic_async(jobs, n)
+                if name in _KINETIC_CONTENDERS:
+                    s, t = _KINETIC_CONTENDERS[name](jobs, n)
                     submit[n][name].append(s)
                 elif name == "pool_chunksize_1":
                     t = run_pool(n, 1)
@@ -268,6 +302,12 @@ def throughput(ns: argparse.Namespace, jobs: Any, workdir: Path) -> dict[str, An
             "kinetic_async/pool_chunksize_1": rate["kinetic_async"] / rate["pool_chunksize_1"],
             "pool_chunked/pool_chunksize_1": rate["pool_chunked"] / rate["pool_chunksize_1"],
             "kinetic/pool_chunked": rate["kinetic"] / rate["pool_chunked"],
+            "async_as_completed/pool_chunksize_1": rate["kinetic_async_as_completed"]
+            / rate["pool_chunksize_1"],
+            "async_as_completed/async_results": rate["kinetic_async_as_completed"]
+            / rate["kinetic_async"],
+            "blocking_as_completed/async_as_completed": rate["kinetic_as_completed"]
+            / rate["kinetic_async_as_completed"],
         }
         per_size[str(n)] = {
             "inputs_per_s": {k: round(v, 1) for k, v in rate.items()},
@@ -280,6 +320,15 @@ def throughput(ns: argparse.Namespace, jobs: Any, workdir: Path) -> dict[str, An
                 ),
                 f"kinetic/pool_chunksize_1 >= {TARGET_VS_POOL}": verdict(
                     ratios["kinetic/pool_chunksize_1"], TARGET_VS_POOL, lower_is_better=False
+                ),
+                "async_as_completed/pool_chunksize_1 >= 1.0": verdict(
+                    ratios["async_as_completed/pool_chunksize_1"], 1.0, lower_is_better=False
+                ),
+                "async_as_completed/async_results >= 0.8": verdict(
+                    ratios["async_as_completed/async_results"], 0.8, lower_is_better=False
+                ),
+                "blocking_as_completed/async_as_completed >= 0.7": verdict(
+                    ratios["blocking_as_completed/async_as_completed"], 0.7, lower_is_better=False
                 ),
             },
         }

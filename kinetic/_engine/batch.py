@@ -19,6 +19,7 @@ do this through :func:`attach_batch`.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Mapping
@@ -32,7 +33,7 @@ from kinetic._backends.local import stopped_report
 from kinetic._core.status import JobStatus
 from kinetic._engine.batch_runner import BatchRunner, runner_for
 from kinetic._engine.handle import JobHandle
-from kinetic._engine.results import load_payload, unwrap
+from kinetic._engine.outcome import CARRY_LIMIT, CleanupTally, KnownOutcome
 from kinetic._exceptions import (
     BatchError,
     JobCancelledError,
@@ -75,6 +76,10 @@ class BatchHandle:
         self._reasons: dict[int, tuple[str, str | None]] = {}  # never-run inputs: reason, phase
         self._running: set[int] = set()
         self._cleaned = False
+        # Inputs collected through carried outcomes; the batch is cleaned up once all were.
+        self._tally = CleanupTally(
+            self._total - len(self._submission_failures), self._cleanup_after_collection
+        )
 
     def __repr__(self) -> str:
         return f"<BatchHandle {self.group_id} inputs={self._total}>"
@@ -215,20 +220,34 @@ class BatchHandle:
     async def as_completed(self, timeout: float | None = None) -> AsyncIterator[JobHandle]:
         """Yield each input's handle as it finishes, in completion order.
 
+        Each handle carries the input's outcome, read with its chunk in one pass:
+        its ``result()`` decodes it in memory. With ``result()``'s default cleanup
+        on every input, the batch is cleaned up once, after the last one.
+
         :raises JobTimeoutError: when ``timeout`` passes before all inputs finished.
         """
-        async for chunk in self._stream(_deadline(timeout)):
-            for index in chunk:
-                job = self._job(index)
-                if job is not None:
-                    yield job
+        async for chunk in self._as_completed_chunks(timeout):
+            for job in chunk:
+                yield job
 
     async def _as_completed_chunks(
         self, timeout: float | None = None
     ) -> AsyncIterator[list[JobHandle]]:
         """As :meth:`as_completed`, a list of ready handles at a time (for the sync facade)."""
         async for chunk in self._stream(_deadline(timeout)):
-            yield [job for i in chunk if (job := self._job(i)) is not None]
+            outcomes = await self._outcomes(chunk)
+            jobs: list[JobHandle] = []
+            for index in chunk:
+                job = self._job(index)
+                if job is None:
+                    continue
+                outcome = outcomes.get(index)
+                if outcome is not None and (
+                    outcome.payload is None or len(outcome.payload) <= CARRY_LIMIT
+                ):
+                    job._outcome = outcome
+                jobs.append(job)
+            yield jobs
 
     async def results(
         self,
@@ -272,31 +291,47 @@ class BatchHandle:
         return out
 
     async def _load_many(self, indices: list[int]) -> list[tuple[int, bool, Any]]:
+        outcomes = await self._outcomes(indices)
+        return await anyio.to_thread.run_sync(self._decode_many, indices, outcomes)
+
+    async def _outcomes(self, indices: list[int]) -> dict[int, KnownOutcome]:
+        """The outcomes of finished inputs, read in one pass. An input recorded as done
+        whose payload is not (yet) readable has none."""
         wanted = [
             i for i in indices if i not in self._submission_failures and i not in self._reasons
         ]
-        loaded = await self._runner.load_many(self.group_id, wanted)
-        reads = {i: payload for i, (_, payload) in loaded.items()}
-        return await anyio.to_thread.run_sync(self._decode_many, indices, reads)
+        loaded = await self._runner.load_many(self.group_id, wanted) if wanted else {}
+        out: dict[int, KnownOutcome] = {}
+        for index in indices:
+            job_id = protocol.member_job_id(self.group_id, index)
+            read = loaded.get(index)
+            if read is not None:
+                out[index] = KnownOutcome(job_id, index, read[1], None, self._tally)
+            elif index in self._reasons or self._cleaned:
+                # Never ran, or its result went with the batch's cleanup: nothing to wait for.
+                error = functools.partial(self._never_ran_error, index, job_id)
+                out[index] = KnownOutcome(job_id, index, None, error, self._tally)
+        return out
 
     def _decode_many(
-        self, indices: list[int], reads: dict[int, bytes]
+        self, indices: list[int], outcomes: dict[int, KnownOutcome]
     ) -> list[tuple[int, bool, Any]]:
         out: list[tuple[int, bool, Any]] = []
         for index in indices:
-            job_id = protocol.member_job_id(self.group_id, index)
-            data = reads.get(index)
-            if data is None:
+            outcome = outcomes.get(index)
+            if outcome is None:
+                job_id = protocol.member_job_id(self.group_id, index)
                 out.append((index, False, self._never_ran_error(index, job_id)))
                 continue
             try:
-                out.append((index, True, unwrap(load_payload(data, job_id), job_id)))
+                out.append((index, True, outcome.decode()))
             except Exception as exc:  # noqa: BLE001 - the input's own outcome
                 out.append((index, False, exc))
         return out
 
     def _never_ran_error(self, index: int, job_id: str) -> Exception:
-        reason, phase = self._reasons.get(index, ("its result is missing", None))
+        missing = "its result was deleted by the batch's cleanup" if self._cleaned else None
+        reason, phase = self._reasons.get(index, (missing or "its result is missing", None))
         if self._states.get(index) == "cancelled":
             return JobCancelledError(f"input {index} ({job_id}): {reason}", job_id=job_id)
         if phase is not None:
@@ -325,6 +360,10 @@ class BatchHandle:
             await self._backend.storage.write(
                 protocol.group_stop_key(self.group_id), protocol.dump_json(record)
             )
+
+    async def _cleanup_after_collection(self) -> None:
+        if not self._cleaned:
+            await self.cleanup(k8s=True, gcs=True)
 
     async def cleanup(self, k8s: bool = True, gcs: bool = True) -> None:
         """Stop what still runs (``k8s``) and delete inputs, results and logs (``gcs``).

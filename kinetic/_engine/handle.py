@@ -21,6 +21,7 @@ from kinetic._backends.base import Backend
 from kinetic._core.records import JobRecord
 from kinetic._core.status import JobStatus, StatusReport
 from kinetic._engine import runtime
+from kinetic._engine.outcome import KnownOutcome
 from kinetic._engine.results import load_payload, unwrap
 from kinetic._exceptions import (
     JobCancelledError,
@@ -39,6 +40,9 @@ StatusChangeCallback = Callable[[JobStatus], Awaitable[None] | None]
 
 class JobHandle(JobRecord):
     """A submitted job. Fields as :class:`JobRecord`; methods are coroutines."""
+
+    # Set on the batch inputs a batch stream yielded: their outcome, already read.
+    _outcome: KnownOutcome | None = None
 
     def _backend(self) -> Backend:
         return runtime.backend_for_location(self.backend, self.bucket_name, self.namespace)
@@ -104,6 +108,8 @@ class JobHandle(JobRecord):
         """
         if cleanup is None:
             cleanup = not self.debug
+        if self._outcome is not None and not stream_logs and on_status_change is None:
+            return await self._outcome.take(cleanup)
         backend = self._backend()
 
         async def notify(report: StatusReport) -> None:

@@ -15,6 +15,7 @@ from kinetic._core.records import JobRecord
 from kinetic._core.status import JobStatus, StatusReport
 from kinetic._engine import handle as _aio_handle
 from kinetic._engine import remote as _aio_remote
+from kinetic._engine.outcome import KnownOutcome, capture
 from kinetic._sync.portal import call, iterate
 
 if TYPE_CHECKING:
@@ -29,14 +30,21 @@ StatusChangeCallback = Callable[[JobStatus], None]
 class JobHandle(JobRecord):
     """A submitted job (blocking API). Fields as the async handle; see ``kinetic.aio.JobHandle``."""
 
+    # Set on the batch inputs a batch stream yielded: their outcome, already read.
+    _outcome: KnownOutcome | None = None
+
     @property
     def aio(self) -> _aio_handle.JobHandle:
         """The same job as a ``kinetic.aio.JobHandle``."""
-        return _aio_handle.JobHandle(**self.record().__dict__)
+        h = _aio_handle.JobHandle(**self.record().__dict__)
+        h._outcome = self._outcome
+        return h
 
     @classmethod
     def _from_aio(cls, h: _aio_handle.JobHandle) -> JobHandle:
-        return cls(**h.record().__dict__)
+        job = cls(**h.record().__dict__)
+        job._outcome = h._outcome
+        return job
 
     def status(self) -> JobStatus:
         """The job's current status."""
@@ -69,6 +77,10 @@ class JobHandle(JobRecord):
 
         Ctrl-C stops waiting (KeyboardInterrupt) and leaves the job running.
         """
+        outcome = self._outcome
+        if outcome is not None and not stream_logs and on_status_change is None:
+            # Decoded on this thread: no crossing into the loop for an outcome in hand.
+            return _take_blocking(outcome, not self.debug if cleanup is None else cleanup)
         return call(
             functools.partial(
                 self.aio.result,
@@ -86,6 +98,17 @@ class JobHandle(JobRecord):
     def cleanup(self, k8s: bool = True, gcs: bool = True) -> None:
         """Stop the job's compute resources and/or delete its stored artifacts."""
         call(self.aio.cleanup, k8s, gcs)
+
+
+def _take_blocking(outcome: KnownOutcome, cleanup: bool) -> Any:
+    """:meth:`KnownOutcome.take` for a blocking caller: the batch's cleanup, when due,
+    is the only crossing into the loop."""
+    ok, value = capture(outcome.decode)
+    if outcome.taken(cleanup):
+        call(outcome.cleanup_batch)
+    if not ok:
+        raise value
+    return value
 
 
 class RemoteFunction(Generic[P, R]):

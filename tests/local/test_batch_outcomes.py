@@ -1,0 +1,111 @@
+"""Batch inputs' handles from ``as_completed`` carry their outcome; cleanup is batched.
+
+Real supervisor, real workers, real files (local backend).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import kinetic
+from kinetic import aio
+from runner import protocol
+
+pytestmark = pytest.mark.local
+
+
+class OddError(Exception):
+    pass
+
+
+@kinetic.run()
+def reject_odd(x: int) -> int:
+    if x % 2:
+        raise OddError(f"{x} is odd")
+    return x * 10
+
+
+@kinetic.run()
+def blob(n: int) -> bytes:
+    return bytes(n)
+
+
+def _group_dir(batch: aio.BatchHandle) -> Path:
+    storage: Any = batch._backend.storage  # the local backend's directory
+    return Path(storage.path_for(protocol.group_prefix(batch.group_id).rstrip("/")))
+
+
+async def test_handles_from_as_completed_return_values_and_errors_in_memory() -> None:
+    batch = await reject_odd.aio.run_async_map(range(8))
+    handles = [h async for h in batch.as_completed()]
+    # Delete the batch's records: the handles the stream yielded still have their outcomes,
+    # decoded from memory (small and large payloads alike) ...
+    await batch.cleanup()
+    values: dict[int, Any] = {}
+    for h in handles:
+        assert h.group_index is not None
+        if h.group_index % 2:
+            with pytest.raises(OddError, match=f"{h.group_index} is odd") as info:
+                await h.result(cleanup=False)
+            assert any("Remote traceback" in n for n in info.value.__notes__)
+        else:
+            values[h.group_index] = await h.result()
+    assert values == {i: i * 10 for i in range(0, 8, 2)}
+    # ... while a handle obtained another way reads the (now deleted) records.
+    attached = await aio.attach_batch(batch.group_id, backend="local")
+    async for h in attached.as_completed():
+        with pytest.raises(kinetic.ResultError, match="deleted by the batch's cleanup"):
+            await h.result()
+
+
+def test_blocking_handles_carry_large_outcomes_too() -> None:
+    sizes = [10, 200_000]  # one decoded inline, one in a worker thread (async) / caller thread
+    batch = blob.run_async_map(sizes)
+    got = {h.group_index: len(h.result(cleanup=False)) for h in batch.as_completed()}
+    assert got == {0: 10, 1: 200_000}
+    assert batch.results() == [bytes(10), bytes(200_000)]
+
+
+async def test_default_cleanup_on_every_input_cleans_the_batch_once() -> None:
+    batch = await reject_odd.aio.run_async_map([0, 2, 4, 6])
+    gdir = _group_dir(batch)
+    async for h in batch.as_completed():
+        assert (gdir / "results").exists()  # not deleted input by input
+        await h.result()
+    assert not (gdir / "results").exists()
+    assert not (gdir / "inputs").exists()
+    assert (gdir / "manifest.json").exists()
+    assert await batch.failures() == []  # the summary answers after cleanup
+
+
+async def test_one_input_kept_keeps_the_batch() -> None:
+    batch = await reject_odd.aio.run_async_map([0, 2, 4])
+    gdir = _group_dir(batch)
+    async for h in batch.as_completed():
+        await h.result(cleanup=h.group_index != 2)
+    assert (gdir / "results").exists()
+    assert await batch.results() == [0, 20, 40]  # still collectable, then cleaned
+    assert not (gdir / "results").exists()
+
+
+def test_blocking_default_cleanup_cleans_the_batch_once() -> None:
+    batch = reject_odd.run_async_map([0, 2])
+    gdir = _group_dir(batch.aio)
+    assert sorted(h.result() for h in batch.as_completed()) == [0, 20]
+    assert not (gdir / "results").exists()
+    assert (gdir / "manifest.json").exists()
+
+
+async def test_jobs_and_attached_members_still_work() -> None:
+    batch = await reject_odd.aio.run_async_map(range(4))
+    await batch.wait()
+    # Handles built without the stream (no carried outcome) take the backend's path.
+    assert await batch.jobs[2].result(cleanup=False) == 20  # type: ignore[union-attr]
+    attached = await aio.attach_batch(batch.group_id, backend="local")
+    with pytest.raises(OddError):
+        await attached.jobs[1].result(cleanup=False)  # type: ignore[union-attr]
+    results = await batch.results(return_exceptions=True)
+    assert [type(r) for r in results] == [int, OddError, int, OddError]
