@@ -217,8 +217,13 @@ class BatchHandle:
         async for _ in self._stream(_deadline(timeout)):
             pass
 
-    async def as_completed(self, timeout: float | None = None) -> AsyncIterator[JobHandle]:
+    async def as_completed(
+        self, timeout: float | None = None, *, poll_interval: float | None = None
+    ) -> AsyncIterator[JobHandle]:
         """Yield each input's handle as it finishes, in completion order.
+
+        ``poll_interval`` is accepted for compatibility with the original API:
+        completions are pushed by the engine, not polled.
 
         Each handle carries the input's outcome, read with its chunk in one pass:
         its ``result()`` decodes it in memory. With ``result()``'s default cleanup

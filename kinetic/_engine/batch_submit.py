@@ -180,22 +180,41 @@ def _captured_env(opts: RunOptions) -> dict[str, str]:
     return capture_env(list(opts.capture_env_vars or ()), os.environ)
 
 
+_RECORDING_POLL = 0.05
+"""Seconds between reads of a manifest still being recorded: the submitter writes it once,
+at its commit point, so there is no event to wait for across processes and machines."""
+
+
 async def attach_batch(
     group_id: str,
     project: str | None = None,
     cluster: str | None = None,
+    poll_interval: float | None = None,
+    poll_timeout: float | None = None,
+    *,
     backend: str | None = None,
     timeout: float = 60.0,
 ) -> BatchHandle:
     """Rebuild a batch's handle in any process, and make sure it is driven to completion.
 
     If the submitting process is still recording the batch, waits (up to ``timeout``
-    seconds) for the manifest; if it died before committing the batch, that is a clear
-    error: its inputs were never all recorded.
+    seconds, or ``poll_timeout`` when given, as the original names it) for the manifest,
+    reading it every ``poll_interval`` seconds (default 0.05); if the submitter died
+    before committing the batch, that is a clear error: its inputs were never all
+    recorded.
 
-    :raises ConfigError: for a malformed id. :raises JobNotFoundError: for an unknown batch.
+    :raises ConfigError: for a malformed id or a non-positive interval or timeout.
+    :raises JobNotFoundError: for an unknown batch.
     """
     check_group_id(group_id)
+    if poll_timeout is not None:
+        timeout = poll_timeout
+    interval = _RECORDING_POLL if poll_interval is None else poll_interval
+    if interval <= 0 or timeout < 0:
+        raise ConfigError(
+            f"attach_batch: poll_interval must be > 0 and the timeout >= 0 "
+            f"(got {interval!r}, {timeout!r})"
+        )
     settings = load_settings(backend=backend, project=project, cluster=cluster)
     target = runtime.backend_for_settings(settings)
     runner_for(target)  # raises BackendError for a backend without batches
@@ -218,7 +237,7 @@ async def attach_batch(
                 f"batch {group_id} was never fully recorded (its submitting process stopped "
                 "before all inputs were stored); submit it again"
             )
-        await anyio.sleep(0.05)
+        await anyio.sleep(interval)
     handle = BatchHandle(backend=target, manifest=manifest)
     summary = await _read_json(storage, protocol.group_summary_key(group_id))
     if summary is not None:

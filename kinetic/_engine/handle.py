@@ -8,6 +8,7 @@ the job itself: only :meth:`JobHandle.cancel` does.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
 import sys
@@ -24,6 +25,7 @@ from kinetic._engine import runtime
 from kinetic._engine.outcome import KnownOutcome
 from kinetic._engine.results import load_payload, unwrap
 from kinetic._exceptions import (
+    ConfigError,
     JobCancelledError,
     JobFailedError,
     JobNotFoundError,
@@ -85,6 +87,8 @@ class JobHandle(JobRecord):
         self,
         timeout: float | None = None,
         cleanup: bool | None = None,
+        cleanup_timeout: float = 180.0,
+        cleanup_poll_interval: float = 2.0,
         stream_logs: bool | None = None,
         on_status_change: StatusChangeCallback | None = None,
     ) -> Any:
@@ -93,6 +97,10 @@ class JobHandle(JobRecord):
         :param timeout: seconds to wait; ``None`` waits for as long as the job runs.
         :param cleanup: delete the job's stored artifacts once its result is in hand
             (default True, False for debug jobs).
+        :param cleanup_timeout: seconds the cleanup may take; past them it is abandoned
+            with a warning (the value is still returned).
+        :param cleanup_poll_interval: accepted for compatibility with the original API;
+            nothing is polled (deletions are confirmed by their requests).
         :param stream_logs: print the job's output while waiting (default False).
         :param on_status_change: called (or awaited) with each new status, the first
             observation and the terminal one included; its exceptions are logged and
@@ -138,7 +146,7 @@ class JobHandle(JobRecord):
         value = await self._collect(report)
         if cleanup:
             try:
-                await self.cleanup(k8s=True, gcs=True)
+                await self.cleanup(k8s=True, gcs=True, cleanup_timeout=cleanup_timeout)
             except Exception:  # noqa: BLE001 - the value is in hand; cleanup is best effort
                 logger.warning("could not clean up job %s after collecting its result", self.job_id)
         return value
@@ -168,20 +176,55 @@ class JobHandle(JobRecord):
             job_id=self.job_id,
         )
 
-    async def cancel(self) -> None:
-        """End the job if it is still running (its process group, or its Kubernetes Job)."""
-        await self._backend().cancel(self)
+    async def cancel(
+        self,
+        cleanup_timeout: float = 180.0,
+        cleanup_poll_interval: float = 2.0,
+    ) -> None:
+        """End the job if it is still running (its process group, or its Kubernetes Job).
 
-    async def cleanup(self, k8s: bool = True, gcs: bool = True) -> None:
+        :param cleanup_timeout: seconds the cancellation may take.
+        :param cleanup_poll_interval: accepted for compatibility; nothing is polled.
+        :raises JobTimeoutError: when it did not finish within ``cleanup_timeout``.
+        """
+        backend = self._backend()
+        async with _bounded_cleanup(self.job_id, cleanup_timeout):
+            await backend.cancel(self)
+
+    async def cleanup(
+        self,
+        k8s: bool = True,
+        gcs: bool = True,
+        cleanup_timeout: float = 180.0,
+        cleanup_poll_interval: float = 2.0,
+    ) -> None:
         """Stop the job's compute resources (``k8s``) and delete its stored artifacts (``gcs``).
 
         Shared, content-addressed artifacts (context archives) are kept.
+
+        :param cleanup_timeout: seconds the deletions may take.
+        :param cleanup_poll_interval: accepted for compatibility; nothing is polled.
+        :raises JobTimeoutError: when they did not finish within ``cleanup_timeout``.
         """
         backend = self._backend()
-        if k8s:
-            await backend.cancel(self)
-        if gcs:
-            await backend.delete_objects(self)
+        async with _bounded_cleanup(self.job_id, cleanup_timeout):
+            if k8s:
+                await backend.cancel(self)
+            if gcs:
+                await backend.delete_objects(self)
+
+
+@contextlib.asynccontextmanager
+async def _bounded_cleanup(job_id: str, cleanup_timeout: float) -> AsyncIterator[None]:
+    if cleanup_timeout <= 0:
+        raise ConfigError(f"cleanup_timeout must be > 0 (got {cleanup_timeout!r})")
+    with anyio.move_on_after(cleanup_timeout) as scope:
+        yield
+    if scope.cancelled_caught:
+        raise JobTimeoutError(
+            f"cleaning up job {job_id} did not finish within {cleanup_timeout}s; "
+            "what was not deleted yet stays (run cleanup() again)"
+        )
 
 
 async def load_handle(backend: Backend, job_id: str) -> JobHandle:

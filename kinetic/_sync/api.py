@@ -70,6 +70,8 @@ class JobHandle(JobRecord):
         self,
         timeout: float | None = None,
         cleanup: bool | None = None,
+        cleanup_timeout: float = 180.0,
+        cleanup_poll_interval: float = 2.0,
         stream_logs: bool | None = None,
         on_status_change: StatusChangeCallback | None = None,
     ) -> Any:
@@ -86,18 +88,26 @@ class JobHandle(JobRecord):
                 self.aio.result,
                 timeout=timeout,
                 cleanup=cleanup,
+                cleanup_timeout=cleanup_timeout,
+                cleanup_poll_interval=cleanup_poll_interval,
                 stream_logs=stream_logs,
                 on_status_change=on_status_change,
             )
         )
 
-    def cancel(self) -> None:
+    def cancel(self, cleanup_timeout: float = 180.0, cleanup_poll_interval: float = 2.0) -> None:
         """End the job if it is still running."""
-        call(self.aio.cancel)
+        call(self.aio.cancel, cleanup_timeout, cleanup_poll_interval)
 
-    def cleanup(self, k8s: bool = True, gcs: bool = True) -> None:
+    def cleanup(
+        self,
+        k8s: bool = True,
+        gcs: bool = True,
+        cleanup_timeout: float = 180.0,
+        cleanup_poll_interval: float = 2.0,
+    ) -> None:
         """Stop the job's compute resources and/or delete its stored artifacts."""
-        call(self.aio.cleanup, k8s, gcs)
+        call(self.aio.cleanup, k8s, gcs, cleanup_timeout, cleanup_poll_interval)
 
 
 def _take_blocking(outcome: KnownOutcome, cleanup: bool) -> Any:

@@ -87,8 +87,13 @@ class BatchHandle:
         """Block until every input has finished (progress shown on a terminal)."""
         _with_progress(self.aio, functools.partial(self.aio.wait, timeout))
 
-    def as_completed(self, timeout: float | None = None) -> Iterator[JobHandle]:
-        """Yield each input's handle as it finishes, in completion order."""
+    def as_completed(
+        self, timeout: float | None = None, *, poll_interval: float | None = None
+    ) -> Iterator[JobHandle]:
+        """Yield each input's handle as it finishes, in completion order.
+
+        ``poll_interval`` is accepted for compatibility; completions are pushed, not polled.
+        """
         for chunk in iterate(lambda: self.aio._as_completed_chunks(timeout)):
             for h in chunk:
                 yield self._job(h)
@@ -171,10 +176,24 @@ def attach_batch(
     group_id: str,
     project: str | None = None,
     cluster: str | None = None,
+    poll_interval: float | None = None,
+    poll_timeout: float | None = None,
+    *,
     backend: str | None = None,
     timeout: float = 60.0,
 ) -> BatchHandle:
     """Rebuild a batch's handle in any process; see ``kinetic.aio.attach_batch``."""
     return BatchHandle(
-        call(_aio_batch_submit.attach_batch, group_id, project, cluster, backend, timeout)
+        call(
+            functools.partial(
+                _aio_batch_submit.attach_batch,
+                group_id,
+                project,
+                cluster,
+                poll_interval,
+                poll_timeout,
+                backend=backend,
+                timeout=timeout,
+            )
+        )
     )
