@@ -18,7 +18,7 @@ from kinetic._core.status import JobStatus
 from kinetic._engine import batch as _aio_batch
 from kinetic._engine import batch_submit as _aio_batch_submit
 from kinetic._engine.handle import JobHandle as _AioJobHandle
-from kinetic._sync.api import JobHandle
+from kinetic._sync.handle import JobHandle
 from kinetic._sync.portal import call, iterate
 
 T = TypeVar("T")

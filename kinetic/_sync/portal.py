@@ -21,6 +21,7 @@ import asyncio
 import atexit
 import contextlib
 import os
+import sys
 import threading
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -92,7 +93,7 @@ class LoopThread:
             "a blocking kinetic call was made from a thread that runs an event loop; it works, "
             "but blocks that loop meanwhile: prefer `await fn.aio(...)` and kinetic.aio",
             KineticBlockingWarning,
-            stacklevel=4,
+            stacklevel=_user_stacklevel(),
         )
 
     def call(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
@@ -235,3 +236,17 @@ def call(fn: Callable[..., Awaitable[T]], *args: Any) -> T:
 def iterate(make: Callable[[], AsyncIterator[T]]) -> Iterator[T]:
     """Drive an async iterator on Kinetic's loop thread; see :meth:`LoopThread.iterate`."""
     return LOOP.iterate(make)
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+def _user_stacklevel() -> int:
+    """The ``stacklevel`` that makes a warning name the first frame outside Kinetic (the
+    user's line), however deep the facade's call path is. Counted from our caller."""
+    frame = sys._getframe(1)
+    level = 1
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        frame = frame.f_back  # type: ignore[assignment]
+        level += 1
+    return level

@@ -11,6 +11,7 @@ import sys
 import textwrap
 import threading
 import time
+import warnings
 from typing import Any
 
 import anyio
@@ -56,6 +57,35 @@ def test_works_from_a_thread_whose_event_loop_is_running() -> None:
             return double(21)
 
     assert asyncio.run(notebook_cell()) == 42
+
+
+def test_the_blocking_warning_names_the_users_line() -> None:
+    # Whatever the facade's own call depth (a call, a method, an iterator), the warning
+    # points at the line that made the blocking call, not into kinetic.
+    lines: dict[str, int] = {}
+
+    async def cell() -> list[warnings.WarningMessage]:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            lines["call"] = _lineno() + 1
+            job = double.run_async(1)
+            lines["method"] = _lineno() + 1
+            job.result()
+            batch = double.run_async_map([1, 2])
+            lines["iterator"] = _lineno() + 1
+            for h in batch.as_completed():
+                h.result()
+        return caught
+
+    caught = asyncio.run(cell())
+    blocking = [w for w in caught if issubclass(w.category, kinetic.KineticBlockingWarning)]
+    assert blocking
+    assert {w.filename for w in blocking} == {__file__}
+    assert set(lines.values()) <= {w.lineno for w in blocking}
+
+
+def _lineno() -> int:
+    return sys._getframe(1).f_lineno
 
 
 def test_many_threads_share_the_facade() -> None:
