@@ -43,8 +43,9 @@ from kinetic._exceptions import (
     SerializationError,
     StorageError,
 )
-from kinetic._sync.api import JobHandle, RemoteFunction, attach, list_jobs, run
+from kinetic._sync.api import RemoteFunction, attach, list_jobs, run
 from kinetic._sync.batch import BatchHandle, attach_batch
+from kinetic._sync.handle import JobHandle
 from kinetic._version import __version__
 
 __all__ = [
