@@ -10,8 +10,9 @@
 (b) Submitting ``--jobs`` jobs (default 200) concurrently through ``fn.aio.run_async``:
     Kubernetes requests and storage writes per job (counted at the client), and jobs/s.
     The Jobs are deleted right after.
-(c) A batch (``run_async_map``) of ``--batch-inputs`` inputs, ``--batch-concurrency``
-    Jobs alive at once: Kubernetes requests per input by method (counted at the client),
+(c) A batch (``run_async_map(..., pod_per_input=True)``: one Job per input; the default
+    worker pool is measured by ``bench_gke_pool.py``) of ``--batch-inputs`` inputs,
+    ``--batch-concurrency`` Jobs alive at once: Kubernetes requests per input by method (counted at the client),
     storage writes per input by the submitter (counted at the client) and by the pods
     (objects they created), and the wall time from submission to all results.
     ``--only-batch`` runs just this part and updates it in the results file.
@@ -177,7 +178,7 @@ async def submission(fn: Any, n: int) -> dict[str, Any]:
 
 
 async def batch(fn: Any, n: int, limit: int, bucket: str) -> dict[str, Any]:
-    warm = await fn.aio.run_async_map([0], max_concurrent=1)  # backend, context, image
+    warm = await fn.aio.run_async_map([0], max_concurrent=1, pod_per_input=True)  # warm
     await warm.results()
     backend = runtime.backend_for_location("gke", bucket, warm.jobs[0].namespace)
     methods: dict[str, int] = {}
@@ -195,7 +196,7 @@ async def batch(fn: Any, n: int, limit: int, bucket: str) -> dict[str, Any]:
     backend.client._open = counting_open  # type: ignore[method-assign]
     backend.storage.write = counting_write  # type: ignore[method-assign]
     started = time.perf_counter()
-    handle = await fn.aio.run_async_map([0] * n, max_concurrent=limit)
+    handle = await fn.aio.run_async_map([0] * n, max_concurrent=limit, pod_per_input=True)
     submitted = time.perf_counter() - started
     await handle.wait()
     elapsed = time.perf_counter() - started

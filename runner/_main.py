@@ -17,13 +17,16 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 
 from runner import protocol
 from runner._fs import remove_tree
 from runner._store import RunnerStore, open_store
+
+if TYPE_CHECKING:
+    from runner.gpu_lease import GpuLease
 
 
 class _Namespace:
@@ -44,10 +47,12 @@ def run_job(
     job_id: str,
     *,
     workdir: Path,
+    host: int | None = None,
 ) -> int:
     """Run one job whose artifacts are in ``store``; return the process exit status.
 
-    Never raises for job-level failures: they are recorded in storage.
+    Never raises for job-level failures: they are recorded in storage (as host
+    ``host``'s outcome in a multi-host job).
     """
     phase = "fetch"
     try:
@@ -55,7 +60,7 @@ def run_job(
         payload_bytes = store.read(protocol.payload_key(job_id))
         phase = "verify"
         _verify(payload_bytes, spec["payload_sha256"], "payload.pkl")
-        prepare_workspace(store, spec, workdir)
+        code_root = prepare_workspace(store, spec, workdir)
 
         phase = "deserialize"
         payload = cloudpickle.loads(payload_bytes)
@@ -67,10 +72,18 @@ def run_job(
 
             volumes = payload.get("volumes") or []
             args, kwargs = resolve_arguments(store, args, kwargs, workdir, volumes)
+
+        # debug=True: wait (bounded) for a debugger client; host 0 only in multi-host jobs.
+        debug = spec.get("debug")
+        if debug is not None and not host:
+            phase = "debug"
+            from runner.debug import wait_for_client
+
+            wait_for_client(store, job_id, debug, fn, code_root=code_root, host=host)
     except BaseException as exc:  # noqa: BLE001 - every failure must be recorded
         if isinstance(exc, PhaseError):
             phase = exc.phase
-        _record_failure(store, job_id, phase, exc, user=False)
+        _record_failure(store, job_id, phase, exc, user=False, host=host)
         return protocol.EXIT_RUNNER_ERROR
 
     phase = "execute"
@@ -80,15 +93,16 @@ def run_job(
         import traceback
 
         traceback.print_exc()
-        _record_failure(store, job_id, phase, exc, user=True)
+        _record_failure(store, job_id, phase, exc, user=True, host=host)
         return protocol.EXIT_USER_ERROR
     _flush_std()
-    return _record_success(store, job_id, value)
+    return _record_success(store, job_id, value, host=host)
 
 
-def prepare_workspace(store: RunnerStore, spec: protocol.JobSpec, workdir: Path) -> None:
+def prepare_workspace(store: RunnerStore, spec: protocol.JobSpec, workdir: Path) -> Path:
     """Fetch, verify and unpack the context archive, enter it (cwd, sys.path, env), then
-    install the spec's requirements (prebuilt mode).
+    install the spec's requirements (prebuilt mode). Return the root of the project's
+    files (the shared tree, or the job's own copy).
 
     On the local backend (``KINETIC_CONTEXT_CACHE`` names a shared cache) the archive is
     extracted once per content address and shared read-only; the job's cwd is its own
@@ -114,6 +128,7 @@ def prepare_workspace(store: RunnerStore, spec: protocol.JobSpec, workdir: Path)
         from runner.install import install_requirements
 
         install_requirements(spec.get("install", []), workdir)
+    return code_root
 
 
 def _fetch_context(store: RunnerStore, spec: protocol.JobSpec) -> bytes:
@@ -227,29 +242,45 @@ def build_failure(
     return data, final
 
 
-def _record_success(store: RunnerStore, job_id: str, value: Any) -> int:
+def _record_success(store: RunnerStore, job_id: str, value: Any, host: int | None = None) -> int:
     data, final = build_success(value)
     code = protocol.EXIT_OK if final["state"] == "succeeded" else protocol.EXIT_RUNNER_ERROR
-    return _upload(store, job_id, data, final, code)
+    return _upload(store, job_id, data, final, code, host)
 
 
 def _record_failure(
-    store: RunnerStore, job_id: str, phase: str, exc: BaseException, *, user: bool
+    store: RunnerStore,
+    job_id: str,
+    phase: str,
+    exc: BaseException,
+    *,
+    user: bool,
+    host: int | None = None,
 ) -> None:
     data, final = build_failure(phase, exc, user=user)
     print(
         f"kinetic runner: job {job_id} failed in phase {phase}: {final['error']}", file=sys.stderr
     )
-    _upload(store, job_id, data, final, protocol.EXIT_RUNNER_ERROR)
+    _upload(store, job_id, data, final, protocol.EXIT_RUNNER_ERROR, host)
 
 
 def _upload(
-    store: RunnerStore, job_id: str, data: bytes, final: protocol.FinalRecord, code: int
+    store: RunnerStore,
+    job_id: str,
+    data: bytes,
+    final: protocol.FinalRecord,
+    code: int,
+    host: int | None = None,
 ) -> int:
     _flush_std()
+    if host is None:
+        result_key, final_key = protocol.result_key(job_id), protocol.final_key(job_id)
+    else:  # one host of a multi-host job: its own outcome; the submitter composes the job's
+        result_key = protocol.host_result_key(job_id, host)
+        final_key = protocol.host_final_key(job_id, host)
     try:
-        store.write(protocol.result_key(job_id), data)
-        store.write(protocol.final_key(job_id), protocol.dump_json(final))
+        store.write(result_key, data)
+        store.write(final_key, protocol.dump_json(final))
     except BaseException as exc:  # noqa: BLE001
         print(f"kinetic runner: could not record the result ({exc})", file=sys.stderr)
         return protocol.EXIT_RUNNER_ERROR
@@ -292,20 +323,57 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not isinstance(args.get("storage"), str) or not isinstance(args.get("job-id"), str):
         raise SystemExit("usage: python -m runner --storage URL --job-id ID [--upload-logs]")
     ns = _Namespace(str(args["storage"]), str(args["job-id"]), bool(args.get("upload-logs")))
+    try:
+        host = protocol.host_index(os.environ)
+    except ValueError as exc:
+        raise SystemExit(f"kinetic runner: {exc}") from None
     store = open_store(ns.storage)
     workdir = Path(os.environ.get("TMPDIR") or "/tmp", f"kinetic-run-{os.urandom(8).hex()}")
     workdir.mkdir(mode=0o700)
+    lease: GpuLease | None = None
     try:
+        # A local GPU job waits for its GPUs and holds them until it exits (the name is
+        # runner.gpu_lease.REQUEST_ENV, spelled out: the module loads only when needed).
+        if "KINETIC_GPU_REQUEST" in os.environ:
+            from runner.gpu_lease import hold_for_job
+
+            lease = hold_for_job(store, ns.job_id)
+        logs_key = protocol.logs_key(ns.job_id)
+        if host is not None:
+            # A multi-host job's pods restart a container that exits (StatefulSet pods
+            # must): a host runs the job once, and a restarted container only idles.
+            if not store.create_if_absent(protocol.host_started_key(ns.job_id, host), b"{}"):
+                return _idle(ns.job_id, host)
+            logs_key = protocol.host_logs_key(ns.job_id, host)
         if ns.upload_logs:
             from runner._tee import captured_output
 
-            with captured_output(store, protocol.logs_key(ns.job_id)):
-                return run_job(store, ns.job_id, workdir=workdir)
-        return run_job(store, ns.job_id, workdir=workdir)
+            with captured_output(store, logs_key):
+                return run_job(store, ns.job_id, workdir=workdir, host=host)
+        return run_job(store, ns.job_id, workdir=workdir, host=host)
     finally:
+        if lease is not None:
+            lease.close()
         os.chdir("/")
         remove_tree(workdir)
         store.close()
+
+
+def _idle(job_id: str, host: int) -> int:
+    """Do nothing until the pod is deleted: this host already ran (or started) its part
+    of the job, and Kinetic never runs it again. SIGTERM ends the wait (as PID 1, the
+    runner would ignore it without a handler)."""
+    import signal
+    import time
+
+    print(
+        f"kinetic runner: host {host} of job {job_id} already ran; idle until it is deleted",
+        file=sys.stderr,
+        flush=True,
+    )
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    while True:
+        time.sleep(3600)
 
 
 def _member_main(args: dict[str, str | bool]) -> int:

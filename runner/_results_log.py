@@ -1,12 +1,12 @@
-"""Append-only logs of batch results: each input's outcome is one record, written alone.
+"""Append-only logs of batch results: each input's outcome is one framed record.
 
-A batch input's result is appended to its worker's log with a single ``write``
-of a framed record (magic, index, length, CRC-32, then a JSON header line and
-the pickled payload). Creating a file per input costs ~100 µs here; one append
-costs a few. A record torn by a crash fails its length or CRC check and is
-ignored with everything after it in that log: the input simply runs again
-(delivery is at-least-once).
-"""
+A batch input's result is a framed record (magic, index, length, CRC-32, then a
+JSON header line and the pickled payload) appended to its worker's log. A worker
+appends the records of a burst of inputs with a single ``write`` before it
+reports any of them (creating a file per input costs ~100 µs here; one append
+costs a few, whatever it holds). A record torn by a crash fails its length or
+CRC check and is ignored with everything after it in that log: the input simply
+runs again (delivery is at-least-once)."""
 
 from __future__ import annotations
 
@@ -36,13 +36,26 @@ class Record:
 
 
 def encode(index: int, header: dict[str, Any], payload: bytes) -> bytes:
-    body = protocol.dump_json(header) + b"\n" + payload
+    return encode_raw(index, protocol.dump_json(header), payload)
+
+
+def encode_raw(index: int, head: bytes, payload: bytes) -> bytes:
+    """A record from an already encoded JSON header (workers cache the common ones)."""
+    body = b"".join((head, b"\n", payload))
     return _HEAD.pack(_MAGIC, index, len(body), zlib.crc32(body)) + body
 
 
 def append(fd: int, index: int, header: dict[str, Any], payload: bytes) -> None:
     """Append one record with one ``write`` (the fd must be opened with O_APPEND)."""
-    data = encode(index, header, payload)
+    append_encoded(fd, encode(index, header, payload))
+
+
+def append_encoded(fd: int, data: bytes) -> None:
+    """Append already encoded records (one or many) with one ``write``.
+
+    Each record is whole or absent after a crash only as far as the kernel's write is:
+    a torn tail fails its CRC and is ignored, with everything after it, when read.
+    """
     written = os.write(fd, data)
     if written != len(data):  # a short write on a regular file means the disk is full
         raise OSError(f"short write to the results log ({written} of {len(data)} bytes)")
@@ -53,23 +66,53 @@ def open_log(path: Path) -> int:
     return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
 
 
+def scan(data: bytes, start: int = 0) -> tuple[list[tuple[int, bytes, int, int]], int]:
+    """The whole records in ``data`` from ``start``, cheaply: ``(index, header bytes,
+    body offset, body length)`` each; and the offset after the last whole record.
+
+    Bodies are checked (CRC) without being copied; headers are not decoded.
+    """
+    out: list[tuple[int, bytes, int, int]] = []
+    view = memoryview(data)
+    size = len(data)
+    pos = start
+    unpack = _HEAD.unpack_from
+    head_size = _HEAD.size
+    crc32 = zlib.crc32
+    while pos + head_size <= size:
+        magic, index, length, crc = unpack(data, pos)
+        body_start = pos + head_size
+        end = body_start + length
+        if magic != _MAGIC or end > size or crc32(view[body_start:end]) != crc:
+            break  # torn or foreign: stop trusting this log here
+        newline = data.find(b"\n", body_start, end)
+        if newline < 0:
+            break
+        out.append((index, data[body_start:newline], body_start, length))
+        pos = end
+    return out, pos
+
+
+_HEADERS: dict[bytes, dict[str, Any]] = {}
+
+
+def header(head: bytes) -> dict[str, Any]:
+    """A record's header, decoded (the common ones once per process). Do not mutate it."""
+    parsed = _HEADERS.get(head)
+    if parsed is None:
+        parsed = protocol.load_json(head)
+        if len(_HEADERS) < 4096:
+            _HEADERS[head] = parsed
+    return parsed
+
+
 def parse(data: bytes, path: Path, start: int = 0) -> tuple[list[Record], int]:
     """Records in ``data`` from ``start``; and the offset after the last whole record."""
-    records: list[Record] = []
-    pos = start
-    while pos + _HEAD.size <= len(data):
-        magic, index, length, crc = _HEAD.unpack_from(data, pos)
-        body_start = pos + _HEAD.size
-        body = data[body_start : body_start + length]
-        if magic != _MAGIC or len(body) < length or zlib.crc32(body) != crc:
-            break  # torn or foreign: stop trusting this log here
-        head, _, _ = body.partition(b"\n")
-        header = protocol.load_json(head)
-        payload_offset = body_start + len(head) + 1
-        records.append(
-            Record(index, header, path, payload_offset, body_start + length - payload_offset)
-        )
-        pos = body_start + length
+    found, pos = scan(data, start)
+    records = [
+        Record(index, dict(header(head)), path, body + len(head) + 1, length - len(head) - 1)
+        for index, head, body, length in found
+    ]
     return records, pos
 
 

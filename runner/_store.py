@@ -7,6 +7,7 @@ private event loop; it is imported only then, so local jobs start fast.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -20,6 +21,10 @@ class RunnerStore(Protocol):
     def read(self, key: str) -> bytes: ...
 
     def write(self, key: str, data: bytes) -> None: ...
+
+    def create_if_absent(self, key: str, data: bytes) -> bool:
+        """Create the object unless one exists; whether it was created (atomic)."""
+        ...
 
     def download(self, key: str, path: Path) -> None:
         """Stream the object into ``path`` (parents created; written atomically)."""
@@ -41,6 +46,18 @@ class FileStore:
 
     def write(self, key: str, data: bytes) -> None:
         atomic_write(self.root / key, data)
+
+    def create_if_absent(self, key: str, data: bytes) -> bool:
+        path = self.root / key
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        atomic_write(tmp, data)
+        try:
+            os.link(tmp, path)  # fails if the name exists: the atomic check
+        except FileExistsError:
+            return False
+        finally:
+            tmp.unlink()
+        return True
 
     def download(self, key: str, path: Path) -> None:
         with open(self.root / key, "rb") as src:
@@ -83,6 +100,9 @@ class GCSStore:
 
     def write(self, key: str, data: bytes) -> None:
         self._run(self._storage.write(key, data))
+
+    def create_if_absent(self, key: str, data: bytes) -> bool:
+        return bool(self._run(self._storage.create_if_absent(key, data)))
 
     def download(self, key: str, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)

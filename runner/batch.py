@@ -12,12 +12,21 @@ by the local backend once a batch's inputs are durably recorded. It
    (this is how a batch resumes after its supervisor died — an input that was
    running then runs again: delivery is at-least-once, as the manifest says);
 3. unpacks the context once, forks ``max_concurrent`` workers (each unpickles
-   the function once) and feeds them input indices over socket pairs;
-4. each worker runs its inputs one by one and appends each outcome, alone, to its
-   results log (:mod:`runner._results_log`) before reporting it;
-5. streams events (``d i state`` when an input is done, ``r i`` when dispatched)
-   to clients connected to an abstract Unix socket named after the batch, and
-   takes commands from them (``C``: cancel the batch, ``c i``: cancel one input).
+   the function once) and grants them input indices over socket pairs: each
+   worker holds a small queue (its credit, about 20 ms of work, at most
+   ``_MAX_CREDIT`` inputs; one at a time for slow inputs) and is granted more
+   once it reported half of it, so it never waits on the supervisor;
+4. each worker runs its inputs one by one and reports them in bursts (every
+   ~2 ms, or once it ran more than it still holds): it appends the burst's
+   outcomes to its results log (:mod:`runner._results_log`) with one ``write``,
+   then reports them with one message — each outcome durable before it is
+   reported;
+5. streams events, coalesced per turn of its loop (``D <state> i,i,…`` for inputs
+   done, ``R i,i,…`` when dispatched), to clients connected to an abstract Unix
+   socket named after the batch, and takes commands from them (``C``: cancel the
+   batch, ``c i``: cancel one input — a queued input is dropped by its worker
+   unstarted, a running one ends with its worker; ``p``: answered ``P`` once the
+   commands before it were acted on).
 
 A worker that dies mid-input fails that input (or retries it), its other queued
 inputs go back to the queue, and a new worker takes its place: the batch never
@@ -25,9 +34,10 @@ hangs. Which input it died in is not guessed from what it was sent: a worker
 reports in bursts, so the supervisor may not yet have heard of the inputs it
 finished just before dying. Each worker marks the input it starts and ends in a
 word of shared memory (no system call), and on its death the supervisor reads
-that word and the worker's results log: inputs with a record keep it, inputs
-that ended without one (a failed attempt to retry) are retried, the input it was
-running is failed (or retried), and the rest, never started, are queued again.
+that word and the worker's results log: inputs with a record keep it, the input
+it was running is failed (or retried), and every other input it held runs again
+at the same attempt (never started, or ended with an outcome not yet appended or
+reported: the death is not theirs).
 
 ``fail_fast`` stops dispatching after the first final failure (and with
 ``cancel_running_on_fail`` kills running workers); both record ``stop.json``,
@@ -41,6 +51,7 @@ import fcntl
 import hashlib
 import mmap
 import os
+import pickle
 import selectors
 import signal
 import socket
@@ -49,6 +60,7 @@ import sys
 import tempfile
 import time
 import traceback
+from array import array
 from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
@@ -57,7 +69,7 @@ from typing import Any
 import cloudpickle
 
 from runner import _results_log as results_log
-from runner import protocol
+from runner import gpu_lease, protocol
 from runner._fs import atomic_write, make_private_dirs
 from runner._main import PhaseError, build_failure, build_success, parse_args, prepare_workspace
 from runner._store import FileStore, open_store
@@ -72,6 +84,8 @@ def socket_address(storage_url: str, group_id: str) -> bytes:
 # Each worker's shared word: the input (index, attempt) it started last, and whether it
 # is still running it. Written by the worker only, read by the supervisor once it died.
 _SLOT = struct.Struct("=qqq")
+# How often a GPU batch short of GPUs looks whether other jobs freed some (seconds).
+_GPU_RETRY = 0.2
 
 
 def _mark(slot: mmap.mmap, index: int, attempt: int, running: bool) -> None:
@@ -80,9 +94,44 @@ def _mark(slot: mmap.mmap, index: int, attempt: int, running: bool) -> None:
 
 # ----------------------------------------------------------------------------- worker
 
+# Exact types whose values the plain pickler writes as cloudpickle would (no code, no
+# classes by value): their results skip cloudpickle's slower pickler.
+_PLAIN = frozenset({int, float, complex, str, bytes, bool, type(None)})
+_PLAIN_ITEMS = 64
+_BURST = 0.002  # a worker reports at least this often (seconds of work)
+_POLL = 0.0005  # and looks for the supervisor's messages at least this often
+
+
+def _plain(value: Any) -> bool:
+    kind = type(value)
+    if kind in _PLAIN:
+        return True
+    if (kind is tuple or kind is list) and len(value) <= _PLAIN_ITEMS:
+        return all(type(v) in _PLAIN for v in value)
+    return False
+
+
+def _success(value: Any) -> tuple[bytes, protocol.FinalRecord]:
+    """As :func:`build_success`, faster for plain values: the plain pickler, and only
+    the keys a success has (readers take the others, all None, as absent) — half the
+    bytes, a third of the time to load."""
+    if _plain(value):
+        payload = {"format": protocol.FORMAT, "success": True, "result": value}
+        return pickle.dumps(payload, protocol=cloudpickle.DEFAULT_PROTOCOL), _SUCCEEDED
+    return build_success(value)
+
+
+_SUCCEEDED: protocol.FinalRecord = {
+    "state": "succeeded",
+    "phase": None,
+    "error": None,
+    "error_type": None,
+}
+
 
 class _Inputs:
-    """Input chunks, loaded on first use and kept (a worker runs many of the same chunk)."""
+    """Input chunks, loaded on first use and kept while in use (a worker runs many of
+    the same chunk; inputs are granted in order, so a chunk two behind is dropped)."""
 
     def __init__(self, store: FileStore, group_id: str, chunk_size: int) -> None:
         self.store, self.group_id, self.chunk_size = store, group_id, chunk_size
@@ -94,7 +143,37 @@ class _Inputs:
         if items is None:
             data = self.store.read(protocol.group_inputs_key(self.group_id, chunk))
             items = self.chunks[chunk] = cloudpickle.loads(data)
+            self.chunks.pop(chunk - 2, None)  # inputs run in order: old chunks are done
         return items[offset]
+
+
+class _Reports:
+    """A worker's outcomes not yet reported: records to append, then tokens to send.
+
+    :meth:`flush` appends every record with one ``write`` before it sends the tokens:
+    an outcome is durable before the supervisor hears of it.
+    """
+
+    def __init__(self, sock: socket.socket, results_fd: int) -> None:
+        self.sock, self.results_fd = sock, results_fd
+        self.records: list[bytes] = []
+        self.tokens: list[str] = []
+        self.timed = 0  # inputs run since ``at`` (the last flush, or the end of a wait)
+        self.at = time.monotonic()
+
+    def flush(self) -> None:
+        if self.records:
+            results_log.append_encoded(self.results_fd, b"".join(self.records))
+            self.records.clear()
+        now = time.monotonic()
+        if self.tokens:
+            # The burst's time, loop overhead included: what the supervisor sizes credit by.
+            elapsed_us = int((now - self.at) * 1e6) if self.timed else 0
+            line = f"b {self.timed} {elapsed_us} {' '.join(self.tokens)}\n"
+            self.sock.sendall(line.encode())
+            self.tokens.clear()
+        self.timed = 0
+        self.at = now
 
 
 def _worker_main(
@@ -106,9 +185,8 @@ def _worker_main(
     log: Path,
 ) -> None:
     group_id = manifest["group_id"]
-    results_fd = results_log.open_log(log)
-    replies: list[str] = []
-    last_reply = time.monotonic()
+    retries: int = manifest["options"]["retries"]
+    reports = _Reports(sock, results_log.open_log(log))
     out_base = manifest["spec"]["output_dir"]
     inputs = _Inputs(store, group_id, manifest["chunk_size"])
     has_data = bool(manifest["spec"].get("has_data"))
@@ -122,45 +200,70 @@ def _worker_main(
             f"F deserialize {type(exc).__name__}: {exc}".replace("\n", " ").encode() + b"\n"
         )
         return
-    queue: deque[tuple[int, int, bool]] = deque()
+    heads: dict[int, bytes] = {}  # attempt -> the header of a success (the common record)
+    queue: deque[tuple[int, int]] = deque()  # (index, attempt) granted, in run order
     buf = b""
     out = sys.stdout
+    sock.setblocking(True)
+    polled = 0.0
+    # (Names bound once: the loop below runs per input, a few µs each for trivial ones.)
+    environ, mark, encode, marker = (
+        os.environ,
+        _SLOT.pack_into,
+        results_log.encode_raw,
+        protocol.INPUT_MARKER,
+    )
+    records, tokens = reports.records, reports.tokens
     while True:
-        # Reply in bursts (one send per ~2 ms of work), always before waiting for more.
-        if replies and (not queue or time.monotonic() - last_reply > 0.002):
-            sock.sendall("".join(replies).encode())
-            replies.clear()
-            last_reply = time.monotonic()
-        # Take whatever the supervisor sent; block only when there is nothing to do.
-        sock.setblocking(not queue)
-        try:
-            data = sock.recv(65536)
-        except BlockingIOError:
+        now = time.monotonic()
+        # Report in bursts: every ~2 ms of work, once more inputs were run than are left
+        # (so the supervisor grants more before this queue runs dry), and always before
+        # waiting for more.
+        if reports.tokens and (
+            not queue or len(reports.tokens) > len(queue) or now - reports.at > _BURST
+        ):
+            reports.flush()
+        # Take what the supervisor sent: waiting only when there is nothing to do, and
+        # otherwise looking at most every _POLL seconds (not a system call per input).
+        if queue and now - polled < _POLL:
             data = None
+        else:
+            polled = now
+            try:
+                data = sock.recv(65536, 0 if not queue else socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                data = None
+            if not queue:
+                reports.at = time.monotonic()  # the wait is not work
         if data == b"":
             return  # the supervisor is gone
         if data:
             buf += data
-            while b"\n" in buf:
-                line, buf = buf.split(b"\n", 1)
+            *lines, buf = buf.split(b"\n")
+            for line in lines:
                 if line == b"X":  # stop: hand back what has not started
-                    if queue:
-                        sock.sendall("".join(f"u {i}\n" for i, _, _ in queue).encode())
-                        queue.clear()
-                    continue
-                for item in line.decode().split(","):
-                    i_s, attempt_s, final_s = item.split(":")
-                    queue.append((int(i_s), int(attempt_s), final_s == "1"))
+                    reports.tokens.extend(f"u{i}" for i, _ in queue)
+                    queue.clear()
+                    reports.flush()
+                elif line.startswith(b"k "):  # cancel one input, if it has not started
+                    index = int(line[2:])
+                    kept = [item for item in queue if item[0] != index]
+                    if len(kept) != len(queue):
+                        queue = deque(kept)
+                        reports.tokens.append(f"x{index}")
+                elif line.startswith(b"q "):  # more inputs: "i" (first attempt) or "i:a"
+                    for token in line[2:].split():
+                        i_s, _, a_s = token.partition(b":")
+                        queue.append((int(i_s), int(a_s) if a_s else 0))
         if not queue:
             continue
-        index, attempt, final = queue.popleft()
+        index, attempt = queue.popleft()
+        final = attempt >= retries
         job_id = protocol.member_job_id(group_id, index)
-        out_dir = f"{out_base}/{job_id}"
-        os.environ["KINETIC_OUTPUT_DIR"] = out_dir
-        os.environ["JOB_ID"] = job_id
-        _mark(slot, index, attempt, True)
-        out.write(f"{protocol.INPUT_MARKER} {index}\n")
-        started = time.perf_counter()
+        environ["KINETIC_OUTPUT_DIR"] = f"{out_base}/{job_id}"
+        environ["JOB_ID"] = job_id
+        mark(slot, 0, index, attempt, 1)
+        out.write(f"{marker} {index}\n")
         outcome: tuple[bytes, protocol.FinalRecord] | None = None
         try:
             args, kwargs = inputs.get(index)
@@ -174,21 +277,31 @@ def _worker_main(
             if final:
                 outcome = build_failure("execute", exc, user=True)
         else:
-            outcome = build_success(value)
-        with contextlib.suppress(OSError, ValueError):
+            outcome = _success(value)
+        try:  # noqa: SIM105 - per input: a context manager costs more than this flush
             out.flush()
-        elapsed_us = int((time.perf_counter() - started) * 1e6)
+        except (OSError, ValueError):
+            pass
+        reports.timed += 1
         if outcome is None:  # failed, and a retry will follow
-            _mark(slot, index, attempt, False)
-            replies.append(f"r {index} {elapsed_us}\n")
+            mark(slot, 0, index, attempt, 0)
+            tokens.append(f"r{index}")
             continue
-        data_, record = outcome
-        header: dict[str, Any] = {"attempt": attempt}
-        header.update({k: v for k, v in record.items() if v is not None})
-        results_log.append(results_fd, index, header, data_)  # durable before reported
-        _mark(slot, index, attempt, False)
-        kind = "s" if record["state"] == "succeeded" else "f"
-        replies.append(f"{kind} {index} {elapsed_us}\n")
+        payload, record = outcome
+        if record["state"] == "succeeded":
+            head = heads.get(attempt)
+            if head is None:
+                head = heads[attempt] = protocol.dump_json(
+                    {"attempt": attempt, "state": "succeeded"}
+                )
+        else:
+            header: dict[str, Any] = {"attempt": attempt}
+            header.update({k: v for k, v in record.items() if v is not None})
+            head = protocol.dump_json(header)
+        # Appended with the burst, before the burst is reported (durable before reported).
+        records.append(encode(index, head, payload))
+        mark(slot, 0, index, attempt, 0)
+        tokens.append(("s" if record["state"] == "succeeded" else "f") + str(index))
 
 
 # ------------------------------------------------------------------------- supervisor
@@ -211,6 +324,28 @@ class _Client:
         self.sock, self.wbuf, self.rbuf = sock, bytearray(), b""
 
 
+_MAX_CREDIT = 1024  # inputs a worker may hold at most
+_START_FAILURES = 3  # workers in a row dying before their first input stop the batch
+_S, _F, _R, _X = b"s"[0], b"f"[0], b"r"[0], b"x"[0]
+
+
+def _events(done: list[tuple[int, int]], running: Sequence[int] = ()) -> bytes:
+    """Client events, coalesced: ``D <s|f|c> i,i,...`` per run of inputs done in one
+    state (completion order kept), then ``R i,i,...`` for the inputs dispatched."""
+    out: list[str] = []
+    start = 0
+    while start < len(done):
+        letter = done[start][1]
+        end = start + 1
+        while end < len(done) and done[end][1] == letter:
+            end += 1
+        out.append(f"D {chr(letter)} {','.join([str(i) for i, _ in done[start:end]])}\n")
+        start = end
+    if running:
+        out.append(f"R {','.join(map(str, running))}\n")
+    return "".join(out).encode()
+
+
 class Supervisor:
     """Runs the inputs of one batch on a pool of forked workers."""
 
@@ -224,37 +359,58 @@ class Supervisor:
         self.cancel_running_on_fail: bool = opts["cancel_running_on_fail"]
         self.pool_size: int = max(1, opts["max_concurrent"])
         self.results_dir = store.root / protocol.group_results_prefix(self.group_id)
-        self.done: dict[int, str] = {}
-        self.order: list[int] = []
-        self.pending: deque[tuple[int, int]] = deque()
+        # Per input, compactly (a million inputs fit in a few MB): its final state's
+        # letter (s/f/c, 0 while it has none), and the inputs done in completion order.
+        self.done = bytearray(self.total)
+        self.order = array("q")
+        # Inputs to run, in order; the attempt of those queued again after a failure.
+        self.pending: deque[int] = deque()
+        self.attempts: dict[int, int] = {}
+        self.cancelling: set[int] = set()  # inputs a worker was asked to drop unstarted
         self.workers: dict[int, _Worker] = {}
         self.clients: dict[int, _Client] = {}
         self.stopping = False
         self.sel = selectors.DefaultSelector()
-        self.events: list[str] = []
+        # Events not yet sent to clients: inputs done (index, state letter), dispatched.
+        self.ev_done: list[tuple[int, int]] = []
+        self.ev_running: list[int] = []
         self.mean_s = 0.0
+        self.start_failures = 0  # workers in a row that died before starting an input
         self.next_worker = 0
         self.fn_bytes = b""
+        # A GPU batch of the local backend: each worker holds its own GPUs for its whole
+        # life (a lease taken before its fork), so at most machine's GPUs / GPUs per input
+        # inputs run at once, and fewer while other jobs hold some.
+        self.gpus = gpu_lease.GpuRequest.from_env(os.environ)
+        os.environ.pop(gpu_lease.REQUEST_ENV, None)
+        if self.gpus is not None:
+            self.pool_size = min(self.pool_size, self.gpus.max_holders)
+        self.gpu_retry_at = 0.0
+        self.gpu_waiting = False
 
     # -- state ---------------------------------------------------------------------
 
     def load_done(self) -> None:
         make_private_dirs(self.results_dir)
         for path in results_log.iter_logs(self.results_dir):
-            records, _ = results_log.read_new(path, 0)
-            for record in records:
-                if record.index not in self.done:
-                    self.done[record.index] = record.header["state"]
-                    self.order.append(record.index)
-        self.pending = deque((i, 0) for i in range(self.total) if i not in self.done)
+            with open(path, "rb") as f:
+                found, _ = results_log.scan(f.read())
+            for index, head, _, _ in found:
+                if index < self.total and not self.done[index]:
+                    self.done[index] = ord(results_log.header(head)["state"][0])
+                    self.order.append(index)
+        done = self.done
+        self.pending = deque(i for i in range(self.total) if not done[i])
         self.own_log = results_log.open_log(self.results_dir / f"supervisor-{os.getpid()}.log")
 
     def mark_done(self, index: int, state: str) -> None:
-        if index in self.done:
+        if self.done[index]:
             return
-        self.done[index] = state
+        letter = ord(state[0])
+        self.done[index] = letter
         self.order.append(index)
-        self.events.append(f"d {index} {state[0]}\n")
+        self.cancelling.discard(index)
+        self.ev_done.append((index, letter))
         if state == "failed" and self.fail_fast and not self.stopping:
             self.stop("fail_fast", f"input {index} failed", kill=self.cancel_running_on_fail)
 
@@ -276,6 +432,7 @@ class Supervisor:
             self.store.root / protocol.group_stop_key(self.group_id), protocol.dump_json(record)
         )
         self.pending.clear()
+        self.attempts.clear()
         for w in list(self.workers.values()):
             if kill:
                 with contextlib.suppress(ProcessLookupError):
@@ -284,9 +441,40 @@ class Supervisor:
                 with contextlib.suppress(OSError):
                     w.sock.sendall(b"X\n")
 
+    def requeue(self, items: list[tuple[int, int]]) -> None:
+        """Put inputs back at the front of the queue, in order, with their attempts."""
+        for index, attempt in items:
+            if attempt:
+                self.attempts[index] = attempt
+        self.pending.extendleft(reversed([i for i, _ in items]))
+
     # -- workers -------------------------------------------------------------------
 
-    def spawn(self) -> None:
+    def lease_gpus(self) -> gpu_lease.GpuLease | bool:
+        """The GPUs of a new worker; True when it needs none, False when none are free now."""
+        if self.gpus is None:
+            return True
+        now = time.monotonic()
+        lease = None if now < self.gpu_retry_at else gpu_lease.try_acquire(self.gpus)
+        if lease is None:
+            self.gpu_retry_at = max(self.gpu_retry_at, now + _GPU_RETRY)
+        # Status reports say "waiting for GPUs" while nothing of the batch can run.
+        waiting = lease is None and not self.workers
+        if waiting != self.gpu_waiting:
+            self.gpu_waiting = waiting
+            marker = self.store.root / gpu_lease.group_wait_key(self.group_id)
+            if waiting:
+                atomic_write(marker, b"{}")
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    marker.unlink()
+        return False if lease is None else lease
+
+    def spawn(self) -> bool:
+        """Start a worker; False (nothing started) when the GPUs it needs are taken."""
+        lease = self.lease_gpus()
+        if lease is False:
+            return False
         parent, child = socket.socketpair()
         n = self.next_worker
         self.next_worker += 1
@@ -314,6 +502,8 @@ class Supervisor:
                 os.dup2(fd, 2)
                 os.close(fd)
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                if isinstance(lease, gpu_lease.GpuLease):
+                    os.environ.update(gpu_lease.visible_devices(lease.ids))
                 _worker_main(child, slot, self.store, self.manifest, self.fn_bytes, results)
             except BaseException:  # noqa: BLE001 - never return into the supervisor's code
                 traceback.print_exc()
@@ -323,41 +513,49 @@ class Supervisor:
                     sys.stdout.flush()
                     sys.stderr.flush()
                 os._exit(code)
+        if isinstance(lease, gpu_lease.GpuLease):
+            lease.close()  # the worker alone holds its GPUs now: freed when it dies
         child.close()
         parent.setblocking(False)
         worker = _Worker(n, pid, parent, slot, results)
         self.workers[parent.fileno()] = worker
         self.sel.register(parent, selectors.EVENT_READ, ("worker", worker))
+        return True
 
     def limit(self) -> int:
-        """How many inputs a worker may hold: ~10 ms of work, at least 1."""
+        """How many inputs a worker may hold (its credit): ~20 ms of work, at least 1.
+
+        A worker reports once it ran half of what it holds, so more arrives before it
+        runs dry; inputs longer than 20 ms are granted one at a time (nothing waits
+        behind a slow input while another worker idles).
+        """
         if self.mean_s <= 0:
             return 1
-        return max(1, min(128, int(0.01 / self.mean_s)))
+        return max(1, min(_MAX_CREDIT, int(0.02 / self.mean_s)))
 
     def dispatch(self) -> None:
         if self.stopping:
             return
         limit = self.limit()
+        done, attempts, pending = self.done, self.attempts, self.pending
         for w in self.workers.values():
-            if not self.pending:
+            if not pending:
                 return
             room = limit - len(w.assigned)
             if w.gone or room <= 0 or (limit > 1 and len(w.assigned) > limit // 2):
                 continue
             batch: list[tuple[int, int]] = []
-            while self.pending and len(batch) < room:
-                index, attempt = self.pending.popleft()
-                if index in self.done:
-                    continue
-                batch.append((index, attempt))
+            while pending and len(batch) < room:
+                index = pending.popleft()
+                if not done[index]:
+                    batch.append((index, attempts.pop(index, 0)))
             if not batch:
                 continue
             w.assigned.extend(batch)
-            msg = ",".join(f"{i}:{a}:{int(a >= self.retries)}" for i, a in batch)
+            msg = "q " + " ".join(f"{i}:{a}" if a else str(i) for i, a in batch) + "\n"
             w.sock.setblocking(True)
             try:
-                w.sock.sendall(msg.encode() + b"\n")
+                w.sock.sendall(msg.encode())
             except OSError:
                 # It died since its last report: its exit (the EOF, read next) queues
                 # this batch again, as never started.
@@ -365,11 +563,11 @@ class Supervisor:
                 continue
             finally:
                 w.sock.setblocking(False)
-            self.events.extend(f"r {i}\n" for i, _ in batch)
+            self.ev_running.extend(i for i, _ in batch)
 
     def on_worker_data(self, w: _Worker) -> None:
         try:
-            data = w.sock.recv(65536)
+            data = w.sock.recv(1 << 18)
         except BlockingIOError:
             return
         except OSError:
@@ -380,37 +578,54 @@ class Supervisor:
         w.rbuf += data
         *lines, w.rbuf = w.rbuf.split(b"\n")
         for raw in lines:
-            parts = raw.decode().split(" ", 2)
-            kind = parts[0]
-            if kind == "F":  # the function cannot be loaded: nothing can run
+            if raw.startswith(b"F "):  # the function cannot be loaded: nothing can run
+                parts = raw.decode().split(" ", 2)
                 self.stop("failed", parts[2] if len(parts) > 2 else "", kill=True, phase=parts[1])
                 continue
-            index = int(parts[1])
-            if kind == "u":  # handed back unstarted (after a stop)
-                self._unassign(w, index)
-                continue
-            attempt = self._unassign(w, index)
-            elapsed = int(parts[2]) / 1e6 if len(parts) > 2 else 0.0
-            self.mean_s = elapsed if self.mean_s == 0 else 0.8 * self.mean_s + 0.2 * elapsed
-            if kind == "r":
-                self.pending.appendleft((index, attempt + 1))
-            else:
-                self.mark_done(index, "succeeded" if kind == "s" else "failed")
+            # A burst: "b <inputs run> <their µs> <token>..." with a token per input
+            # that left the worker: s/f (recorded), r (to retry), u/x (handed back
+            # unstarted after a stop / a cancel).
+            words = raw.split()
+            timed, elapsed_us = int(words[1]), int(words[2])
+            if timed:
+                elapsed = elapsed_us / timed / 1e6
+                self.mean_s = elapsed if self.mean_s == 0 else 0.7 * self.mean_s + 0.3 * elapsed
+            for token in words[3:]:
+                kind, index = token[0], int(token[1:])
+                attempt = self._unassign(w, index)
+                if kind == _S:
+                    self.mark_done(index, "succeeded")
+                elif kind == _F:
+                    self.mark_done(index, "failed")
+                elif kind == _R:
+                    if index in self.cancelling:
+                        self.write_member(index, "cancelled", "cancelled", None)
+                    elif not self.stopping:
+                        self.requeue([(index, attempt + 1)])
+                elif kind == _X:
+                    self.write_member(index, "cancelled", "cancelled", None)
+                # _U: handed back after a stop, which already accounts for it
 
     def _unassign(self, w: _Worker, index: int) -> int:
-        for pos, (i, attempt) in enumerate(w.assigned):
+        assigned = w.assigned
+        if assigned and assigned[0][0] == index:  # the common case: reports come in order
+            return assigned.popleft()[1]
+        for pos, (i, attempt) in enumerate(assigned):
             if i == index:
-                del w.assigned[pos]
+                del assigned[pos]
                 return attempt
         return 0
 
     def on_worker_exit(self, w: _Worker) -> None:
         """Settle what a dead worker held, from what it left behind, not from guesses.
 
-        Its socket is drained (EOF comes after every reply it sent), but replies it had
-        not sent yet are lost: the inputs it held are judged by its results log (an
+        Its socket is drained (EOF comes after every report it sent), but reports it
+        had not sent yet are lost: the inputs it held are judged by its results log (an
         input with a record is done, whatever killed the worker after) and by its
-        shared word (the input it last started, and whether that one had ended).
+        shared word (the input it last started, and whether that one had ended). Only
+        the input it was running is charged with its death; the others run again as
+        they were (never started, or ended with an outcome the worker had not yet
+        appended or reported).
         """
         self.sel.unregister(w.sock)
         del self.workers[w.sock.fileno()]
@@ -425,13 +640,24 @@ class Supervisor:
         )
         held = list(w.assigned)
         w.assigned.clear()
+        if last_index < 0 and held and not (self.stopping or w.cancelled):
+            # It died before it started anything (its log cannot be opened: the batch's
+            # records were deleted, say): workers replacing it would die the same way.
+            self.start_failures += 1
+            if self.start_failures >= _START_FAILURES:
+                detail = f"the worker processes {how} before running any input"
+                self.stop("failed", detail, kill=False, phase="execute")
+                return
+        elif last_index >= 0:
+            self.start_failures = 0
         if not held:
             return
         recorded: dict[int, str] = {}
         held_indices = {i for i, _ in held}
-        for record in results_log.read_new(w.results, 0)[0]:
-            if record.index in held_indices:
-                recorded.setdefault(record.index, record.header["state"])
+        with contextlib.suppress(FileNotFoundError), open(w.results, "rb") as f:
+            for index, head, _, _ in results_log.scan(f.read())[0]:
+                if index in held_indices and index not in recorded:
+                    recorded[index] = results_log.header(head)["state"]
         # Inputs up to the last one started ran (in order); those after it never started.
         started = next(
             (pos + 1 for pos, item in enumerate(held) if item == (last_index, last_attempt)), 0
@@ -442,12 +668,10 @@ class Supervisor:
                 self.mark_done(index, recorded[index])
             elif self.stopping:
                 continue  # it will never run: the stop record says so
-            elif index in w.cancelled:
+            elif index in w.cancelled or index in self.cancelling:
                 self.write_member(index, "cancelled", "cancelled", None)
-            elif pos >= started:
-                requeue.append((index, attempt))  # never started
-            elif pos < started - 1 or not last_running:
-                requeue.append((index, attempt + 1))  # failed, its retry report was lost
+            elif pos < started - 1 or not last_running or pos >= started:
+                requeue.append((index, attempt))  # not what it died in: run it again
             elif w.cancelled:
                 requeue.append((index, attempt))  # killed to cancel another: run it again
             elif attempt < self.retries:
@@ -460,7 +684,7 @@ class Supervisor:
                     "execute",
                 )
         if not self.stopping:  # (a failure settled above may have stopped the batch)
-            self.pending.extendleft(reversed(requeue))
+            self.requeue(requeue)
 
     # -- clients -------------------------------------------------------------------
 
@@ -472,10 +696,11 @@ class Supervisor:
         sock.setblocking(False)
         client = _Client(sock)
         self.clients[sock.fileno()] = client
-        snapshot = [f"d {i} {self.done[i][0]}\n" for i in self.order]
-        snapshot += [f"r {i}\n" for w in self.workers.values() for i, _ in w.assigned]
-        snapshot.append("e\n")  # end of snapshot: what follows is live
-        client.wbuf += "".join(snapshot).encode()
+        done = self.done
+        snapshot = _events([(i, done[i]) for i in self.order])
+        snapshot += _events([], [i for w in self.workers.values() for i, _ in w.assigned])
+        snapshot += b"e\n"  # end of snapshot: what follows is live
+        client.wbuf += snapshot
         # Read before writing: a client that sends a command and hangs up at once must
         # still be heard (writing to it first would fail and drop it unread).
         self.sel.register(sock, selectors.EVENT_READ | selectors.EVENT_WRITE, ("client", client))
@@ -495,26 +720,40 @@ class Supervisor:
                 client.rbuf += data
                 *lines, client.rbuf = client.rbuf.split(b"\n")
                 for line in lines:
-                    self.on_command(line.decode().split())
+                    self.on_command(line.decode().split(), client)
         if mask & selectors.EVENT_WRITE and client.wbuf:
             self.flush_client(client)
 
-    def on_command(self, words: list[str]) -> None:
-        if words == ["C"]:
+    def on_command(self, words: list[str], client: _Client) -> None:
+        if words == ["p"]:  # "the commands before this one were acted on?": yes
+            client.wbuf += b"P\n"
+        elif words == ["C"]:
             self.stop("cancelled", "the batch was cancelled", kill=True)
         elif len(words) == 2 and words[0] == "c":
             index = int(words[1])
-            if index in self.done:
+            if not 0 <= index < self.total or self.done[index]:
                 return
             for w in self.workers.values():
                 if any(i == index for i, _ in w.assigned):
-                    # Running, or queued in the worker (which cannot skip it): end the
-                    # worker. Its exit settles the input, which may have just finished.
-                    w.cancelled.add(index)
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(w.pid, signal.SIGKILL)
+                    running_index, _, running = _SLOT.unpack_from(w.slot)
+                    if running and running_index == index:
+                        # Running: end the worker. Its exit settles the input, which may
+                        # have just finished (then its outcome stands).
+                        w.cancelled.add(index)
+                        with contextlib.suppress(ProcessLookupError):
+                            os.kill(w.pid, signal.SIGKILL)
+                        return
+                    # Queued in the worker (or just ended): it drops the input if it has
+                    # not started it ("x"), else its outcome, already on its way, stands.
+                    self.cancelling.add(index)
+                    with contextlib.suppress(OSError):
+                        w.sock.setblocking(True)
+                        w.sock.sendall(f"k {index}\n".encode())
+                    with contextlib.suppress(OSError):
+                        w.sock.setblocking(False)
                     return
-            self.pending = deque((i, a) for i, a in self.pending if i != index)
+            self.pending = deque(i for i in self.pending if i != index)
+            self.attempts.pop(index, None)
             self.write_member(index, "cancelled", "cancelled", None)
 
     def flush_client(self, client: _Client) -> None:
@@ -540,10 +779,12 @@ class Supervisor:
         client.sock.close()
 
     def broadcast(self) -> None:
-        if not self.events:
+        """Send the events gathered since the last call to every client, coalesced."""
+        if not self.ev_done and not self.ev_running:
             return
-        data = "".join(self.events).encode()
-        self.events.clear()
+        data = _events(self.ev_done, self.ev_running)
+        self.ev_done.clear()
+        self.ev_running.clear()
         for client in list(self.clients.values()):
             client.wbuf += data
             self.flush_client(client)
@@ -556,9 +797,13 @@ class Supervisor:
         self.listener.listen(128)
         self.listener.setblocking(False)
         self.sel.register(self.listener, selectors.EVENT_READ, ("listen", None))
+        with contextlib.suppress(FileNotFoundError):  # left by a supervisor that died waiting
+            (self.store.root / gpu_lease.group_wait_key(self.group_id)).unlink()
         for _ in range(min(self.pool_size, len(self.pending))):
-            self.spawn()
+            if not self.spawn():
+                break
         while True:
+            timeout = None
             self.dispatch()
             self.broadcast()
             busy = any(w.assigned for w in self.workers.values())
@@ -569,9 +814,11 @@ class Supervisor:
                 and not self.stopping
                 and len(self.workers) < min(self.pool_size, len(self.pending))
             ):
-                self.spawn()
-                continue
-            for key, mask in self.sel.select():
+                if self.spawn():
+                    continue
+                # Its GPUs are taken (by other jobs): look again soon.
+                timeout = max(0.0, self.gpu_retry_at - time.monotonic())
+            for key, mask in self.sel.select(timeout):
                 kind, obj = key.data
                 if kind == "worker":
                     self.on_worker_data(obj)

@@ -30,6 +30,7 @@ PHASES: Final = (
     "install",
     "deserialize",
     "resolve",
+    "debug",
     "execute",
     "serialize",
     "upload",
@@ -92,6 +93,18 @@ class JobSpec(TypedDict):
     install: NotRequired[list[str]]
     """Requirement lines to install with ``uv pip install`` before the function is
     unpickled (prebuilt mode); a failure ends the job in phase ``install``."""
+    debug: NotRequired[DebugSpec]
+    """A ``debug=True`` job: wait for a debugger before running (``runner/debug.py``)."""
+
+
+class DebugSpec(TypedDict):
+    """How a debug job waits for its debugger."""
+
+    wait: float
+    """Seconds to wait for a client; none attached ends the job in phase ``debug``."""
+    source_root: str
+    """The project's path on the submitting machine: code shipped by value names its
+    files there, and the runner points it at the job's copy (debuggers then find it)."""
 
 
 class FinalRecord(TypedDict):
@@ -241,3 +254,129 @@ def decode_outcome(data: bytes) -> tuple[dict[str, Any], bytes]:
     if not sep or not isinstance(header, dict) or "state" not in header:
         raise ValueError("not a batch outcome object")
     return header, payload
+
+
+# --- Batches run by a worker pool on GKE (one Kubernetes Job for the whole batch) ----
+#
+# The default on GKE (see runner/pool.py and kinetic/_backends/gke/pool.py). Besides the
+# records above, per input: one claim object (created with a create-if-absent
+# precondition) and the outcome object, and nothing else:
+#
+#   _groups/{group_id}/claims/{index:07d}.{n:03d}   claim n of input index (JSON)
+#   _groups/{group_id}/results/{index:07d}.res      the outcome, as on the per-input path
+#
+# Claim 0 is the first run of an input. A claim whose lease expired (its worker died)
+# is taken over by creating claim n + 1: of racing workers exactly one wins.
+
+ENGINE_POOL: Final = "pool"
+"""A batch run by one Kubernetes Job whose pods are a pool of workers (GKE default)."""
+ENGINE_POD_PER_INPUT: Final = "pod_per_input"
+"""A batch run as one Kubernetes Job (one pod) per input."""
+
+POOL_LEASE_SECONDS: Final = 30.0
+"""How long a claim holds without renewal. A worker renews it every third of that while
+the input runs; a claim not renewed in time belongs to a dead worker and is taken over.
+Leases compare wall clocks of different machines: keep this far above their skew."""
+
+POOL_MAX_CLAIMS_EXTRA: Final = 2
+"""Claims of one input beyond ``retries + 1`` before it is failed instead of run again:
+an input whose run keeps killing its worker (out of memory, say) must not loop."""
+
+
+class ClaimRecord(TypedDict):
+    """The content of a claim object: who runs the input, until when it holds."""
+
+    worker: str
+    expires: float
+    """Wall-clock time (seconds since the epoch) after which the claim is void."""
+
+
+def batch_engine(manifest: dict[str, Any]) -> str:
+    """The engine that runs a recorded GKE batch (batches recorded before pools existed
+    ran one Job per input)."""
+    gke = manifest.get("gke") or {}
+    return str(gke.get("engine") or ENGINE_POD_PER_INPUT)
+
+
+def group_claims_prefix(group_id: str) -> str:
+    return f"_groups/{group_id}/claims/"
+
+
+def group_claim_key(group_id: str, index: int, number: int) -> str:
+    """Claim ``number`` (0 first) of input ``index`` of a pool batch."""
+    return f"_groups/{group_id}/claims/{index:07d}.{number:03d}"
+
+
+def parse_claim_name(name: str) -> tuple[int, int] | None:
+    """``(index, number)`` of a claim object's name relative to the claims prefix."""
+    head, dot, tail = name.partition(".")
+    if not dot or not head.isdigit() or not tail.isdigit():
+        return None
+    return int(head), int(tail)
+
+
+def parse_outcome_name(name: str) -> int | None:
+    """The input index of an outcome object's name relative to the results prefix."""
+    if name.endswith(".res") and name[:-4].isdigit():
+        return int(name[:-4])
+    return None
+
+
+# --- Multi-host jobs (the ``pathways`` backend: one LeaderWorkerSet, one pod per host) --
+#
+# Every host runs the same runner on the same job; each writes its own outcome, under
+#
+#   {job_id}/hosts/{host}/started      created once, when the host's runner first starts
+#   {job_id}/hosts/{host}/result.pkl   the host's result payload
+#   {job_id}/hosts/{host}/status.json  the host's final record (after result.pkl)
+#   {job_id}/hosts/{host}/logs.txt     the host's output
+#
+# The submitting side composes the job's outcome: host 0's value when every host
+# succeeded, else the failing host's exception (kinetic/_core/lws_status.py).
+
+HOST_ENV: Final = "TPU_WORKER_ID"
+"""The variable naming the host (0 = the leader) of a multi-host job's pod."""
+
+
+def host_index(environ: Any) -> int | None:
+    """The host index of a multi-host job's runner (``TPU_WORKER_ID`` in the mapping
+    ``environ``), or None.
+
+    :raises ValueError: when the variable is set but not a non-negative integer.
+    """
+    raw = environ.get(HOST_ENV)
+    if raw is None or raw == "":
+        return None
+    value = int(raw)
+    if value < 0:
+        raise ValueError(f"{HOST_ENV} must be a non-negative integer, got {raw!r}")
+    return value
+
+
+def hosts_prefix(job_id: str) -> str:
+    return f"{job_id}/hosts/"
+
+
+def host_started_key(job_id: str, host: int) -> str:
+    return f"{job_id}/hosts/{host}/started"
+
+
+def host_result_key(job_id: str, host: int) -> str:
+    return f"{job_id}/hosts/{host}/result.pkl"
+
+
+def host_final_key(job_id: str, host: int) -> str:
+    return f"{job_id}/hosts/{host}/status.json"
+
+
+def host_logs_key(job_id: str, host: int) -> str:
+    return f"{job_id}/hosts/{host}/logs.txt"
+
+
+def parse_host_key(job_id: str, key: str) -> tuple[int, str] | None:
+    """``(host, name)`` of an object key under :func:`hosts_prefix`, else None."""
+    rest = key.removeprefix(hosts_prefix(job_id))
+    head, sep, name = rest.partition("/")
+    if rest == key or not sep or not head.isdigit():
+        return None
+    return int(head), name

@@ -28,6 +28,8 @@ def kinetic_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("KINETIC_PROFILES_FILE", str(tmp_path / "profiles.json"))
     monkeypatch.setenv("KINETIC_QUIET", "1")
     monkeypatch.setenv("KINETIC_CACHE_DIR", str(tmp_path / "kinetic-cache"))
+    # Each test has its own root, so its own job launcher: let it go soon after the test.
+    monkeypatch.setenv("KINETIC_LOCAL_LAUNCHER_IDLE", "10")
     return root
 
 

@@ -46,11 +46,14 @@ from kinetic._backends._process import (
 )
 from kinetic._backends.base import JobRef, StatusCallback, logs_once_over
 from kinetic._backends.local_batch import LocalBatches, event_chunks
+from kinetic._backends.local_launcher import spawn_via_launcher
 from kinetic._core.status import JobStatus, StatusReport, status_from_local_records
 from kinetic._exceptions import ObjectNotFoundError
 from kinetic._storage.local import LocalStorage
 from runner import protocol
 from runner._contexts import CACHE_ENV
+from runner._fs import atomic_write
+from runner.gpu_lease import group_wait_key, job_gpus_key
 
 _LAUNCH = "launch.json"
 _EXIT = "exit_code"
@@ -108,19 +111,32 @@ class LocalBackend:
             job.job_id,
         ]
         env = job_environment(self.contexts)
+        from kinetic._backends.local_gpus import apply_job_env  # (kept out of `import kinetic`)
 
-        def _spawn() -> ProcessRef:
+        # The pod's environment: JAX_PLATFORMS, no GPU for a CPU job, a lease request for a
+        # GPU job (its runner waits for its GPUs and holds them until it exits).
+        apply_job_env(env, getattr(job, "accelerator", "") or "cpu", self.root)
+
+        def _spawn() -> None:
             job_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-            return spawn_detached(
+            log_file = self.storage.path_for(protocol.logs_key(job.job_id))
+            status_file = self.storage.path_for(self._key(job, _EXIT))
+            # cwd: not the user's; a local `runner` package must not shadow ours. The root's
+            # warm launcher forks the job; a new interpreter starts it when it cannot.
+            ref = spawn_via_launcher(
                 argv,
-                log_file=self.storage.path_for(protocol.logs_key(job.job_id)),
-                status_file=self.storage.path_for(self._key(job, _EXIT)),
-                cwd=job_dir,  # not the user's cwd: a local `runner` package must not shadow ours
+                root=self.root,
+                log_file=log_file,
+                status_file=status_file,
+                cwd=job_dir,
                 env=env,
+            ) or spawn_detached(
+                argv, log_file=log_file, status_file=status_file, cwd=job_dir, env=env
             )
+            launch = self.storage.path_for(self._key(job, _LAUNCH))
+            atomic_write(launch, protocol.dump_json(ref.to_dict()))
 
-        ref = await anyio.to_thread.run_sync(_spawn)
-        await self.storage.write(self._key(job, _LAUNCH), protocol.dump_json(ref.to_dict()))
+        await anyio.to_thread.run_sync(_spawn)
 
     async def _read_json(self, key: str) -> Any:
         try:
@@ -150,13 +166,18 @@ class LocalBackend:
             exit_code = raw if isinstance(raw, int) else None
         if ref is None and not await self.storage.exists(protocol.handle_key(job.job_id)):
             return StatusReport(JobStatus.NOT_FOUND, reason="no records for this job")
-        return status_from_local_records(
+        report = status_from_local_records(
             final=final,
             cancelled=await self.storage.exists(self._key(job, _CANCEL)),
             launched=ref is not None,
             alive=alive,
             exit_code=exit_code,
         )
+        if report.status is JobStatus.RUNNING:
+            gpus = await self._read_json(job_gpus_key(job.job_id))
+            if isinstance(gpus, dict) and gpus.get("state") == "waiting":
+                return StatusReport(JobStatus.PENDING, reason=_gpu_wait_reason(gpus))
+        return report
 
     async def wait(self, job: JobRef, on_change: StatusCallback | None = None) -> StatusReport:
         last = None
@@ -284,6 +305,10 @@ class LocalBackend:
         if not await self.storage.exists(protocol.group_manifest_key(group_id)):
             return StatusReport(JobStatus.NOT_FOUND, reason="no records for this batch")
         running = await anyio.to_thread.run_sync(self.batches.supervisor_running, group_id)
+        if running and await self.storage.exists(group_wait_key(group_id)):
+            return StatusReport(
+                JobStatus.PENDING, reason="waiting for GPUs: other jobs hold all of them"
+            )
         return StatusReport(JobStatus.RUNNING if running else JobStatus.PENDING)
 
     async def _member_event(self, job: JobRef) -> None:
@@ -333,6 +358,12 @@ def stopped_report(stop: dict[str, Any]) -> StatusReport:
         reason=f"not run: the batch stopped ({stop.get('reason')}: {stop.get('detail')})",
         cancelled=True,
     )
+
+
+def _gpu_wait_reason(record: dict[str, Any]) -> str:
+    machine = ", ".join(str(gpu) for gpu in record.get("machine") or ())
+    count = record.get("count")
+    return f"waiting for {count} GPU(s): other jobs hold this machine's GPUs ({machine})"
 
 
 def _index(job: JobRef) -> int:

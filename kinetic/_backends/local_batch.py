@@ -9,11 +9,11 @@ supervisor runs is answered by its ``flock``, which the kernel drops when it die
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import os
 import sys
-from collections.abc import AsyncIterator
+from array import array
+from collections.abc import AsyncIterator, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,7 +42,104 @@ class BatchEvents:
     """The batch's stop record, once it stopped and nothing of it runs any more."""
 
 
-_STATE = {"s": "succeeded", "f": "failed", "c": "cancelled"}
+_STATE = {b"s": "succeeded", b"f": "failed", b"c": "cancelled"}
+
+
+class _LogIndex:
+    """What this process parsed of one batch's results logs: where each input's record
+    lies, compactly (about 21 bytes per input, whatever the record holds)."""
+
+    def __init__(self) -> None:
+        self.paths: list[Path] = []
+        self.numbers: dict[Path, int] = {}
+        self.parsed: list[int] = []  # per log: the offset parsed up to
+        self.file = array("i")  # per input: its log's number + 1 (0: no record yet)
+        self.body = array("q")  # per input: where its record's body starts, and its size
+        self.size = array("i")
+        self.state = bytearray()  # per input: its state's first letter
+        self.order = array("q")  # inputs in the order their records were found
+
+    def has(self, index: int) -> bool:
+        return index < len(self.file) and self.file[index] != 0
+
+    def _grow(self, index: int) -> None:
+        more = max(index + 1, 2 * len(self.file), 1024) - len(self.file)
+        for column in (self.file, self.body, self.size):
+            column.frombytes(bytes(more * column.itemsize))
+        self.state.extend(bytes(more))
+
+    def scan(self, results_dir: Path) -> None:
+        """Index what was appended to the logs since the last scan. Blocking."""
+        for path in results_log.iter_logs(results_dir):
+            number = self.numbers.get(path)
+            if number is None:
+                number = self.numbers[path] = len(self.paths)
+                self.paths.append(path)
+                self.parsed.append(0)
+            offset = self.parsed[number]
+            try:
+                with open(path, "rb") as f:
+                    f.seek(offset)
+                    data = f.read()
+            except FileNotFoundError:
+                continue
+            found, end = results_log.scan(data)
+            self.parsed[number] = offset + end
+            for index, head, body, size in found:
+                if index >= len(self.file):
+                    self._grow(index)
+                if self.file[index]:
+                    continue  # the first record of an input is its outcome
+                self.file[index] = number + 1
+                self.body[index] = offset + body
+                self.size[index] = size
+                self.state[index] = _state_letter(head)
+                self.order.append(index)
+
+    def load(self, indices: list[int]) -> dict[int, tuple[dict[str, Any], bytes]]:
+        """The records of ``indices`` that have one: each log read once, in one span
+        where its records lie close together. Headers are shared: do not mutate them.
+        Blocking."""
+        by_file: dict[int, list[int]] = {}
+        for index in indices:
+            if self.has(index):
+                by_file.setdefault(self.file[index] - 1, []).append(index)
+        out: dict[int, tuple[dict[str, Any], bytes]] = {}
+        for number, wanted in by_file.items():
+            try:
+                fd = os.open(self.paths[number], os.O_RDONLY)
+            except FileNotFoundError:
+                continue
+            try:
+                body, size = self.body, self.size
+                start = min(body[i] for i in wanted)
+                end = max(body[i] + size[i] for i in wanted)
+                needed = sum(size[i] for i in wanted)
+                span = (
+                    os.pread(fd, end - start, start) if end - start <= 2 * needed + _SPAN else None
+                )
+                for index in wanted:
+                    at, length = body[index], size[index]
+                    data = (
+                        span[at - start : at - start + length]
+                        if span is not None
+                        else os.pread(fd, length, at)
+                    )
+                    head, _, payload = data.partition(b"\n")
+                    out[index] = (results_log.header(head), payload)
+            finally:
+                os.close(fd)
+        return out
+
+
+_ACK_TIMEOUT = 10.0  # seconds a command waits for the supervisor to act on it
+_SPAN = 1 << 20  # read a log's records in one span unless it holds this much more
+_STATES = {ord("s"): "succeeded", ord("f"): "failed", ord("c"): "cancelled"}
+
+
+def _state_letter(head: bytes) -> int:
+    state = str(results_log.header(head).get("state") or "failed")
+    return ord(state[0]) if ord(state[0]) in _STATES else ord("f")
 
 
 class LocalBatches:
@@ -52,8 +149,7 @@ class LocalBatches:
         self.storage = storage
         self._env = env
         # What this process has parsed of each batch's results logs.
-        self._offsets: dict[str, dict[Path, int]] = {}
-        self._records: dict[str, dict[int, results_log.Record]] = {}
+        self._indexes: dict[str, _LogIndex] = {}
 
     def group_dir(self, group_id: str) -> Path:
         return self.storage.path_for(protocol.group_prefix(group_id).rstrip("/"))
@@ -70,6 +166,14 @@ class LocalBatches:
             "--group",
             group_id,
         ]
+        from kinetic._backends.local_gpus import apply_job_env
+
+        # The inputs' environment is their pods' (a GPU batch: each worker leases its GPUs).
+        manifest = await self.read_json(protocol.group_manifest_key(group_id))
+        handle = manifest.get("handle") if isinstance(manifest, dict) else None
+        accelerator = handle.get("accelerator") if isinstance(handle, dict) else None
+        env = dict(self._env)
+        apply_job_env(env, str(accelerator or "cpu"), self.storage.root.parent)
 
         def _spawn() -> None:
             spawn_detached(
@@ -77,7 +181,7 @@ class LocalBatches:
                 log_file=group_dir / "supervisor.log",
                 status_file=group_dir / "supervisor.exit",
                 cwd=group_dir,
-                env=self._env,
+                env=env,
             )
 
         await anyio.to_thread.run_sync(_spawn)
@@ -105,40 +209,57 @@ class LocalBatches:
             return None
 
     async def send(self, group_id: str, command: str) -> bool:
-        """Send a command to the supervisor; False when none is listening."""
+        """Send a command to the supervisor and wait (up to ``_ACK_TIMEOUT``) until it
+        acted on it (a cancelled input is then out of every queue); False when no
+        supervisor is listening."""
         stream = await self.connect(group_id)
         if stream is None:
             return False
         async with stream:
-            with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
-                await stream.send(command.encode() + b"\n")
-                return True
-        return False
+            try:
+                await stream.send(command.encode() + b"\np\n")
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                return False
+            with anyio.move_on_after(_ACK_TIMEOUT):
+                tail = b""
+                while True:  # the snapshot comes first; the answer "P" after it
+                    try:
+                        data = await stream.receive(1 << 18)
+                    except (anyio.EndOfStream, anyio.BrokenResourceError):
+                        break
+                    lines = (tail + data).split(b"\n")
+                    tail = lines.pop()
+                    if b"P" in lines:
+                        break
+        return True
 
-    def _scan_sync(self, group_id: str) -> list[results_log.Record]:
+    def _index(self, group_id: str) -> _LogIndex:
+        index = self._indexes.get(group_id)
+        if index is None:
+            index = self._indexes[group_id] = _LogIndex()
+        return index
+
+    def _scan_sync(self, group_id: str) -> _LogIndex:
         """Parse what was appended to the batch's results logs since the last scan."""
         results = self.storage.path_for(protocol.group_results_prefix(group_id).rstrip("/"))
-        offsets = self._offsets.setdefault(group_id, {})
-        known = self._records.setdefault(group_id, {})
-        fresh: list[results_log.Record] = []
-        for path in results_log.iter_logs(results):
-            records, offsets[path] = results_log.read_new(path, offsets.get(path, 0))
-            for record in records:
-                if record.index not in known:
-                    known[record.index] = record
-                    fresh.append(record)
-        return fresh
+        index = self._index(group_id)
+        index.scan(results)
+        return index
 
-    async def read_states(self, group_id: str, known: set[int]) -> list[tuple[int, str]]:
-        """(index, state) of the recorded inputs not in ``known``, in the order recorded."""
-        await anyio.to_thread.run_sync(self._scan_sync, group_id)
-        records = self._records.get(group_id, {})
-        return [(i, str(r.header["state"])) for i, r in records.items() if i not in known]
+    async def read_states(
+        self, group_id: str, known: Collection[int], since: int = 0
+    ) -> tuple[list[tuple[int, str]], int]:
+        """(index, state) of the inputs recorded after the first ``since`` (in the order
+        recorded) that are not in ``known``; and the count recorded so far (the next
+        ``since``: a follower that keeps it reads each record once)."""
+        index = await anyio.to_thread.run_sync(self._scan_sync, group_id)
+        state, order = index.state, index.order
+        fresh = [(i, _STATES[state[i]]) for i in order[since:] if i not in known]
+        return fresh, len(order)
 
     def forget(self, group_id: str) -> None:
         """Drop what was learnt of a batch's logs (after they were deleted)."""
-        self._offsets.pop(group_id, None)
-        self._records.pop(group_id, None)
+        self._indexes.pop(group_id, None)
 
     async def read_member(self, group_id: str, index: int) -> tuple[dict[str, Any], bytes]:
         """The header and payload of input ``index``'s result.
@@ -155,21 +276,14 @@ class LocalBatches:
     async def load_many(
         self, group_id: str, indices: list[int]
     ) -> dict[int, tuple[dict[str, Any], bytes]]:
-        """Headers and payloads of the given inputs that have results, in one worker thread."""
+        """Headers and payloads of the given inputs that have results, in one worker
+        thread: each log read once (a span of it) for all of them."""
 
         def _load() -> dict[int, tuple[dict[str, Any], bytes]]:
-            known = self._records.setdefault(group_id, {})
-            if any(i not in known for i in indices):
+            index = self._index(group_id)
+            if not all(index.has(i) for i in indices):
                 self._scan_sync(group_id)
-            out: dict[int, tuple[dict[str, Any], bytes]] = {}
-            for index in indices:
-                record = known.get(index)
-                if record is not None:
-                    try:
-                        out[index] = (record.header, results_log.read_payload(record))
-                    except FileNotFoundError:
-                        continue
-            return out
+            return index.load(indices)
 
         return await anyio.to_thread.run_sync(_load)
 
@@ -222,17 +336,14 @@ class LocalBatches:
 
 
 def parse_events(lines: list[bytes], events: BatchEvents) -> None:
-    """Parse supervisor event lines (``d i s``, ``r i``, ``e``) into ``events``."""
+    """Parse supervisor event lines (``D <s|f|c> i,i,…``, ``R i,i,…``, ``e``) into ``events``."""
     for raw in lines:
-        parts = raw.split()
-        if not parts:
-            continue
-        kind = parts[0]
-        if kind == b"d" and len(parts) == 3:
-            events.done.append((int(parts[1]), _STATE.get(parts[2].decode(), "failed")))
-        elif kind == b"r" and len(parts) == 2:
-            events.running.append(int(parts[1]))
-        elif kind == b"e":
+        if raw.startswith(b"D "):
+            state = _STATE.get(raw[2:3], "failed")
+            events.done.extend((int(i), state) for i in raw[4:].split(b","))
+        elif raw.startswith(b"R "):
+            events.running.extend(map(int, raw[2:].split(b",")))
+        elif raw == b"e":
             events.snapshot_complete = True
 
 
@@ -241,7 +352,7 @@ async def event_chunks(stream: anyio.abc.SocketStream) -> AsyncIterator[BatchEve
     buf = b""
     while True:
         try:
-            data = await stream.receive(65536)
+            data = await stream.receive(1 << 18)
         except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
             return
         buf += data

@@ -1,8 +1,9 @@
 """Accelerator catalog: accelerator names -> resolved hardware configs -> GKE pod fields.
 
 Pure logic, no IO. The single source of truth for which CPU/GPU/TPU shapes Kinetic can
-request, how their names are spelled, and which GKE node labels, machine types, resources
-and tolerations they map to.
+request, how their names are spelled, which GKE node labels, machine types, resources
+and tolerations they map to, and how the local backend runs them on the user's machine
+(:func:`plan_local`).
 
 Accepted names (case and surrounding whitespace ignored; any name may end in ``:spot``):
 
@@ -38,6 +39,7 @@ __all__ = [
     "LABEL_SPOT",
     "LABEL_TPU_ACCELERATOR",
     "LABEL_TPU_TOPOLOGY",
+    "LOCAL_ACCELERATOR_CHOICES",
     "RESOURCE_GPU",
     "RESOURCE_TPU",
     "TPU_CATALOG",
@@ -45,15 +47,20 @@ __all__ = [
     "CpuConfig",
     "GpuConfig",
     "GpuSpec",
+    "LocalGpu",
+    "LocalPlan",
     "TpuConfig",
     "TpuSpec",
     "TpuTopology",
+    "describe_machine",
+    "gpu_model_matches",
     "jax_platforms",
-    "local_supported",
     "make_gpu",
     "make_tpu",
+    "names_gpu_model",
     "node_selector",
     "parse_accelerator",
+    "plan_local",
     "resource_limits",
     "resource_requests",
     "tolerations",
@@ -537,6 +544,118 @@ def jax_platforms(cfg: AcceleratorConfig) -> str:
     return {"cpu": "cpu", "gpu": "cuda", "tpu": "tpu"}[cfg.kind]
 
 
-def local_supported(cfg: AcceleratorConfig) -> bool:
-    """Whether the local backend can run ``cfg``: it has no accelerators, so CPU only."""
-    return cfg.kind == "cpu"
+# --------------------------------------------------------------------------- local backend
+
+
+LOCAL_ACCELERATOR_CHOICES = ("cpu",)
+"""Values of ``KINETIC_LOCAL_ACCELERATOR``: ``cpu`` runs TPU jobs locally on CPUs."""
+
+_GENERIC_GPU = re.compile(r"gpu(?:[:-][0-9]+)?|[0-9]+")
+_TOKENS = re.compile(r"[a-z0-9]+")
+
+
+@dataclass(frozen=True)
+class LocalGpu:
+    """One GPU of this machine: its NVML index, and its model (None: declared, unknown)."""
+
+    id: str
+    model: str | None = None
+
+    def __str__(self) -> str:
+        return f"{self.id} ({self.model or 'model unknown'})"
+
+
+@dataclass(frozen=True)
+class LocalPlan:
+    """How the local backend runs a job of some accelerator on this machine.
+
+    :ivar gpus: how many of the machine's GPUs the job holds (0: it holds and sees none).
+    :ivar jax_platforms: the job's ``JAX_PLATFORMS``: what its pod would have
+        (:func:`jax_platforms` of what actually runs it).
+    :ivar warning: what the user should be told once (a GPU model the machine lacks,
+        a TPU emulated on CPUs), or None.
+    """
+
+    gpus: int
+    jax_platforms: str
+    warning: str | None = None
+
+
+def gpu_model_matches(gpu_type: str, model: str) -> bool:
+    """Whether the NVML model name ``model`` ("NVIDIA H100 80GB HBM3") is catalog type
+    ``gpu_type`` ("h100"): every word of the type is a word of the name, and the
+    40 GB A100 is not the 80 GB one."""
+    words = set(_TOKENS.findall(model.lower()))
+    wanted = set(_TOKENS.findall(gpu_type.lower()))
+    if gpu_type == "a100" and "80gb" in words:
+        return False
+    return wanted <= words
+
+
+def names_gpu_model(requested: str | None) -> bool:
+    """Whether an accelerator name asks for a GPU model (``l4``, ``h100x2``) rather than
+    any GPU (``gpu``, ``gpu:2``, ``2``), which :func:`parse_accelerator` resolves to a
+    catalog model too."""
+    if requested is None:
+        return False
+    name = requested.strip().lower().removesuffix(":spot")
+    return _GENERIC_GPU.fullmatch(name) is None
+
+
+def describe_machine(machine: tuple[LocalGpu, ...] | list[LocalGpu]) -> str:
+    """The machine's GPUs for messages: ``0 (NVIDIA L4), 1 (NVIDIA L4)`` or ``none``."""
+    return ", ".join(str(gpu) for gpu in machine) or "none"
+
+
+def plan_local(
+    cfg: AcceleratorConfig,
+    machine: tuple[LocalGpu, ...] | list[LocalGpu],
+    *,
+    requested: str | None = None,
+    tpu_on_cpu: bool = False,
+) -> LocalPlan:
+    """How the local backend runs ``cfg`` on a machine with the GPUs ``machine``. Pure.
+
+    CPU jobs hold no GPU. A GPU job holds ``cfg.count`` GPUs of whatever model the
+    machine has (a warning names both models when the name asked for one the machine
+    lacks). A TPU job runs on CPUs only when ``tpu_on_cpu`` (the user opted in).
+
+    :param requested: the accelerator name as written: a generic ``gpu`` names no model.
+    :raises AcceleratorError: for a TPU without the opt-in, or more GPUs than the
+        machine has (the message lists the machine's GPUs).
+    """
+    if cfg.kind == "cpu":
+        return LocalPlan(0, jax_platforms(cfg))
+    if cfg.kind == "tpu":
+        if not tpu_on_cpu:
+            raise AcceleratorError(
+                f"the local backend has no TPU for accelerator {cfg.name!r}. To run TPU code "
+                "on this machine's CPUs (JAX_PLATFORMS=cpu), set KINETIC_LOCAL_ACCELERATOR=cpu "
+                "or 'local_accelerator': 'cpu' in your profile; or use a GKE backend "
+                "(set KINETIC_PROJECT)"
+            )
+        return LocalPlan(
+            0,
+            jax_platforms(CpuConfig()),
+            warning=f"accelerator {cfg.name!r} is emulated on this machine's CPUs "
+            "(JAX_PLATFORMS=cpu, KINETIC_LOCAL_ACCELERATOR=cpu)",
+        )
+    if cfg.count > len(machine):
+        raise AcceleratorError(
+            f"accelerator {cfg.name!r} needs {cfg.count} GPU(s); this machine has "
+            f"{len(machine)}: {describe_machine(machine)}. GPUs are found through NVML "
+            "(pip install 'kinetic-aio[gpu]') or declared with KINETIC_LOCAL_GPUS=0,1,...; "
+            "ask for fewer, or use a GKE backend (set KINETIC_PROJECT)"
+        )
+    warning = None
+    models = sorted({gpu.model for gpu in machine if gpu.model})
+    if (
+        names_gpu_model(requested)
+        and models
+        and not any(gpu_model_matches(cfg.gpu_type, m) for m in models)
+    ):
+        warning = (
+            f"accelerator {cfg.name!r} asks for {cfg.gpu_type} GPUs, which this machine "
+            f"lacks: the job runs on its {' / '.join(models)}"
+        )
+    return LocalPlan(cfg.count, jax_platforms(cfg), warning)

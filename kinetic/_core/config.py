@@ -21,7 +21,15 @@ DEFAULT_ZONE = "us-central1-a"
 DEFAULT_CLUSTER = "kinetic-cluster"
 DEFAULT_NAMESPACE = "default"
 DEFAULT_BASE_IMAGE_REPO = "kinetic"
-PROFILE_FIELDS = ("project", "zone", "cluster", "namespace", "base_image_repo", "builder")
+PROFILE_FIELDS = (
+    "project",
+    "zone",
+    "cluster",
+    "namespace",
+    "base_image_repo",
+    "builder",
+    "local_accelerator",
+)
 
 
 @dataclass(frozen=True)
@@ -40,6 +48,9 @@ class Settings:
     """Where prebuilt base images live (``{repo}/base-{category}:{version}``)."""
     builder: str | None = None
     """The image builder named by ``KINETIC_BUILDER`` or the profile (None: choose)."""
+    local_accelerator: str | None = None
+    """``KINETIC_LOCAL_ACCELERATOR`` or the profile: ``cpu`` runs TPU jobs locally on CPUs
+    (None: a TPU accelerator is an error on the local backend)."""
 
     @property
     def region(self) -> str:
@@ -135,7 +146,80 @@ def resolve_settings(
         base_image_repo=pick(base_image_repo, "KINETIC_BASE_IMAGE_REPO", "base_image_repo")
         or DEFAULT_BASE_IMAGE_REPO,
         builder=pick(None, "KINETIC_BUILDER", "builder"),
+        local_accelerator=pick(None, "KINETIC_LOCAL_ACCELERATOR", "local_accelerator"),
     )
+
+
+SETTING_SOURCES = ("argument", "environment", "profile", "default")
+"""Where a setting's value can come from, in precedence order."""
+
+SETTING_VARIABLES = {
+    "backend": "KINETIC_BACKEND",
+    "project": "KINETIC_PROJECT",
+    "zone": "KINETIC_ZONE",
+    "cluster": "KINETIC_CLUSTER",
+    "namespace": "KINETIC_NAMESPACE",
+    "base_image_repo": "KINETIC_BASE_IMAGE_REPO",
+    "builder": "KINETIC_BUILDER",
+    "local_root": "KINETIC_LOCAL_ROOT",
+    "local_accelerator": "KINETIC_LOCAL_ACCELERATOR",
+}
+"""Each resolved setting and the ``KINETIC_*`` variable that can set it."""
+
+
+@dataclass(frozen=True)
+class SettingSource:
+    """One resolved setting and where its value came from.
+
+    :ivar name: the :class:`Settings` field (``project``, ``zone``, ...).
+    :ivar value: its resolved value (None: unset).
+    :ivar source: one of :data:`SETTING_SOURCES`.
+    :ivar detail: the variable, profile or rule behind the value, for humans
+        (``KINETIC_ZONE``, ``profile 'dev'``, ``no project: local``), or None.
+    """
+
+    name: str
+    value: str | None
+    source: str
+    detail: str | None = None
+
+
+def explain_settings(
+    settings: Settings,
+    *,
+    arguments: Mapping[str, str | None],
+    env: Mapping[str, str],
+    profile: Mapping[str, str] | None,
+    profile_name: str | None = None,
+) -> list[SettingSource]:
+    """Where each field of ``settings`` came from, given the inputs it was resolved from.
+
+    ``settings`` must be :func:`resolve_settings`'s answer for the same ``arguments``
+    (keyword arguments by field name), ``env`` and ``profile``: the values shown are
+    its values, and the sources follow the same rule (the first non-empty of
+    argument > environment > profile, else the default). Pure.
+    """
+    prof = profile or {}
+    where = f"profile {profile_name!r}" if profile_name else "profile"
+    rows: list[SettingSource] = []
+    for name, var in SETTING_VARIABLES.items():
+        value = getattr(settings, name)
+        if arguments.get(name):
+            rows.append(SettingSource(name, value, "argument"))
+        elif env.get(var):
+            rows.append(SettingSource(name, value, "environment", var))
+        elif name in PROFILE_FIELDS and prof.get(name):
+            rows.append(SettingSource(name, value, "profile", where))
+        elif name == "project" and env.get("GOOGLE_CLOUD_PROJECT"):
+            rows.append(SettingSource(name, value, "environment", "GOOGLE_CLOUD_PROJECT"))
+        elif name == "backend":
+            rule = "a project is set: gke" if settings.project else "no project: local"
+            rows.append(SettingSource(name, value, "default", rule))
+        elif name == "builder":
+            rows.append(SettingSource(name, value, "default", "chosen per build"))
+        else:
+            rows.append(SettingSource(name, value, "default"))
+    return rows
 
 
 def capture_env(patterns: list[str] | None, environ: Mapping[str, str]) -> dict[str, str]:

@@ -284,3 +284,60 @@ def with_gcs_fuse(manifest: Mapping[str, Any], buckets: Iterable[str]) -> dict[s
         )
         mounts.append({"name": name, "mountPath": f"{FUSE_ROOT}/{bucket}", "readOnly": True})
     return out
+
+
+def pool_job_name(group_id: str) -> str:
+    """The Kubernetes name of a pool batch's one Job: ``kinetic-{group_id}``."""
+    return f"kinetic-{group_id}"
+
+
+def pool_job_manifest(
+    *,
+    group_id: str,
+    workers: int,
+    namespace: str,
+    image: str,
+    bucket: str,
+    accelerator: AcceleratorConfig,
+    output_dir: str,
+    env: Mapping[str, str] | None = None,
+    pod: PodOptions | None = None,
+    func_name: str | None = None,
+) -> dict[str, Any]:
+    """The one ``batch/v1`` Job of a batch run by a worker pool (:mod:`runner.pool`).
+
+    ``parallelism`` is the number of workers, each pod with the batch's accelerator.
+    ``completions`` is left unset: Kubernetes' work-queue semantics, where the Job is
+    complete once a pod exited 0 and all have ended — a worker exits 0 only when no
+    input is left, and no new pod starts after the first did. A worker that dies is
+    replaced (``backoffLimit`` bounds how often), its claimed input taken over by
+    another once its lease expires. Each pod knows its own name (``KINETIC_WORKER``,
+    from the downward API): claims say which worker holds an input.
+    """
+    out = job_manifest(
+        job_id=group_id,
+        namespace=namespace,
+        image=image,
+        bucket=bucket,
+        accelerator=accelerator,
+        output_dir=output_dir,
+        env=env,
+        pod=pod,
+        func_name=func_name,
+    )
+    out["metadata"]["name"] = pool_job_name(group_id)
+    out["metadata"]["labels"][GROUP_ID_LABEL] = group_id
+    spec = out["spec"]
+    del spec["completions"]
+    spec["parallelism"] = max(1, workers)
+    spec["backoffLimit"] = max(6, 2 * workers)
+    template = spec["template"]
+    template["metadata"]["labels"] = dict(out["metadata"]["labels"])
+    container = template["spec"]["containers"][0]
+    container["command"] = [
+        "python", "-m", "runner.pool", "--storage", f"gs://{bucket}", "--group", group_id,
+    ]  # fmt: skip
+    container["env"].append(
+        {"name": "KINETIC_WORKER", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
+    )
+    return out

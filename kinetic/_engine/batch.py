@@ -7,8 +7,10 @@ once), the inputs in chunked objects, then the manifest — the commit point,
 written once and never rewritten. Then the backend's batch engine (a
 :class:`~kinetic._engine.batch_runner.BatchRunner`) runs it: on the local
 backend a detached supervisor with a pool of workers (:mod:`runner.batch`), on
-GKE one Kubernetes Job per input, driven from inside the consumer's awaits
-(:mod:`kinetic._backends.gke.batch`). The caller consumes completions while
+GKE one Kubernetes Job whose pods are a worker pool claiming inputs in storage
+(:mod:`kinetic._backends.gke.pool`, :mod:`runner.pool`; it needs no client process),
+or with ``pod_per_input=True`` one Job per input, driven from inside the consumer's
+awaits (:mod:`kinetic._backends.gke.batch`). The caller consumes completions while
 inputs still run.
 
 A :class:`BatchHandle` learns of completions from the engine's :meth:`follow`
@@ -20,12 +22,15 @@ do this through :func:`attach_batch`.
 from __future__ import annotations
 
 import functools
+import pickle
 import time
+from array import array
 from collections import Counter
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Collection, Iterator, Mapping
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import anyio.to_thread
 
 from kinetic._backends.base import Backend
@@ -34,6 +39,7 @@ from kinetic._core.status import JobStatus
 from kinetic._engine.batch_runner import BatchRunner, runner_for
 from kinetic._engine.handle import JobHandle
 from kinetic._engine.outcome import CARRY_LIMIT, CleanupTally, KnownOutcome
+from kinetic._engine.results import load_payload, unwrap
 from kinetic._exceptions import (
     BatchError,
     JobCancelledError,
@@ -44,6 +50,52 @@ from kinetic._exceptions import (
 from runner import protocol
 
 _WRITE_CONCURRENCY = 16
+_STEP_BUDGET = 0.001
+"""Seconds of the caller's loop one step of ``as_completed`` may hold before yielding it."""
+_CODES = {"succeeded": 1, "failed": 2, "cancelled": 3}
+_NAMES = ("", "succeeded", "failed", "cancelled")
+_LOAD_BATCH = 4096  # results() reads and decodes outcomes this many at a time
+
+
+class _States(Collection[int]):
+    """Each input's final state in one byte (a million inputs: 1 MB), and counts.
+
+    As a collection it is the (live) set of inputs that finished: what an engine's
+    ``follow`` is told the caller already knows.
+    """
+
+    __slots__ = ("codes", "count", "succeeded")
+
+    def __init__(self, total: int) -> None:
+        self.codes = bytearray(total)
+        self.count = 0
+        self.succeeded = 0
+
+    def __contains__(self, index: object) -> bool:
+        return isinstance(index, int) and 0 <= index < len(self.codes) and self.codes[index] != 0
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __iter__(self) -> Iterator[int]:
+        return (i for i, code in enumerate(self.codes) if code)
+
+    def get(self, index: int) -> str | None:
+        code = self.codes[index] if 0 <= index < len(self.codes) else 0
+        return _NAMES[code] or None
+
+    def set(self, index: int, state: str) -> bool:
+        """Record ``index``'s state; False when it had one already (or is out of range)."""
+        if not 0 <= index < len(self.codes) or self.codes[index]:
+            return False
+        code = _CODES.get(state, 2)
+        self.codes[index] = code
+        self.count += 1
+        self.succeeded += code == 1
+        return True
+
+    def items(self) -> Iterator[tuple[int, str]]:
+        return ((i, _NAMES[code]) for i, code in enumerate(self.codes) if code)
 
 
 class BatchHandle:
@@ -71,8 +123,9 @@ class BatchHandle:
         self._total: int = manifest["total"]
         self._job_cache: dict[int, JobHandle] = {}
         self._submission_failures = dict(submission_failures or {})
-        self._states: dict[int, str] = {}  # index -> succeeded/failed/cancelled
-        self._completion: list[int] = []  # indices in the order they finished
+        # Per input compactly: nothing is built per input until asked (jobs, statuses).
+        self._states = _States(self._total)  # succeeded/failed/cancelled per index
+        self._completion = array("q")  # indices in the order they finished
         self._reasons: dict[int, tuple[str, str | None]] = {}  # never-run inputs: reason, phase
         self._running: set[int] = set()
         self._cleaned = False
@@ -114,9 +167,10 @@ class BatchHandle:
 
     def progress(self) -> dict[str, int]:
         """done / failed / running / queued counts as last observed (no IO)."""
-        done = sum(1 for s in self._states.values() if s == "succeeded")
-        failed = len(self._states) - done + len(self._submission_failures)
-        running = len(self._running - self._states.keys())
+        states = self._states
+        done = states.succeeded
+        failed = states.count - done + len(self._submission_failures)
+        running = sum(1 for i in self._running if i not in states)
         return {
             "done": done,
             "failed": failed,
@@ -125,9 +179,8 @@ class BatchHandle:
         }
 
     def _record(self, index: int, state: str) -> bool:
-        if index in self._states:
+        if not self._states.set(index, state):
             return False
-        self._states[index] = state
         self._completion.append(index)
         self._running.discard(index)
         return True
@@ -142,7 +195,7 @@ class BatchHandle:
 
         def fresh() -> list[int]:
             nonlocal cursor
-            new = self._completion[cursor:]
+            new = self._completion[cursor:].tolist()
             cursor = len(self._completion)
             return new
 
@@ -151,11 +204,14 @@ class BatchHandle:
             yield new
         if self._accounted() >= self.total:
             return
-        events_iter = self._runner.follow(self.group_id, self._states.keys())
+        events_iter = self._runner.follow(self.group_id, self._states)
+        states, completion, running = self._states, self._completion, self._running
         async for events in _bounded_iter(deadline, events_iter):
-            self._running.update(events.running)
+            running.update(events.running)
             for index, state in events.done:
-                self._record(index, state)
+                if states.set(index, state):  # (as _record, inlined: this is per input)
+                    completion.append(index)
+                    running.discard(index)
             if events.stop is not None:
                 self._settle_stopped(events.stop)
             new = fresh()
@@ -165,7 +221,8 @@ class BatchHandle:
                 return
 
     def _pending_never_run(self) -> list[int]:
-        return [i for i in range(self.total) if i not in self._states]
+        codes = self._states.codes
+        return [i for i in range(self.total) if not codes[i]]
 
     def _settle_stopped(self, stop: dict[str, Any] | None) -> None:
         """Inputs without a result in a stopped batch never ran: they are cancelled."""
@@ -201,7 +258,7 @@ class BatchHandle:
 
     async def _refresh(self) -> None:
         """Bring the known states up to date: a snapshot from the engine, or the records."""
-        events = await self._runner.snapshot(self.group_id, self._states.keys())
+        events = await self._runner.snapshot(self.group_id, self._states)
         if events.snapshot_complete:
             self._running.clear()
         self._running.update(events.running)
@@ -231,28 +288,41 @@ class BatchHandle:
 
         :raises JobTimeoutError: when ``timeout`` passes before all inputs finished.
         """
+        ran_since = time.perf_counter()
         async for chunk in self._as_completed_chunks(timeout):
             for job in chunk:
                 yield job
+                # A consumer whose result() answers from memory never suspends: hand the
+                # loop back every millisecond so a large chunk never stalls it.
+                if time.perf_counter() - ran_since > _STEP_BUDGET:
+                    await anyio.lowlevel.checkpoint()
+                    ran_since = time.perf_counter()
 
     async def _as_completed_chunks(
         self, timeout: float | None = None
     ) -> AsyncIterator[list[JobHandle]]:
         """As :meth:`as_completed`, a list of ready handles at a time (for the sync facade)."""
         async for chunk in self._stream(_deadline(timeout)):
-            outcomes = await self._outcomes(chunk)
-            jobs: list[JobHandle] = []
-            for index in chunk:
-                job = self._job(index)
-                if job is None:
-                    continue
-                outcome = outcomes.get(index)
-                if outcome is not None and (
-                    outcome.payload is None or len(outcome.payload) <= CARRY_LIMIT
-                ):
-                    job._outcome = outcome
-                jobs.append(job)
-            yield jobs
+            loaded = await self._read_outcomes(chunk)
+            # Thousands of handles take milliseconds to build: not on the caller's loop.
+            yield await anyio.to_thread.run_sync(self._carrying_handles, chunk, loaded)
+
+    def _carrying_handles(
+        self, chunk: list[int], loaded: dict[int, tuple[dict[str, Any], bytes]]
+    ) -> list[JobHandle]:
+        outcomes = self._outcomes(chunk, loaded)
+        jobs: list[JobHandle] = []
+        for index in chunk:
+            job = self._job(index)
+            if job is None:
+                continue
+            outcome = outcomes.get(index)
+            if outcome is not None and (
+                outcome.payload is None or len(outcome.payload) <= CARRY_LIMIT
+            ):
+                job._outcome = outcome
+            jobs.append(job)
+        return jobs
 
     async def results(
         self,
@@ -271,41 +341,98 @@ class BatchHandle:
         :raises BatchError: when some inputs failed and ``return_exceptions`` is False.
         :raises JobTimeoutError: when ``timeout`` passes first.
         """
-        values: dict[int, Any] = {}
+        # One slot per input, filled chunk by chunk as outcomes are read in bulk.
+        values: list[Any] = [None] * self.total
+        got = bytearray(self.total)
         errors: dict[int, BaseException] = {}
-        completion: list[int] = []
-        async for chunk in self._stream(_deadline(timeout)):
-            loaded = await self._load_many(chunk)
-            for index, ok, value in loaded:
+        completion = array("q")
+
+        async def take(indices: list[int]) -> None:
+            for index, ok, value in await self._load_many(indices):
                 completion.append(index)
-                (values if ok else errors)[index] = value
+                if ok:
+                    values[index] = value
+                    got[index] = 1
+                else:
+                    errors[index] = value
+
+        # Outcomes are read in bulk: a few thousand at a time, not per event received.
+        waiting: list[int] = []
+        async for chunk in self._stream(_deadline(timeout)):
+            waiting += chunk
+            if len(waiting) >= _LOAD_BATCH:
+                await take(waiting)
+                waiting = []
+        if waiting:
+            await take(waiting)
         if cleanup:
             await self.cleanup(k8s=True, gcs=True)
-        order = range(self.total) if ordered else completion
-        out: list[Any] = []
-        for index in order:
-            if index in values:
-                out.append(values[index])
-            elif return_exceptions:
-                out.append(errors.get(index, self._submission_failures.get(index)))
-            else:
-                out.append(None)
+        if ordered and not errors and not self._submission_failures:
+            out = values  # every input has its value, in input order
+        else:
+            order: Collection[int] = range(self.total) if ordered else completion
+            out = []
+            for index in order:
+                if got[index]:
+                    out.append(values[index])
+                elif return_exceptions:
+                    out.append(errors.get(index, self._submission_failures.get(index)))
+                else:
+                    out.append(None)
         if (errors or self._submission_failures) and not return_exceptions:
             failed = [j for i in sorted(errors) if (j := self._job(i)) is not None]
             raise BatchError(self.group_id, failed, out, self._submission_failures)
         return out
 
     async def _load_many(self, indices: list[int]) -> list[tuple[int, bool, Any]]:
-        outcomes = await self._outcomes(indices)
-        return await anyio.to_thread.run_sync(self._decode_many, indices, outcomes)
-
-    async def _outcomes(self, indices: list[int]) -> dict[int, KnownOutcome]:
-        """The outcomes of finished inputs, read in one pass. An input recorded as done
-        whose payload is not (yet) readable has none."""
+        """``(index, ok, value or error)`` of finished inputs: their outcomes read in one
+        pass and decoded in one worker thread, nothing kept per input."""
         wanted = [
             i for i in indices if i not in self._submission_failures and i not in self._reasons
         ]
         loaded = await self._runner.load_many(self.group_id, wanted) if wanted else {}
+        return await anyio.to_thread.run_sync(self._decode_loaded, indices, loaded)
+
+    def _decode_loaded(
+        self, indices: list[int], loaded: dict[int, tuple[dict[str, Any], bytes]]
+    ) -> list[tuple[int, bool, Any]]:
+        out: list[tuple[int, bool, Any]] = []
+        for index in indices:
+            read = loaded.get(index)
+            if read is None:
+                job_id = protocol.member_job_id(self.group_id, index)
+                out.append((index, False, self._never_ran_error(index, job_id)))
+                continue
+            try:  # the common case first: a plain successful payload
+                payload = pickle.loads(read[1])
+            except Exception:  # noqa: BLE001 - load_payload below says what is wrong
+                payload = None
+            if type(payload) is dict and payload.get("success") is True and "result" in payload:
+                out.append((index, True, payload["result"]))
+                continue
+            job_id = protocol.member_job_id(self.group_id, index)
+            if read[0].get("state") == "cancelled":  # cancelled on its own, not by a stop
+                error = JobCancelledError(f"input {index} ({job_id}): cancelled", job_id=job_id)
+                out.append((index, False, error))
+                continue
+            try:
+                out.append((index, True, unwrap(load_payload(read[1], job_id), job_id)))
+            except Exception as exc:  # noqa: BLE001 - the input's own outcome
+                out.append((index, False, exc))
+        return out
+
+    async def _read_outcomes(self, indices: list[int]) -> dict[int, tuple[dict[str, Any], bytes]]:
+        """Headers and payloads of the given finished inputs, read in one pass."""
+        wanted = [
+            i for i in indices if i not in self._submission_failures and i not in self._reasons
+        ]
+        return await self._runner.load_many(self.group_id, wanted) if wanted else {}
+
+    def _outcomes(
+        self, indices: list[int], loaded: dict[int, tuple[dict[str, Any], bytes]]
+    ) -> dict[int, KnownOutcome]:
+        """The outcomes of finished inputs from what :meth:`_read_outcomes` read. An input
+        recorded as done whose payload is not (yet) readable has none. CPU: in a thread."""
         out: dict[int, KnownOutcome] = {}
         for index in indices:
             job_id = protocol.member_job_id(self.group_id, index)
@@ -316,22 +443,6 @@ class BatchHandle:
                 # Never ran, or its result went with the batch's cleanup: nothing to wait for.
                 error = functools.partial(self._never_ran_error, index, job_id)
                 out[index] = KnownOutcome(job_id, index, None, error, self._tally)
-        return out
-
-    def _decode_many(
-        self, indices: list[int], outcomes: dict[int, KnownOutcome]
-    ) -> list[tuple[int, bool, Any]]:
-        out: list[tuple[int, bool, Any]] = []
-        for index in indices:
-            outcome = outcomes.get(index)
-            if outcome is None:
-                job_id = protocol.member_job_id(self.group_id, index)
-                out.append((index, False, self._never_ran_error(index, job_id)))
-                continue
-            try:
-                out.append((index, True, outcome.decode()))
-            except Exception as exc:  # noqa: BLE001 - the input's own outcome
-                out.append((index, False, exc))
         return out
 
     def _never_ran_error(self, index: int, job_id: str) -> Exception:
@@ -351,8 +462,8 @@ class BatchHandle:
             await self._refresh()
         return [
             job
-            for i in sorted(self._states)
-            if self._states[i] in ("failed", "cancelled") and (job := self._job(i)) is not None
+            for i, state in self._states.items()
+            if state in ("failed", "cancelled") and (job := self._job(i)) is not None
         ]
 
     async def cancel(self) -> None:
@@ -365,6 +476,29 @@ class BatchHandle:
             await self._backend.storage.write(
                 protocol.group_stop_key(self.group_id), protocol.dump_json(record)
             )
+
+    def _summary(self) -> dict[str, Any]:
+        """Each input's final state, for after cleanup: once all are accounted for, the
+        inputs that did not succeed and ``"others": "succeeded"`` (a million successes
+        make a few bytes, not a 20 MB map)."""
+        states = self._states
+        if self._accounted() < self.total:
+            return {"states": {str(i): s for i, s in states.items()}}
+        codes = states.codes
+        succeeded = _CODES["succeeded"]
+        others = {str(i): _NAMES[c] for i, c in enumerate(codes) if c and c != succeeded}
+        return {"states": others, "others": "succeeded"}
+
+    def _restore_summary(self, summary: dict[str, Any]) -> None:
+        """Take the states a cleaned-up batch left in its summary (see :meth:`_summary`)."""
+        for key, state in summary.get("states", {}).items():
+            self._record(int(key), state)
+        others = summary.get("others")
+        if isinstance(others, str):
+            for index in self._pending_never_run():
+                if index not in self._submission_failures:
+                    self._record(index, others)
+        self._cleaned = True
 
     async def _cleanup_after_collection(self) -> None:
         if not self._cleaned:
@@ -382,7 +516,7 @@ class BatchHandle:
         if not gcs:
             return
         await self._refresh()
-        summary = {"states": {str(i): s for i, s in self._states.items()}}
+        summary = self._summary()
         storage = self._backend.storage
         await storage.write(protocol.group_summary_key(self.group_id), protocol.dump_json(summary))
         for prefix in ("inputs/", "results/", "logs/"):

@@ -6,8 +6,11 @@
   (:class:`~kinetic._backends.local_batch.LocalBatches`), unchanged: events come
   from its socket while it runs, from its results logs otherwise, and a batch
   nobody drives gets a new supervisor.
-* :class:`kinetic._backends.gke.batch.GKEBatches` runs one Kubernetes Job per
-  input; its driver runs inside the consumer's awaits.
+* :class:`kinetic._backends.gke.pool.GKEBatchEngines` (the GKE backend's
+  ``batches``) hands each batch to the engine its manifest names: a worker pool on one
+  Kubernetes Job that needs no client (:mod:`kinetic._backends.gke.pool`, the
+  default), or one Job per input driven inside the consumer's awaits
+  (:mod:`kinetic._backends.gke.batch`, ``pod_per_input=True``).
 
 Both follow the same storage protocol for the stop marker (``stop.json``): once a
 batch stopped and nothing of it runs, every input without an outcome never ran.
@@ -85,6 +88,7 @@ class LocalBatchRunner:
 
     async def follow(self, group_id: str, known: Collection[int]) -> AsyncIterator[BatchEvents]:
         batches = self.batches
+        seen = 0  # records already read (each is read once, however long this follows)
         while True:
             stream = await batches.connect(group_id)
             if stream is not None:
@@ -93,7 +97,8 @@ class LocalBatchRunner:
                         yield events
                 continue  # the supervisor ended: read what it left behind
             # No supervisor is listening: learn from the records it (or another) left.
-            yield BatchEvents(done=await batches.read_states(group_id, set(known)))
+            done, seen = await batches.read_states(group_id, known, seen)
+            yield BatchEvents(done=done)
             stop = await batches.read_json(protocol.group_stop_key(group_id))
             running = await anyio.to_thread.run_sync(batches.supervisor_running, group_id)
             if stop is not None and not running:
@@ -116,8 +121,9 @@ class LocalBatchRunner:
                     out.done.extend(events.done)
                     if events.snapshot_complete:
                         return out
-        seen = set(known) | {i for i, _ in out.done}
-        out.done.extend(await batches.read_states(group_id, seen))
+        heard = {i for i, _ in out.done}
+        recorded, _ = await batches.read_states(group_id, known)
+        out.done.extend((i, state) for i, state in recorded if i not in heard)
         stop = await batches.read_json(protocol.group_stop_key(group_id))
         if stop is not None and not batches.supervisor_running(group_id):
             out.stop = stop
@@ -145,7 +151,8 @@ class LocalBatchRunner:
 
 
 def runner_for(backend: Any) -> BatchRunner:
-    """The batch engine of ``backend`` (local or gke).
+    """The batch engine of ``backend``: the local supervisor, or the GKE backend's
+    ``batches`` (which picks the pool or the per-input engine per batch).
 
     :raises BackendError: for a backend that cannot run batches.
     """

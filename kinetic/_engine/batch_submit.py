@@ -14,6 +14,7 @@ import os
 import socket
 import time
 from collections.abc import Callable, Iterable, Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -32,16 +33,17 @@ from kinetic._core.records import utcnow_iso
 from kinetic._engine import runtime, targets
 from kinetic._engine.batch import BatchHandle
 from kinetic._engine.batch_runner import runner_for
-from kinetic._engine.data_refs import prepare_calls_data
+from kinetic._engine.data_refs import PreparedCalls, prepare_calls_data
 from kinetic._engine.packaging import (
     apickle_function,
     astore_context,
+    dumps,
     find_package_root,
     function_source_dir,
     relative_sys_path,
     shipping_by_value,
 )
-from kinetic._engine.submit import RunOptions, resolve_target
+from kinetic._engine.submit import RunOptions, aresolve_target
 from kinetic._exceptions import (
     ConfigError,
     JobNotFoundError,
@@ -58,13 +60,34 @@ GKE_CHUNK = 64
 """Inputs per stored chunk on GKE (each pod downloads the chunk holding its input)."""
 
 
+def _package_root(fn: Callable[..., Any]) -> Path:
+    """The project that travels with ``fn``'s batch. Blocking (stats)."""
+    return find_package_root(function_source_dir(fn))
+
+
+_PLAIN = frozenset({int, float, complex, str, bytes, bool, type(None)})
+
+
+def _all_plain(items: list[Any]) -> bool:
+    """Whether every input is a plain scalar (one argument, no ``Data`` inside)."""
+    plain = _PLAIN
+    return all(type(item) in plain for item in items)
+
+
 def _to_calls(
-    items: list[Any], mode: str, prefix_args: tuple[Any, ...]
+    items: list[Any], mode: str, prefix_args: tuple[Any, ...], plain: bool = False
 ) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
     """Each input as ``(args, kwargs)``; ``prefix_args`` (a bound method's instance) first.
 
+    ``plain``: the inputs are known to be plain scalars (:func:`_all_plain`), each the
+    one argument of its call; the calls then share one empty ``kwargs`` (a call gets
+    its own when unpacked), which saves a dict per input in a large batch.
+
     :raises ConfigError: when an input does not fit ``mode``.
     """
+    if plain and mode in ("auto", "single"):
+        no_kwargs: dict[str, Any] = {}
+        return [((*prefix_args, item), no_kwargs) for item in items]
     calls = [to_call(item, mode, i) for i, item in enumerate(items)]
     if prefix_args:
         calls = [((*prefix_args, *args), kwargs) for args, kwargs in calls]
@@ -86,7 +109,7 @@ def _pickle_chunks(
         for start in range(0, len(calls), size):
             part = calls[start : start + size]
             try:
-                chunks.append(bytes(cloudpickle.dumps(part)))
+                chunks.append(dumps(part))
             except Exception as exc:
                 for offset, call in enumerate(part):
                     try:
@@ -113,8 +136,12 @@ async def submit_batch(
     name: str | None = None,
     tags: Mapping[str, str] | None = None,
     prefix_args: tuple[Any, ...] = (),
+    pod_per_input: bool = False,
 ) -> BatchHandle:
     """Record a batch durably, start running it, and return its handle.
+
+    :param pod_per_input: on GKE, run each input in its own Kubernetes Job (pod) instead
+        of on a pool of worker pods (the default); no effect on the local backend.
 
     :raises ConfigError: for invalid options, empty inputs or inputs that do not fit
         ``input_mode`` — nothing is written.
@@ -131,14 +158,16 @@ async def submit_batch(
         name=name,
         tags=tags,
     )
+    if not isinstance(pod_per_input, bool):
+        raise ConfigError(f"pod_per_input must be True or False, got {pod_per_input!r}")
     if isinstance(inputs, (str, bytes)) or not isinstance(inputs, Iterable):
         raise ConfigError("inputs must be an iterable of inputs (a list, a range, ...)")
     items = list(inputs)
     if not items:
         raise ConfigError("inputs must be non-empty")
-    settings, accel, backend = resolve_target(opts)
+    settings, accel, backend = await aresolve_target(opts)
     runner = runner_for(backend)
-    root = find_package_root(function_source_dir(fn))
+    root = await anyio.to_thread.run_sync(_package_root, fn)
     # Before anything is written: a bad requirement or a failed build is bad input.
     if backend.name == "gke":
         image = await targets.gke_image(backend, settings, accel, opts.container_image, root)
@@ -155,7 +184,7 @@ async def submit_batch(
             fn, items, opts, group_id, settings, accel, backend, image,
             input_mode=input_mode, max_concurrent=max_concurrent, retries=retries,
             fail_fast=fail_fast, cancel_running_on_fail=cancel_running_on_fail,
-            name=name, tags=tags, prefix_args=prefix_args,
+            name=name, tags=tags, prefix_args=prefix_args, pod_per_input=pod_per_input,
         )  # fmt: skip
     except BaseException:
         with anyio.CancelScope(shield=True):
@@ -215,7 +244,9 @@ async def attach_batch(
             f"attach_batch: poll_interval must be > 0 and the timeout >= 0 "
             f"(got {interval!r}, {timeout!r})"
         )
-    settings = load_settings(backend=backend, project=project, cluster=cluster)
+    settings = await anyio.to_thread.run_sync(
+        partial(load_settings, backend=backend, project=project, cluster=cluster)
+    )
     target = runtime.backend_for_settings(settings)
     runner_for(target)  # raises BackendError for a backend without batches
     storage = target.storage
@@ -241,9 +272,7 @@ async def attach_batch(
     handle = BatchHandle(backend=target, manifest=manifest)
     summary = await _read_json(storage, protocol.group_summary_key(group_id))
     if summary is not None:
-        for key, state in summary.get("states", {}).items():
-            handle._record(int(key), state)
-        handle._cleaned = True
+        handle._restore_summary(summary)
     return handle
 
 
@@ -284,6 +313,7 @@ async def _record(
     name: str | None,
     tags: Mapping[str, str] | None,
     prefix_args: tuple[Any, ...],
+    pod_per_input: bool = False,
 ) -> dict[str, Any]:
     """Pickle and store everything of a batch; the manifest, written last, is returned.
 
@@ -291,23 +321,31 @@ async def _record(
         recording marker was written (the caller removes the group).
     """
     storage = backend.storage
-    root = find_package_root(function_source_dir(fn))
+    root = await anyio.to_thread.run_sync(_package_root, fn)
     local = isinstance(backend, LocalBackend)
-    # Local workers stream through many inputs: few, large chunks. A GKE pod reads only
-    # its input's chunk: at most GKE_CHUNK inputs each, so small batches are one object.
+    # Workers (local, or a GKE pool) stream through many inputs: few, large chunks. A
+    # pod per input reads only its input's chunk: at most GKE_CHUNK inputs each.
     size = (
-        chunk_size(len(items))
-        if local
-        else chunk_size(len(items), target_chunks=1, max_size=GKE_CHUNK)
+        chunk_size(len(items), target_chunks=1, max_size=GKE_CHUNK)
+        if pod_per_input and not local
+        else chunk_size(len(items))
     )
-    calls = _to_calls(items, input_mode, prefix_args)
-    data = await prepare_calls_data(calls, storage=backend.storage, local_backend=local)
+    # Every input is looked at: large batches take milliseconds, so not on the loop.
+    # Plain scalar inputs (the usual large batch) hold no Data: nothing to look for.
+    plain = input_mode in ("auto", "single") and not prefix_args
+    plain = plain and await anyio.to_thread.run_sync(_all_plain, items)
+    calls = await anyio.to_thread.run_sync(_to_calls, items, input_mode, prefix_args, plain)
+    data = (
+        PreparedCalls(calls)
+        if plain
+        else await prepare_calls_data(calls, storage=backend.storage, local_backend=local)
+    )
     fn_bytes = await apickle_function(fn, root)
     chunks = await anyio.to_thread.run_sync(_pickle_chunks, fn, data.calls, size, root)
     archive = await astore_context(
         storage, root, exclude=(Path(settings.local_root), *data.local_paths)
     )
-    sys_path, cwd = relative_sys_path(root, Path.cwd())
+    sys_path, cwd = await anyio.to_thread.run_sync(relative_sys_path, root, Path.cwd())
 
     func_name = getattr(fn, "__name__", type(fn).__name__)
     default_pool = (os.cpu_count() or 1) if local else GKE_DEFAULT_CONCURRENCY
@@ -374,6 +412,8 @@ async def _record(
             "namespace": settings.namespace,
             "accelerator": accel.name + (":spot" if accel.spot else ""),
             "fuse_buckets": sorted(data.fuse_buckets),  # mounted read-only in every pod
+            "engine": protocol.ENGINE_POD_PER_INPUT if pod_per_input else protocol.ENGINE_POOL,
+            "lease_s": protocol.POOL_LEASE_SECONDS,
         }
     await storage.write(protocol.group_payload_key(group_id), fn_bytes)
     limiter = anyio.CapacityLimiter(_WRITE_CONCURRENCY)

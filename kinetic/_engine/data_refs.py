@@ -63,6 +63,36 @@ class PreparedData:
     """Some argument or volume is a reference the job must resolve."""
 
 
+def holds_data(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> bool:
+    """Whether a ``kinetic.Data`` sits anywhere in the arguments. Blocking: it walks them
+    all (large arguments take a while), so call it in a worker thread.
+
+    :raises DataError: for a ``Data`` in a set or used as a dict key.
+    """
+    return bool(_find_data(args, kwargs))
+
+
+def _find_data(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> list[Data]:
+    found: list[Data] = []
+
+    def collect(d: Any) -> Any:
+        found.append(d)
+        return d
+
+    try:
+        replace_leaves((args, dict(kwargs)), _is_data, collect)
+    except TypeError as exc:
+        raise DataError(str(exc)) from exc
+    return found
+
+
+def _replaced(
+    args: tuple[Any, ...], kwargs: Mapping[str, Any], refs: dict[Data, DataRef]
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    new_args, new_kwargs = replace_leaves((args, dict(kwargs)), _is_data, refs.__getitem__)
+    return tuple(new_args), dict(new_kwargs)
+
+
 async def prepare_data(
     args: tuple[Any, ...],
     kwargs: Mapping[str, Any],
@@ -74,18 +104,11 @@ async def prepare_data(
     """Find every ``Data`` (at any depth, and in ``volumes``), upload local ones to the
     cache, and return the arguments with :class:`DataRef` in their place.
 
+    The arguments are walked in worker threads: they may be large.
+
     :raises DataError: for a ``Data`` in a set or used as a dict key, or a bad volume.
     """
-    found: list[Data] = []
-
-    def collect(d: Any) -> Any:
-        found.append(d)
-        return d
-
-    try:
-        replace_leaves((args, dict(kwargs)), _is_data, collect)
-    except TypeError as exc:
-        raise DataError(str(exc)) from exc
+    found = await anyio.to_thread.run_sync(_find_data, args, kwargs)
     mounts = [(check_mount_path(m), d) for m, d in (volumes or {}).items()]
     for mount, d in mounts:
         if not isinstance(d, Data):
@@ -96,8 +119,7 @@ async def prepare_data(
 
     prepared = PreparedData(tuple(args), dict(kwargs), has_data=True)
     refs = await _references(dict.fromkeys(found), storage, local_backend, prepared)
-    new_args, new_kwargs = replace_leaves((args, dict(kwargs)), _is_data, refs.__getitem__)
-    prepared.args, prepared.kwargs = tuple(new_args), dict(new_kwargs)
+    prepared.args, prepared.kwargs = await anyio.to_thread.run_sync(_replaced, args, kwargs, refs)
     prepared.volumes = [(mount, refs[d]) for mount, d in mounts]
     return prepared
 
@@ -123,6 +145,26 @@ async def prepare_calls_data(
 
     :raises DataError: naming the input whose ``Data`` is in a set or used as a key.
     """
+    found = await anyio.to_thread.run_sync(_find_in_calls, calls)
+    if not found:
+        return PreparedCalls(calls)
+    holder = PreparedData((), {}, has_data=True)
+    refs = await _references(found, storage, local_backend, holder)
+
+    def _replace_all() -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
+        return [replace_leaves(call, _is_data, refs.__getitem__) for call in calls]
+
+    new_calls = await anyio.to_thread.run_sync(_replace_all)
+    return PreparedCalls(
+        new_calls, holder.local_paths, has_data=True, fuse_buckets=holder.fuse_buckets
+    )
+
+
+def _find_in_calls(calls: list[tuple[tuple[Any, ...], dict[str, Any]]]) -> dict[Data, None]:
+    """Every distinct ``Data`` in a batch's calls. Blocking (walks every input).
+
+    :raises DataError: naming the input whose ``Data`` is in a set or used as a key.
+    """
     found: dict[Data, None] = {}
 
     def collect(d: Any) -> Any:
@@ -134,14 +176,7 @@ async def prepare_calls_data(
             replace_leaves(call, _is_data, collect)
         except TypeError as exc:
             raise DataError(f"input {index}: {exc}") from exc
-    if not found:
-        return PreparedCalls(calls)
-    holder = PreparedData((), {}, has_data=True)
-    refs = await _references(found, storage, local_backend, holder)
-    new_calls = [replace_leaves(call, _is_data, refs.__getitem__) for call in calls]
-    return PreparedCalls(
-        new_calls, holder.local_paths, has_data=True, fuse_buckets=holder.fuse_buckets
-    )
+    return found
 
 
 def _is_data(x: object) -> bool:

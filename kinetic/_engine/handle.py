@@ -13,7 +13,7 @@ import inspect
 import logging
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.to_thread
@@ -34,6 +34,9 @@ from kinetic._exceptions import (
     ResultError,
 )
 from runner import protocol
+
+if TYPE_CHECKING:
+    from kinetic._debug.forward import DebugForward
 
 logger = logging.getLogger("kinetic")
 
@@ -174,6 +177,46 @@ class JobHandle(JobRecord):
         return ResultError(
             f"the result of job {self.job_id} is missing from {self.bucket_name}",
             job_id=self.job_id,
+        )
+
+    async def debug_attach(
+        self,
+        local_port: int = 5678,
+        working_dir: str | None = None,
+        *,
+        timeout: float | None = 600.0,
+    ) -> DebugForward:
+        """Forward a ``debug=True`` job's debugger to ``127.0.0.1:local_port`` and print a
+        VS Code launch configuration that attaches to it.
+
+        Waits until the job's debugpy listens (the job waits, in turn, up to
+        ``KINETIC_DEBUG_WAIT_TIMEOUT`` seconds for a client before it gives up in phase
+        ``debug``). On the local backend connections are relayed to the job's port on
+        this machine; on GKE each goes through the Kubernetes API's port-forward to the
+        job's pod (no ``kubectl`` needed).
+
+        :param local_port: the local port to listen on; 0 picks a free one (see the
+            returned forward's ``local_port``).
+        :param working_dir: your local copy of the project, the launch configuration's
+            ``localRoot`` (default: the project's directory on the machine that
+            submitted the job).
+        :param timeout: seconds to wait for the job's debugger to be ready.
+        :returns: the running forward; close it with ``await forward.close()`` or use
+            it as ``async with``. Closing never affects the job.
+        :raises ConfigError: the job is not a debug job, is a batch input, has ended, or
+            ``local_port`` is taken.
+        :raises JobFailedError: the job failed before its debugger was ready.
+        :raises JobTimeoutError: the debugger was not ready within ``timeout``.
+        :raises BackendError: the job has no running pod, or the forward failed to start.
+        """
+        from kinetic._debug.attach import debug_attach
+
+        return await debug_attach(
+            self,
+            self._backend(),
+            local_port=local_port,
+            working_dir=working_dir,
+            timeout=timeout,
         )
 
     async def cancel(

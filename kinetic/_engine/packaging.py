@@ -218,14 +218,37 @@ async def astore_context(
     :raises StorageError: when storing fails.
     """
     archive = await acontext_archive(root, exclude=exclude)
-    if await storage.exists(protocol.context_key(archive.sha256)):
+    return await astore_archive(storage, archive, exclude=exclude)
+
+
+# (storage URL, context key) known to be stored: contexts are content-addressed and
+# Kinetic never deletes one, so a submission of an unchanged tree needs no lookup.
+_STORED: set[tuple[str, str]] = set()
+
+
+async def astore_archive(
+    storage: Storage, archive: ContextArchive, *, exclude: tuple[Path, ...] = ()
+) -> ContextArchive:
+    """Store ``archive`` (found by :func:`context_archive` for its root and ``exclude``)
+    under its content address unless it is known to be there; return what is stored.
+
+    :raises ConfigError: when a rebuilt archive would exceed ``KINETIC_MAX_CONTEXT_MB``.
+    :raises StorageError: when storing fails.
+    """
+    known = (storage.url, protocol.context_key(archive.sha256))
+    if known in _STORED:
+        return archive
+    if await storage.exists(known[1]):
+        _STORED.add(known)
         return archive
     if archive.data is None:
         archive = await anyio.to_thread.run_sync(
-            partial(context_archive, root, exclude=exclude, rebuild=True)
+            partial(context_archive, archive.root, exclude=exclude, rebuild=True)
         )
     assert archive.data is not None  # a rebuilt archive always holds its bytes
-    await storage.write(protocol.context_key(archive.sha256), archive.data)
+    key = protocol.context_key(archive.sha256)
+    await storage.write(key, archive.data)
+    _STORED.add((storage.url, key))
     return archive
 
 
@@ -291,6 +314,29 @@ def shipping_by_value(fn: Callable[..., Any], root: Path) -> Iterator[None]:
                 cloudpickle.unregister_pickle_by_value(module)
 
 
+class _Frames:
+    """A pickle sink written in Python on purpose: the C pickler hands it one ~64 KiB
+    frame at a time, and each call lets the interpreter pass the GIL to other threads
+    (the caller's event loop among them). ``cloudpickle.dumps`` of a large argument is
+    one C call that would hold the GIL, and so the loop, until it is done."""
+
+    __slots__ = ("parts",)
+
+    def __init__(self) -> None:
+        self.parts: list[bytes] = []
+
+    def write(self, data: bytes) -> int:
+        self.parts.append(data)
+        return len(data)
+
+
+def dumps(obj: Any) -> bytes:
+    """``cloudpickle.dumps(obj)``, letting other threads run between frames. Blocking."""
+    sink = _Frames()
+    cloudpickle.Pickler(sink, protocol=cloudpickle.DEFAULT_PROTOCOL).dump(obj)
+    return b"".join(sink.parts)
+
+
 def pickle_payload(
     fn: Callable[..., Any],
     args: tuple[Any, ...],
@@ -310,7 +356,7 @@ def pickle_payload(
         payload["volumes"] = volumes
     with shipping_by_value(fn, root):
         try:
-            return bytes(cloudpickle.dumps(payload))
+            return dumps(payload)
         except Exception as exc:
             raise _explain_pickling_failure(fn, args, kwargs, exc) from exc
 
@@ -341,7 +387,7 @@ def pickle_function(fn: Callable[..., Any], root: Path) -> bytes:
     """
     with shipping_by_value(fn, root):
         try:
-            return bytes(cloudpickle.dumps(fn))
+            return dumps(fn)
         except Exception as exc:
             raise SerializationError(
                 f"the function {getattr(fn, '__qualname__', fn)!r} cannot be pickled "
@@ -369,8 +415,25 @@ def relative_sys_path(root: Path, cwd: Path) -> tuple[list[str], str | None]:
     """Entries of ``sys.path`` inside ``root`` (relative), and the cwd relative to it.
 
     The job rebuilds them against the unpacked context so imports and relative
-    file access behave as they did here.
+    file access behave as they did here. Blocking (it resolves every entry), so
+    answers are kept per ``sys.path``, cwd and root: they rarely change in a process.
     """
+    key = (tuple(sys.path), str(cwd), str(root))
+    known = _SYS_PATHS.get(key)
+    if known is None:
+        known = _relative_sys_path(root, cwd)
+        with _ARCHIVES_LOCK:
+            _SYS_PATHS[key] = known
+            while len(_SYS_PATHS) > 64:  # a process that keeps changing sys.path
+                del _SYS_PATHS[next(iter(_SYS_PATHS))]
+    entries, rel_cwd = known
+    return list(entries), rel_cwd
+
+
+_SYS_PATHS: dict[tuple[tuple[str, ...], str, str], tuple[tuple[str, ...], str | None]] = {}
+
+
+def _relative_sys_path(root: Path, cwd: Path) -> tuple[tuple[str, ...], str | None]:
     entries: list[str] = []
     for entry in sys.path:
         p = Path(entry or os.getcwd()).resolve()
@@ -385,4 +448,4 @@ def relative_sys_path(root: Path, cwd: Path) -> tuple[list[str], str | None]:
         rel_cwd: str | None = cwd.resolve().relative_to(root).as_posix()
     except ValueError:
         rel_cwd = None
-    return entries, None if rel_cwd in (None, ".") else rel_cwd
+    return tuple(entries), None if rel_cwd in (None, ".") else rel_cwd

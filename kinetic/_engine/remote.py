@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterable, Mapping
+from functools import partial
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 import anyio
+import anyio.to_thread
 
 from kinetic._core.config import BACKENDS
 from kinetic._core.functions import check_function
@@ -70,6 +72,7 @@ class AsyncRemoteFunction(Generic[P, R]):
         cancel_running_on_fail: bool = False,
         name: str | None = None,
         tags: Mapping[str, str] | None = None,
+        pod_per_input: bool = False,
     ) -> BatchHandle:
         """Fan the function out over ``inputs``; return once every input is durably recorded.
 
@@ -81,6 +84,9 @@ class AsyncRemoteFunction(Generic[P, R]):
         :param fail_fast: stop launching inputs after the first final failure.
         :param cancel_running_on_fail: with ``fail_fast``, also end running inputs.
         :param name, tags: labels kept in the batch's manifest.
+        :param pod_per_input: on GKE, give each input its own Kubernetes Job (a pod of
+            its own, started for it) instead of running the batch on one Job whose
+            ``max_concurrent`` pods are a worker pool (the default); no effect locally.
         :raises ConfigError: for invalid options or empty inputs; :raises SerializationError:
             naming an input that cannot be pickled. Nothing is left behind in either case.
         """
@@ -97,6 +103,7 @@ class AsyncRemoteFunction(Generic[P, R]):
             name=name,
             tags=tags,
             prefix_args=prefix,
+            pod_per_input=pod_per_input,
         )
 
     @overload
@@ -140,7 +147,9 @@ def run(
     :param volumes: absolute mount path -> ``kinetic.Data``.
     :param spot: run on spot/preemptible capacity.
     :param output_dir: the job's ``KINETIC_OUTPUT_DIR`` (default under the job's storage).
-    :param debug: keep the job's artifacts after its result is collected.
+    :param debug: the job waits (``KINETIC_DEBUG_WAIT_TIMEOUT`` seconds, 600) for a
+        debugger before running (see ``JobHandle.debug_attach``); keeps its artifacts
+        after its result is collected, and calling the function does not stream its output.
     :raises ConfigError: for invalid arguments, at decoration time.
     :raises InvalidFunctionError: when the decorated object cannot run as a job.
     """
@@ -178,7 +187,9 @@ async def attach(
     :raises JobNotFoundError: when no such job is recorded.
     """
     check_job_id(job_id)
-    settings = load_settings(backend=backend, project=project, cluster=cluster)
+    settings = await anyio.to_thread.run_sync(
+        partial(load_settings, backend=backend, project=project, cluster=cluster)
+    )
     return await load_handle(runtime.backend_for_settings(settings), job_id)
 
 
@@ -195,8 +206,15 @@ async def list_jobs(
     """
     if backend is not None and backend not in BACKENDS:
         raise ConfigError(f"unknown backend {backend!r}")
-    settings = load_settings(
-        backend=backend, project=project, zone=zone, cluster=cluster, namespace=namespace
+    settings = await anyio.to_thread.run_sync(
+        partial(
+            load_settings,
+            backend=backend,
+            project=project,
+            zone=zone,
+            cluster=cluster,
+            namespace=namespace,
+        )
     )
     target = runtime.backend_for_settings(settings)
     ids = await target.list_job_ids()

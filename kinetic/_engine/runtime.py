@@ -2,7 +2,8 @@
 
 Network clients (aiohttp sessions, Kubernetes API clients, watches) belong to
 the loop that created them, so the registry is keyed by the running loop; the
-sync facade's private loop and a user's own loop each get their own.
+sync facade's private loop and a user's own loop each get their own. So is the
+limiter of blocking submission work (:func:`blocking_limiter`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import anyio
+
 from kinetic._backends.base import Backend
 from kinetic._backends.local import LocalBackend
 from kinetic._core.config import Settings
@@ -21,6 +24,7 @@ from kinetic._exceptions import ConfigError
 
 if TYPE_CHECKING:
     from kinetic._backends.gke.backend import GKEBackend
+    from kinetic._backends.pathways.backend import PathwaysBackend
 
 _REGISTRIES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[str, ...], Backend]]
 _REGISTRIES = weakref.WeakKeyDictionary()
@@ -29,6 +33,27 @@ _REGISTRIES = weakref.WeakKeyDictionary()
 def _registry() -> dict[tuple[str, ...], Backend]:
     loop = asyncio.get_running_loop()
     return _REGISTRIES.setdefault(loop, {})
+
+
+# Blocking steps of submissions (pickling, hashing, stat walks, profile reads) running at
+# once. More threads would not finish sooner (the work holds the GIL, and the cores are
+# few): they would only make the loop's thread wait longer for the GIL between steps.
+BLOCKING_CONCURRENCY = 4
+_LIMITERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, anyio.CapacityLimiter]
+_LIMITERS = weakref.WeakKeyDictionary()
+
+
+def blocking_limiter() -> anyio.CapacityLimiter:
+    """This loop's limiter for the CPU-bound, blocking steps of submissions.
+
+    Pass it to ``anyio.to_thread.run_sync(..., limiter=)``: a hundred submissions
+    started together then queue on it instead of filling anyio's forty threads.
+    """
+    loop = asyncio.get_running_loop()
+    limiter = _LIMITERS.get(loop)
+    if limiter is None:
+        limiter = _LIMITERS[loop] = anyio.CapacityLimiter(BLOCKING_CONCURRENCY)
+    return limiter
 
 
 def local_backend(root: str | Path) -> LocalBackend:
@@ -51,6 +76,8 @@ def backend_for_settings(settings: Settings) -> Backend:
         return local_backend(settings.local_root)
     if settings.backend == "gke":
         return gke_backend(settings.bucket_name, settings.namespace)
+    if settings.backend == "pathways":
+        return pathways_backend(settings.bucket_name, settings.namespace)
     raise ConfigError(f"backend {settings.backend!r} is not available yet; use backend='local'")
 
 
@@ -61,6 +88,8 @@ def backend_for_location(backend: str, bucket_name: str, namespace: str) -> Back
         return local_backend(Path(bucket_name).parent)
     if backend == "gke":
         return gke_backend(bucket_name, namespace)
+    if backend == "pathways":
+        return pathways_backend(bucket_name, namespace)
     raise ConfigError(f"backend {backend!r} is not available yet")
 
 
@@ -92,6 +121,33 @@ def gke_backend(bucket: str, namespace: str) -> GKEBackend:
             cluster = _CLUSTERS[loop] = Cluster(KubeClient(qps=options.qps, burst=options.burst))
         backend = registry[key] = GKEBackend(bucket, cluster, namespace=namespace, options=options)
     assert isinstance(backend, GKEBackend)
+    return backend
+
+
+def pathways_backend(bucket: str, namespace: str) -> PathwaysBackend:
+    """The pathways backend on ``bucket`` for this loop: the GKE backend's knobs, and
+    the same Kubernetes client and shared watches.
+
+    :raises ConfigError: on a malformed knob or bucket name.
+    """
+    from kinetic._backends.gke.backend import Cluster
+    from kinetic._backends.gke.client import KubeClient
+    from kinetic._backends.pathways.backend import PathwaysBackend
+    from kinetic._core.gke_config import options_from_env
+
+    options = options_from_env(os.environ)
+    key = ("pathways", bucket, namespace, repr(options))
+    registry = _registry()
+    backend = registry.get(key)
+    if backend is None:
+        loop = asyncio.get_running_loop()
+        cluster = _CLUSTERS.get(loop)
+        if cluster is None:
+            cluster = _CLUSTERS[loop] = Cluster(KubeClient(qps=options.qps, burst=options.burst))
+        backend = registry[key] = PathwaysBackend(
+            bucket, cluster, namespace=namespace, options=options
+        )
+    assert isinstance(backend, PathwaysBackend)
     return backend
 
 

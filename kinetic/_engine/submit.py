@@ -2,7 +2,9 @@
 
 Order matters. Everything that can be checked without side effects is checked
 first (settings, accelerator, pickling), so bad input fails before any object
-is written. Then the shared context archive (content-addressed, stored once),
+is written. The caller's loop never runs the blocking steps: they are grouped into
+few worker-thread calls (settings and paths; pickling, hashing and the context's
+stat walk), bounded per loop by :func:`kinetic._engine.runtime.blocking_limiter`. Then the shared context archive (content-addressed, stored once),
 the payload, the spec and the handle are written, and the backend launches the
 job. If anything fails after the first job object was written, the job's
 objects are deleted again under a cancellation shield, and the error re-raised.
@@ -16,10 +18,12 @@ import sys
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.to_thread
 
 from kinetic._backends.base import Backend
 from kinetic._core import accelerators
@@ -28,16 +32,18 @@ from kinetic._core.ids import new_job_id
 from kinetic._core.image_spec import execution_mode
 from kinetic._core.records import utcnow_iso
 from kinetic._engine import runtime, targets
-from kinetic._engine.data_refs import prepare_data
+from kinetic._engine.data_refs import holds_data, prepare_data
 from kinetic._engine.handle import JobHandle
 from kinetic._engine.packaging import (
-    apickle_payload,
-    astore_context,
+    ContextArchive,
+    astore_archive,
+    context_archive,
     find_package_root,
     function_source_dir,
+    pickle_payload,
     relative_sys_path,
 )
-from kinetic._exceptions import AcceleratorError, ConfigError, DataError
+from kinetic._exceptions import ConfigError, DataError
 from kinetic._settings import load_settings
 from runner import protocol
 
@@ -107,8 +113,8 @@ def _local_notice(settings: Settings) -> None:
     )
 
 
-def resolve_target(opts: RunOptions) -> tuple[Settings, accelerators.AcceleratorConfig, Backend]:
-    """Settings, accelerator and backend for a new job.
+def target_settings(opts: RunOptions) -> tuple[Settings, accelerators.AcceleratorConfig]:
+    """Settings and accelerator for a new job. Blocking (reads the profiles file).
 
     :raises ConfigError: (and subclasses) for unknown backends, malformed profiles,
         and accelerators the backend cannot provide.
@@ -123,15 +129,109 @@ def resolve_target(opts: RunOptions) -> tuple[Settings, accelerators.Accelerator
     )
     default = "cpu" if settings.backend == "local" else GKE_DEFAULT_ACCELERATOR
     accel = accelerators.parse_accelerator(opts.accelerator or default, spot=opts.spot)
-    if settings.backend == "local" and not accelerators.local_supported(accel):
-        raise AcceleratorError(
-            f"the local backend cannot provide accelerator {accel.name!r}: it runs jobs on this "
-            "machine's CPUs; use accelerator='cpu', or a GKE backend (set KINETIC_PROJECT)"
-        )
+    if settings.backend == "local":
+        from kinetic._backends import local_gpus  # only for local jobs: keeps `import kinetic` fast
+
+        # This machine's GPUs, or TPU code on CPUs by opt-in; refused before anything is written.
+        local_gpus.admit(accel, requested=opts.accelerator, settings=settings)
+    else:
+        from dataclasses import replace
+
+        from kinetic._core.lws_spec import choose_backend
+
+        # Multi-host TPU slices go to pathways unless a backend was asked for.
+        explicit = bool(opts.backend or os.environ.get("KINETIC_BACKEND"))
+        chosen = choose_backend(settings.backend, accel, explicit=explicit)
+        if chosen != settings.backend:
+            settings = replace(settings, backend=chosen)
+    return settings, accel
+
+
+def _backend_for(settings: Settings) -> Backend:
     backend = runtime.backend_for_settings(settings)
     if settings.backend_was_defaulted:
         _local_notice(settings)
-    return settings, accel, backend
+    return backend
+
+
+def resolve_target(opts: RunOptions) -> tuple[Settings, accelerators.AcceleratorConfig, Backend]:
+    """Settings, accelerator and backend for a new job. Blocking: on a loop, use
+    :func:`aresolve_target`.
+
+    :raises ConfigError: as :func:`target_settings`.
+    """
+    settings, accel = target_settings(opts)
+    return settings, accel, _backend_for(settings)
+
+
+async def aresolve_target(
+    opts: RunOptions,
+) -> tuple[Settings, accelerators.AcceleratorConfig, Backend]:
+    """:func:`resolve_target` with its file reads in a worker thread (the backend, which
+    belongs to the running loop, is looked up on it)."""
+    settings, accel = await anyio.to_thread.run_sync(
+        target_settings, opts, limiter=runtime.blocking_limiter()
+    )
+    return settings, accel, _backend_for(settings)
+
+
+@dataclass(frozen=True)
+class _Located:
+    """Where the call comes from: settings, and the project that travels with it."""
+
+    settings: Settings
+    accel: accelerators.AcceleratorConfig
+    root: Path
+    sys_path: list[str]
+    cwd: str | None
+
+
+def _locate(opts: RunOptions, fn: Callable[..., Any]) -> _Located:
+    """Settings, package root and import paths of a call. Blocking: stats and a file read."""
+    settings, accel = target_settings(opts)
+    root = find_package_root(function_source_dir(fn))
+    sys_path, cwd = relative_sys_path(root, Path.cwd())
+    return _Located(settings, accel, root, sys_path, cwd)
+
+
+@dataclass(frozen=True)
+class _Packed:
+    """The call's payload and its SHA-256, and the project's archive (maybe not stored)."""
+
+    payload: bytes
+    payload_sha256: str
+    archive: ContextArchive
+
+
+def _pack(
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+    root: Path,
+    volumes: list[Any] | None,
+    exclude: tuple[Path, ...],
+) -> _Packed:
+    """Pickle the call, hash it, and find the project's archive. Blocking: CPU and stats."""
+    payload = pickle_payload(fn, args, kwargs, root, volumes=volumes)
+    archive = context_archive(root, exclude=exclude)
+    return _Packed(payload, hashlib.sha256(payload).hexdigest(), archive)
+
+
+def _pack_plain(
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+    root: Path,
+    exclude: tuple[Path, ...],
+) -> _Packed | None:
+    """:func:`_pack` for a call without ``kinetic.Data``; None when it holds some (their
+    uploads come first). Blocking.
+
+    :raises DataError: for a ``Data`` where it cannot be replaced (a set, a dict key).
+    """
+    if holds_data(args, kwargs):
+        return None
+    return _pack(fn, args, kwargs, root, None, exclude)
 
 
 async def submit(
@@ -142,21 +242,33 @@ async def submit(
 ) -> JobHandle:
     """Submit one call of ``fn`` as a job and return its handle once it is launched.
 
+    Every blocking step (profile read, stats, pickling, hashing, zipping, file writes,
+    the process launch) runs in a worker thread; what stays on the loop is bookkeeping
+    of a few microseconds per step, so many submissions at once keep the loop responsive.
+
     :raises ConfigError: for invalid settings (nothing is written).
     :raises SerializationError: when the function or an argument cannot be pickled
         (nothing is written).
     :raises StorageError, BackendError: when storing or launching fails; the job's
         objects are removed again.
     """
-    settings, accel, backend = resolve_target(opts)
+    limiter = runtime.blocking_limiter()
+    where = await anyio.to_thread.run_sync(_locate, opts, fn, limiter=limiter)
+    settings, accel, root = where.settings, where.accel, where.root
+    backend = _backend_for(settings)
     env = capture_env(list(opts.capture_env_vars or ()), os.environ)
+    # Debug jobs wait this long for a debugger (runner/debug.py); checked before any write.
+    debug_wait = None
+    if opts.debug:
+        from kinetic._core.debug import wait_timeout  # debug jobs only: keeps imports light
+
+        debug_wait = wait_timeout(os.environ)
     job_id = new_job_id()
     storage = backend.storage
     target = targets.target_for(backend)
     place = target.placement(settings, job_id, opts.output_dir)
     output_dir = place.output_dir
     func_name = getattr(fn, "__name__", type(fn).__name__)
-    root = find_package_root(function_source_dir(fn))
     # Backend-specific checks and image resolution: before anything is written.
     image = await target.prepare(
         backend,
@@ -171,22 +283,32 @@ async def submit(
             package_root=root,
         ),
     )
+    # The local root holds jobs' records and contexts: never part of a context.
+    excluded: tuple[Path, ...] = (Path(settings.local_root),)
+    has_data = False
     try:
-        data = await prepare_data(
-            args,
-            kwargs,
-            opts.volumes,
-            storage=backend.storage,
-            local_backend=backend.name == "local",
-        )
-        if data.fuse_buckets:
-            target.mount_gcs_fuse(backend, job_id, data.fuse_buckets)
-        payload = await apickle_payload(fn, data.args, data.kwargs, root, volumes=data.volumes)
+        packed = None
+        if opts.volumes is None:
+            packed = await anyio.to_thread.run_sync(
+                _pack_plain, fn, args, kwargs, root, excluded, limiter=limiter
+            )
+        if packed is None:
+            data = await prepare_data(
+                args,
+                kwargs,
+                opts.volumes,
+                storage=backend.storage,
+                local_backend=backend.name == "local",
+            )
+            if data.fuse_buckets:
+                target.mount_gcs_fuse(backend, job_id, data.fuse_buckets)
+            has_data = data.has_data
+            excluded = (*excluded, *data.local_paths)
+            packed = await anyio.to_thread.run_sync(
+                _pack, fn, data.args, data.kwargs, root, data.volumes, excluded, limiter=limiter
+            )
         # Content-addressed and shared: stored before the job's own objects, and kept.
-        archive = await astore_context(
-            storage, root, exclude=(Path(settings.local_root), *data.local_paths)
-        )
-        sys_path, cwd = relative_sys_path(root, Path.cwd())
+        archive = await astore_archive(storage, packed.archive, exclude=excluded)
     except BaseException:
         target.discard(backend, job_id)
         raise
@@ -195,17 +317,19 @@ async def submit(
         "format": protocol.FORMAT,
         "job_id": job_id,
         "func_name": func_name,
-        "payload_sha256": hashlib.sha256(payload).hexdigest(),
+        "payload_sha256": packed.payload_sha256,
         "context_key": protocol.context_key(archive.sha256),
         "context_sha256": archive.sha256,
-        "cwd": cwd,
-        "sys_path": sys_path,
+        "cwd": where.cwd,
+        "sys_path": where.sys_path,
         "env": env,
         "output_dir": output_dir,
-        "has_data": data.has_data,
+        "has_data": has_data,
     }
     if image.install:
         spec["install"] = list(image.install)
+    if debug_wait is not None:
+        spec["debug"] = {"wait": debug_wait, "source_root": str(root)}
     handle = JobHandle(
         job_id=job_id,
         backend=backend.name,
@@ -222,10 +346,16 @@ async def submit(
         created_at=utcnow_iso(),
         debug=opts.debug,
     )
+    objects = {
+        protocol.payload_key(job_id): packed.payload,
+        protocol.spec_key(job_id): protocol.dump_json(spec),
+        protocol.handle_key(job_id): protocol.dump_json(handle.to_dict()),
+    }
     try:
-        await storage.write(protocol.payload_key(job_id), payload)
-        await storage.write(protocol.spec_key(job_id), protocol.dump_json(spec))
-        await storage.write(protocol.handle_key(job_id), protocol.dump_json(handle.to_dict()))
+        # Independent objects: written at once (the launch needs them all).
+        async with anyio.create_task_group() as tg:
+            for key, value in objects.items():
+                tg.start_soon(partial(storage.write, key, value))
         await backend.launch(handle)
     except BaseException:
         target.discard(backend, job_id)

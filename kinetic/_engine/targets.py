@@ -212,6 +212,10 @@ def target_for(backend: Backend) -> Target:
 
     :raises ConfigError: for a backend without them.
     """
+    if backend.name == "pathways":  # imported here: it builds on GKETarget
+        from kinetic._backends.pathways.target import PathwaysTarget
+
+        return PathwaysTarget()
     try:
         return _TARGETS[backend.name]
     except KeyError:

@@ -86,6 +86,23 @@ def pinned_requirements(distribution: str = DISTRIBUTION) -> list[str]:
     return sorted(out)
 
 
+RUNNER_TOOLS = ("debugpy",)
+"""Installed in every image Kinetic builds besides its own dependencies: debugpy, so that
+any job can run with ``debug=True`` (see ``runner/debug.py``). Pinned to the version
+installed here when there is one."""
+
+
+def tool_requirements() -> list[str]:
+    """:data:`RUNNER_TOOLS` as requirement lines."""
+    out = []
+    for name in RUNNER_TOOLS:
+        try:
+            out.append(f"{name}=={importlib.metadata.version(name)}")
+        except importlib.metadata.PackageNotFoundError:
+            out.append(name)
+    return out
+
+
 def package_sources() -> dict[str, bytes]:
     """The ``kinetic`` and ``runner`` packages' files (``.py``, ``py.typed``). Blocking."""
     files: dict[str, bytes] = {}
@@ -105,7 +122,7 @@ def runner_inputs() -> tuple[tuple[str, ...], dict[str, bytes], dict[str, str]]:
     the code running here is what goes into the image. Blocking the first time."""
     sources = package_sources()
     digests = {p: hashlib.sha256(d).hexdigest() for p, d in sources.items()}
-    return tuple(pinned_requirements()), sources, digests
+    return (*pinned_requirements(), *tool_requirements()), sources, digests
 
 
 def plan(

@@ -52,6 +52,7 @@ class RemoteFunction(Generic[P, R]):
         cancel_running_on_fail: bool = False,
         name: str | None = None,
         tags: Mapping[str, str] | None = None,
+        pod_per_input: bool = False,
     ) -> BatchHandle:
         """Fan out over ``inputs``; see ``kinetic.aio.RemoteFunction.run_async_map``."""
         return BatchHandle(
@@ -66,6 +67,7 @@ class RemoteFunction(Generic[P, R]):
                     cancel_running_on_fail=cancel_running_on_fail,
                     name=name,
                     tags=tags,
+                    pod_per_input=pod_per_input,
                 )
             )
         )

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kinetic._core.records import JobRecord
 from kinetic._core.status import JobStatus, StatusReport
 from kinetic._engine import handle as _aio_handle
 from kinetic._engine.outcome import KnownOutcome, capture
 from kinetic._sync.portal import call, iterate
+
+if TYPE_CHECKING:
+    from kinetic._sync.debug import DebugForward
 
 StatusChangeCallback = Callable[[JobStatus], None]
 
@@ -86,6 +89,21 @@ class JobHandle(JobRecord):
                 stream_logs=stream_logs,
                 on_status_change=on_status_change,
             )
+        )
+
+    def debug_attach(
+        self,
+        local_port: int = 5678,
+        working_dir: str | None = None,
+        *,
+        timeout: float | None = 600.0,
+    ) -> DebugForward:
+        """Forward a debug job's debugger to ``127.0.0.1:local_port`` and print a VS Code
+        launch configuration; see ``kinetic.aio.JobHandle.debug_attach``."""
+        from kinetic._sync.debug import DebugForward
+
+        return DebugForward(
+            call(functools.partial(self.aio.debug_attach, local_port, working_dir, timeout=timeout))
         )
 
     def cancel(self, cleanup_timeout: float = 180.0, cleanup_poll_interval: float = 2.0) -> None:

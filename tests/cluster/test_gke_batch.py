@@ -1,4 +1,5 @@
-"""Batches on the GKE backend, on the real testbed: one Kubernetes Job per input.
+"""Batches on the GKE backend with ``pod_per_input=True``, on the real testbed: one
+Kubernetes Job per input (the default, a worker pool, is tested in test_gke_pool.py).
 
 Submitted through the public API (``run_async_map(..., backend="gke")``); pods run
 the runner's member mode and write their outcomes to fake-gcs-server.
@@ -90,7 +91,7 @@ def test_results_in_input_order_within_the_request_and_write_budget(gke: GKETarg
         client._open = counting_open  # type: ignore[method-assign]
         backend.storage.write = counting_write  # type: ignore[method-assign]
         try:
-            batch = await fn.aio.run_async_map(range(n), max_concurrent=limit)
+            batch = await fn.aio.run_async_map(range(n), max_concurrent=limit, pod_per_input=True)
             seen_running = 0
             async for _ in batch.as_completed(timeout=180):
                 seen_running = max(seen_running, batch.progress()["running"])
@@ -128,7 +129,7 @@ def test_results_in_input_order_within_the_request_and_write_budget(gke: GKETarg
 
 def test_failing_input_is_a_batch_error_and_retries_rerun(gke: GKETarget) -> None:
     fn = kinetic.run(**gke.run_args())(flaky)
-    batch = fn.run_async_map([0, 1, 2, 3], retries=1, max_concurrent=4)
+    batch = fn.run_async_map([0, 1, 2, 3], retries=1, max_concurrent=4, pod_per_input=True)
     with pytest.raises(kinetic.BatchError) as info:
         batch.results(timeout=180, cleanup=False)
     err = info.value
@@ -147,7 +148,7 @@ def test_failing_input_is_a_batch_error_and_retries_rerun(gke: GKETarget) -> Non
 
 def test_cancel_stops_queued_inputs(gke: GKETarget) -> None:
     fn = kinetic.run(**gke.run_args())(sleeper)
-    batch = fn.run_async_map([60.0] * 6, max_concurrent=2)
+    batch = fn.run_async_map([60.0] * 6, max_concurrent=2, pod_per_input=True)
 
     def two_running() -> bool:
         running = Counter(s for _, s in batch.statuses())[JobStatus.RUNNING] == 2
@@ -178,7 +179,7 @@ def test_attach_batch_from_another_process_finishes_it(gke: GKETarget) -> None:
 import os, kinetic
 from tests.cluster.test_gke_batch import square
 fn = kinetic.run(**{gke.run_args()!r})(square)
-batch = fn.run_async_map(range(5), max_concurrent=2)
+batch = fn.run_async_map(range(5), max_concurrent=2, pod_per_input=True)
 print(batch.group_id, flush=True)
 os._exit(0)
 """
@@ -208,7 +209,11 @@ def fail_on_zero(x: float) -> float:
 def test_fail_fast_cancels_running_siblings_and_queued_inputs(gke: GKETarget) -> None:
     fn = kinetic.run(**gke.run_args())(fail_on_zero)
     batch = fn.run_async_map(
-        [60.0, 0, 60.0, 60.0, 60.0], max_concurrent=3, fail_fast=True, cancel_running_on_fail=True
+        [60.0, 0, 60.0, 60.0, 60.0],
+        max_concurrent=3,
+        fail_fast=True,
+        cancel_running_on_fail=True,
+        pod_per_input=True,
     )
     out = batch.results(timeout=120, return_exceptions=True, cleanup=False)
     assert isinstance(out[1], RuntimeError)
@@ -219,7 +224,7 @@ def test_fail_fast_cancels_running_siblings_and_queued_inputs(gke: GKETarget) ->
 
 def test_pod_deleted_mid_run_fails_that_input_with_the_reason(gke: GKETarget) -> None:
     fn = kinetic.run(**gke.run_args())(sleeper)
-    batch = fn.run_async_map([0.1, 60.0], max_concurrent=2)
+    batch = fn.run_async_map([0.1, 60.0], max_concurrent=2, pod_per_input=True)
     victim = batch.jobs[1]
     assert victim is not None
 
@@ -258,7 +263,7 @@ def test_pod_deleted_mid_run_fails_that_input_with_the_reason(gke: GKETarget) ->
 def test_inputs_that_cannot_start_fail_after_the_grace(gke: GKETarget) -> None:
     image = gke.image.rsplit(":", 1)[0] + ":no-such-tag"
     fn = kinetic.run(**gke.run_args(container_image=image))(square)
-    batch = fn.run_async_map([1, 2], retries=2)
+    batch = fn.run_async_map([1, 2], retries=2, pod_per_input=True)
     out = batch.results(timeout=90, return_exceptions=True, cleanup=False)
     assert all(isinstance(v, kinetic.JobFailedError) and v.phase == "start" for v in out), out
     deadline = time.monotonic() + 30
@@ -271,5 +276,5 @@ def test_inputs_that_cannot_start_fail_after_the_grace(gke: GKETarget) -> None:
 def test_missing_namespace_is_a_config_error_and_leaves_no_batch(gke: GKETarget) -> None:
     fn = kinetic.run(**gke.run_args(namespace="no-such-namespace"))(square)
     with pytest.raises(kinetic.ConfigError, match="no-such-namespace"):
-        fn.run_async_map([1, 2])
+        fn.run_async_map([1, 2], pod_per_input=True)
     assert [k for k in gke.object_names() if k.startswith("_groups/")] == []

@@ -32,12 +32,21 @@ def test_unknown_backend_from_environment(
     assert job_dirs(kinetic_env) == []
 
 
-@pytest.mark.parametrize("accelerator", ["tpu-v5litepod-4", "gpu-l4", "v5e-2x4", "l4x4:spot"])
+@pytest.mark.parametrize(
+    ("accelerator", "match"),
+    [
+        ("tpu-v5litepod-4", "has no TPU"),
+        ("v5e-2x4", "has no TPU"),
+        ("gpu-l4", "needs 1 GPU.*has 0: none"),
+        ("l4x4:spot", "needs 4 GPU.*has 0: none"),
+    ],
+)
 def test_local_backend_refuses_accelerators_it_cannot_provide(
-    accelerator: str, kinetic_env: Path
+    accelerator: str, match: str, kinetic_env: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv("KINETIC_LOCAL_GPUS", "")  # a machine without GPUs, even with NVML
     fn = kinetic.run(accelerator=accelerator)(plain)
-    with pytest.raises(kinetic.AcceleratorError, match="local backend cannot provide"):
+    with pytest.raises(kinetic.AcceleratorError, match=match):
         fn.run_async(1)
     assert job_dirs(kinetic_env) == []
 

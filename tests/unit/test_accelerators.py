@@ -19,7 +19,6 @@ from kinetic._core.accelerators import (
     GpuConfig,
     TpuConfig,
     jax_platforms,
-    local_supported,
     node_selector,
     parse_accelerator,
     resource_limits,
@@ -305,7 +304,6 @@ def test_gpu_pod_fields() -> None:
     assert resource_requests(cfg) == {"nvidia.com/gpu": "4"}
     assert tolerations(cfg) == [GPU_TOLERATION]
     assert jax_platforms(cfg) == "cuda"
-    assert local_supported(cfg) is False
 
 
 def test_gpu_spot_pod_fields() -> None:
@@ -333,7 +331,6 @@ def test_tpu_pod_fields(name: str, accelerator: str, topology: str, per_node: st
     assert resource_requests(cfg) == {"google.com/tpu": per_node}
     assert tolerations(cfg) == [TPU_TOLERATION]
     assert jax_platforms(cfg) == "tpu"
-    assert local_supported(cfg) is False
 
 
 def test_tpu_spot_pod_fields() -> None:
@@ -357,14 +354,12 @@ def test_cpu_pod_fields(name: str, resources: dict[str, str]) -> None:
     assert resource_requests(cfg) == resources
     assert tolerations(cfg) == []
     assert jax_platforms(cfg) == "cpu"
-    assert local_supported(cfg) is True
 
 
 def test_cpu_spot_pod_fields() -> None:
     cfg = parse_accelerator("cpu:spot")
     assert node_selector(cfg) == {SPOT_SEL: "true"}
     assert tolerations(cfg) == [SPOT_TOLERATION]
-    assert local_supported(cfg) is True
 
 
 def test_pod_fields_are_fresh_objects() -> None:

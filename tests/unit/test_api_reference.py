@@ -19,14 +19,14 @@ API_MD = Path(__file__).resolve().parents[2] / "docs" / "api.md"
 
 def _sections() -> dict[str, str]:
     text = API_MD.read_text()
-    parts = re.split(r"^## ", text, flags=re.M)
+    parts = re.split(r"^## ", text, flags=re.MULTILINE)
     return {p.split("\n", 1)[0].strip(): p for p in parts[1:]}
 
 
 def _documented(section: str) -> dict[str, str]:
     """name -> parameter list, from table rows and bullets written as `name(params)`."""
     out: dict[str, str] = {}
-    for m in re.finditer(r"^(?:\| |- )`(?:f\.)?(\w+)\(([^`]*)\)`", section, flags=re.M):
+    for m in re.finditer(r"^(?:\| |- )`(?:f\.)?(\w+)\(([^`]*)\)`", section, flags=re.MULTILINE):
         if m.group(1) != "f":  # `f(*args, **kwargs)`: calling the decorated function itself
             out[m.group(1)] = m.group(2)
     return out
@@ -86,7 +86,7 @@ def test_documented_signature_is_the_real_one(
 
 def test_run_signature_is_the_documented_one() -> None:
     block = _sections()["`kinetic.run(...)`"]
-    m = re.search(r"```python\nrun\((.*?)\)\n```", block, flags=re.S)
+    m = re.search(r"```python\nrun\((.*?)\)\n```", block, flags=re.DOTALL)
     assert m is not None
     documented = _normalise(m.group(1))
     assert _render(kinetic.run) == documented

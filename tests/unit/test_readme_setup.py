@@ -79,3 +79,13 @@ def test_readme_layout_map_names_every_package_folder() -> None:
     ]
     missing = [name for name in folders if f"{name}/" not in layout]
     assert missing == [], f"README's layout map does not name {missing}"
+
+
+def test_tox_never_writes_a_venv_redirect_file() -> None:
+    # tox >= 4.6x writes `.venv` (a file naming a tox env) unless told not to; the README's
+    # `python3 -m venv .venv` then fails in that checkout.
+    import configparser
+
+    config = configparser.ConfigParser()
+    config.read(REPO / "tox.ini")
+    assert config.get("tox", "venv_redirect", fallback=None) == "false"

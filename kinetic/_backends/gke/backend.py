@@ -21,8 +21,10 @@ stuck for ``start_grace`` seconds ends it: the Job is deleted and a final record
 Likewise a job whose pod vanished before finishing is ended (Kubernetes would
 otherwise start a replacement pod: Kinetic never retries behind the user's back).
 
-Inputs of a batch (``group_id`` set) are one Job per attempt, driven by
-:mod:`kinetic._backends.gke.batch`; their handles' methods go there.
+Batches go to :class:`~kinetic._backends.gke.pool.GKEBatchEngines`: one Job whose
+pods are a worker pool (:mod:`kinetic._backends.gke.pool`, the default), or one Job
+per input (:mod:`kinetic._backends.gke.batch`, ``pod_per_input=True``); the methods
+of their inputs' handles go there too.
 """
 
 from __future__ import annotations
@@ -34,8 +36,8 @@ from typing import Any
 import anyio
 
 from kinetic._backends.base import JobRef, StatusCallback, logs_once_over
-from kinetic._backends.gke.batch import GKEBatches
 from kinetic._backends.gke.client import KubeClient
+from kinetic._backends.gke.pool import GKEBatchEngines
 from kinetic._backends.gke.watch import SharedWatch
 from kinetic._core import k8s_spec, k8s_status
 from kinetic._core.accelerators import AcceleratorConfig
@@ -99,7 +101,7 @@ class GKEBackend:
         self.options = options or GKEOptions()
         self.storage = storage or GCSStorage(bucket)
         self._pending_specs: dict[str, dict[str, Any]] = {}
-        self.batches = GKEBatches(self)
+        self.batches = GKEBatchEngines(self)
 
     def __repr__(self) -> str:
         return f"GKEBackend({self.bucket!r}, namespace={self.namespace!r})"

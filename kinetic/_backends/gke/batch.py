@@ -1,4 +1,6 @@
-"""Batches on GKE: one Kubernetes Job per input, driven from the consumer's awaits.
+"""Batches on GKE with ``pod_per_input=True``: one Kubernetes Job per input, driven from
+the consumer's awaits. (The default, a worker pool on one Job that needs no client, is
+:mod:`kinetic._backends.gke.pool`.)
 
 Theory of operation
 -------------------

@@ -147,6 +147,14 @@ class KubeClient:
             raise ConfigError(f"cannot load the Kubernetes configuration: {exc}") from exc
         return k8s_client.ApiClient(configuration=cfg)
 
+    async def configuration(self) -> Any:
+        """The loaded kubernetes-asyncio ``Configuration``, for connections this client
+        does not make itself (the port-forward websockets of debug mode).
+
+        :raises ConfigError: the Kubernetes configuration cannot be loaded.
+        """
+        return (await self._client()).configuration
+
     # -- the boundary -----------------------------------------------------------------
 
     async def _open(
@@ -390,6 +398,14 @@ class KubeClient:
             timeout=timeout,
         )
         return result
+
+    async def get(self, path: str, *, what: str, timeout: float = DEFAULT_TIMEOUT) -> Any:
+        """GET any API path (diagnostics: ``kinetic doctor``); its JSON, or None on 404.
+
+        :raises ConfigError: the Kubernetes configuration cannot be loaded.
+        :raises BackendError: refused, failed or unreachable within ``timeout``.
+        """
+        return await self._request("GET", path, what=what, timeout=timeout)
 
     async def pod_log(
         self,

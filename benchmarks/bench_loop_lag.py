@@ -1,0 +1,245 @@
+"""Awaiting jobs inside an async application: event-loop lag and throughput, one run.
+
+A 5 ms heartbeat task runs in the same loop as the work; its lag (how late each
+``asyncio.sleep(0.005)`` wakes up) is what every other request of an async service would
+wait. Measured on the local backend, with a no-op function in a tiny project of its own:
+
+(a) ``--jobs`` (100) concurrent single jobs from one loop, each
+    ``job = await f.run_async(i)`` then ``await job.result()``: heartbeat lag p99 / max
+    and jobs/s. Targets (issue 16): p99 <= 5 ms, max <= 20 ms, >= 100 jobs/s.
+(b) a ``--inputs`` (2,000) input batch consumed with
+    ``async for h in batch.as_completed(): await h.result()``: lag p99 / max and
+    inputs/s. Targets: p99 <= 5 ms, max <= 20 ms.
+(c) one blocking job round trip ``fn()`` (sync facade) versus
+    ``python -c "import cloudpickle"`` (same interpreter), interleaved, medians.
+    Target: <= 1.0x.
+
+Usage: ``benchmarks/.envs/kinetic/bin/python benchmarks/bench_loop_lag.py [--label L]``
+(another interpreter re-executes itself with that one unless it imports this
+repository's kinetic). Results are merged into ``benchmarks/results/loop_lag.json`` under
+``--label`` (default ``current``), so a "before" and an "after" run sit side by side.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import json
+import os
+import shutil
+import statistics
+import sys
+import time
+import traceback
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+from _common import (
+    RESULTS,
+    ensure_kinetic_interpreter,
+    isolated_project,
+    machine,
+    median,
+    ms,
+    time_subprocess,
+    verdict,
+    write_results,
+)
+
+TARGET_LAG_P99_MS = 5.0
+TARGET_LAG_MAX_MS = 20.0
+TARGET_JOBS_PER_S = 100.0
+TARGET_ROUND_TRIP_RATIO = 1.0
+HEARTBEAT = 0.005
+
+JOBS_MODULE = '''\
+"""No-op jobs for bench_loop_lag."""
+
+
+def noop(i=None):
+    return i
+'''
+
+
+def _p99(values: list[float]) -> float:
+    if len(values) < 2:
+        return values[0] if values else 0.0
+    return statistics.quantiles(values, n=100, method="inclusive")[98]
+
+
+async def _with_heartbeat(work: Callable[[], Awaitable[int]]) -> dict[str, Any]:
+    """Run ``work`` beside a 5 ms heartbeat; its lags, the wall time, and the work's count."""
+    lags: list[float] = []
+    done = asyncio.Event()
+
+    async def heartbeat() -> None:
+        while not done.is_set():
+            t = time.perf_counter()
+            await asyncio.sleep(HEARTBEAT)
+            lags.append(max(0.0, time.perf_counter() - t - HEARTBEAT))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(heartbeat)
+        await asyncio.sleep(0.05)  # the heartbeat is running before the work starts
+        start = time.perf_counter()
+        try:
+            count = await work()
+        finally:
+            done.set()
+        wall = time.perf_counter() - start
+    return {
+        "count": count,
+        "wall_s": round(wall, 3),
+        "per_s": round(count / wall, 1),
+        "lag_p99_ms": ms(_p99(lags)),
+        "lag_max_ms": ms(max(lags, default=0.0)),
+        "lag_median_ms": ms(statistics.median(lags) if lags else 0.0),
+        "beats": len(lags),
+    }
+
+
+def concurrent_jobs(ns: argparse.Namespace, fn: Any) -> list[dict[str, Any]]:
+    async def one(i: int) -> None:
+        job = await fn.run_async(i)
+        value = await job.result()
+        assert value == i, (value, i)
+
+    async def work() -> int:
+        await asyncio.gather(*(one(i) for i in range(ns.jobs)))
+        return ns.jobs
+
+    async def main() -> list[dict[str, Any]]:
+        await one(-1)  # warm: context archive stored, launcher (if any) started
+        return [await _with_heartbeat(work) for _ in range(ns.rounds)]
+
+    return asyncio.run(main())
+
+
+def batch_as_completed(ns: argparse.Namespace, fn: Any) -> list[dict[str, Any]]:
+    async def work() -> int:
+        batch = await fn.run_async_map(range(ns.inputs))
+        n = 0
+        async for h in batch.as_completed():
+            await h.result()
+            n += 1
+        await batch.cleanup()
+        return n
+
+    async def main() -> list[dict[str, Any]]:
+        return [await _with_heartbeat(work) for _ in range(ns.rounds)]
+
+    return asyncio.run(main())
+
+
+def round_trip(ns: argparse.Namespace, noop: Any, cwd: Any) -> dict[str, Any]:
+    cp = [sys.executable, "-c", "import cloudpickle"]
+    for _ in range(3):
+        noop()
+        time_subprocess(cp, cwd=cwd)
+    samples: dict[str, list[float]] = {"import_cloudpickle": [], "fn_call": []}
+    tasks: dict[str, Callable[[], object]] = {
+        "import_cloudpickle": lambda: time_subprocess(cp, cwd=cwd),
+        "fn_call": noop,
+    }
+    names = list(tasks)
+    for r in range(ns.runs):
+        for name in names[r % 2 :] + names[: r % 2]:
+            start = time.perf_counter()
+            tasks[name]()
+            samples[name].append(time.perf_counter() - start)
+    base = median(samples["import_cloudpickle"])
+    ratio = median(samples["fn_call"]) / base
+    return {
+        "median_ms": {k: ms(median(v)) for k, v in samples.items()},
+        "ratio_to_import_cloudpickle": round(ratio, 3),
+        "target_ratio": TARGET_ROUND_TRIP_RATIO,
+        "verdict": verdict(ratio, TARGET_ROUND_TRIP_RATIO),
+    }
+
+
+def _lag_verdicts(rows: list[dict[str, Any]]) -> dict[str, str]:
+    worst_p99 = max(r["lag_p99_ms"] for r in rows)
+    worst_max = max(r["lag_max_ms"] for r in rows)
+    return {
+        "lag_p99": verdict(worst_p99, TARGET_LAG_P99_MS),
+        "lag_max": verdict(worst_max, TARGET_LAG_MAX_MS),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--label", default="current", help="key in loop_lag.json")
+    parser.add_argument("--jobs", type=int, default=100)
+    parser.add_argument("--inputs", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=2, help="rounds of (a) and (b)")
+    parser.add_argument("--runs", type=int, default=10, help="timed round trips in (c)")
+    parser.add_argument("--skip-batch", action="store_true")
+    ns = parser.parse_args()
+    ensure_kinetic_interpreter()
+
+    workdir, project = isolated_project("kbench-lag-", "kbench_lag", JOBS_MODULE)
+    import kinetic
+    from kinetic import aio
+
+    mod = importlib.import_module("kbench_lag")
+    afn = aio.run(backend="local")(mod.noop)
+    sfn = kinetic.run(backend="local")(mod.noop)
+
+    out: dict[str, Any] = {"machine": machine()}
+    try:
+        print(f"(a) {ns.jobs} concurrent single jobs, {ns.rounds} rounds ...", flush=True)
+        rows = concurrent_jobs(ns, afn)
+        out["concurrent_jobs"] = {
+            "jobs": ns.jobs,
+            "rounds": rows,
+            "verdict": _lag_verdicts(rows)
+            | {
+                "jobs_per_s": verdict(
+                    min(r["per_s"] for r in rows), TARGET_JOBS_PER_S, lower_is_better=False
+                )
+            },
+        }
+        if not ns.skip_batch:
+            print(
+                f"(b) a {ns.inputs}-input batch, as_completed, {ns.rounds} rounds ...", flush=True
+            )
+            rows = batch_as_completed(ns, afn)
+            out["batch_as_completed"] = {
+                "inputs": ns.inputs,
+                "rounds": rows,
+                "verdict": _lag_verdicts(rows),
+            }
+        print(f"(c) blocking round trip, {ns.runs} runs ...", flush=True)
+        out["round_trip"] = round_trip(ns, sfn, project)
+    except Exception:
+        traceback.print_exc()
+        raise
+    finally:
+        os.chdir("/")
+        shutil.rmtree(workdir, ignore_errors=True)
+
+    print(json.dumps(out, indent=2))
+    path = RESULTS / "loop_lag.json"
+    try:
+        previous = json.loads(path.read_text()) if path.exists() else {}
+    except ValueError:
+        previous = {}
+    previous = previous if isinstance(previous, dict) else {}
+    previous.setdefault("benchmark", "bench_loop_lag")
+    previous.setdefault(
+        "targets",
+        {
+            "lag_p99_ms": TARGET_LAG_P99_MS,
+            "lag_max_ms": TARGET_LAG_MAX_MS,
+            "jobs_per_s": TARGET_JOBS_PER_S,
+            "round_trip_ratio": TARGET_ROUND_TRIP_RATIO,
+        },
+    )
+    previous[ns.label] = out
+    print(f"\nwrote {write_results('loop_lag', previous)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,501 @@
+"""Batches on GKE run by a worker pool: one Kubernetes Job for the whole batch.
+
+Theory of operation
+-------------------
+Submission recorded the batch (function, input chunks, manifest); :meth:`GKEPool.launch`
+creates its one Job (:func:`kinetic._core.k8s_spec.pool_job_manifest`), whose pods are
+workers (:mod:`runner.pool`) that claim inputs in storage, run them and write their
+outcomes, and exit when none is left. From then on the batch needs no client: a
+process that follows it (``results()``, ``as_completed()``, ``attach_batch`` from any
+machine) only *reads*, and decides with :mod:`kinetic._core.pool_plan`:
+
+1. storage shows the progress: outcome objects (each read once, cached), claim objects
+   (running inputs) and the stop record. Storage is polled (every 0.2 s while inputs
+   finish, backing off to 2 s while nothing changes): it has no watch;
+2. the cluster is looked at rarely (:func:`~kinetic._core.pool_plan.look_due`): a list
+   of the pool's pods, and the Job itself only when no pod is active. Rarely, because
+   Kubernetes requests are the scarce resource: a batch of thousands of inputs costs
+   a handful (creating the Job, a few looks, deleting it at cleanup);
+3. the decision: report what finished and what runs; once a stopped batch has no pod
+   left, report the stop (every input without an outcome then never ran); fail the
+   batch when the pool cannot run — pods that cannot start for ``start_grace`` seconds
+   (an image that cannot be pulled, say: a stop record with reason ``failed``, phase
+   ``start``, and the Job deleted), a failed Job, a Job that completed with inputs
+   left; and re-create a Job that vanished while inputs remain (a pool keeps nothing
+   but what is in storage: a new one carries on where the old one stopped).
+
+``cancel()`` records ``stop.json`` and deletes the Job and its pods (two requests).
+Delivery is at-least-once: an input whose worker died runs again once its claim's
+lease expired (its outcome object is created only once: the first one stands).
+
+:class:`GKEBatchEngines` is the backend's batch runner: it hands each batch to this
+engine or to the one-Job-per-input engine (:mod:`kinetic._backends.gke.batch`),
+as its manifest says.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator, Collection
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import cloudpickle
+
+from kinetic._backends.base import JobRef, StatusCallback
+from kinetic._backends.gke.batch import GKEBatches, _first_error
+from kinetic._backends.local import member_report, stopped_report
+from kinetic._backends.local_batch import BatchEvents
+from kinetic._core import accelerators, k8s_spec, pool_plan
+from kinetic._core.status import JobStatus, StatusReport
+from kinetic._exceptions import ObjectNotFoundError
+from kinetic._storage.base import Storage
+from runner import protocol
+
+if TYPE_CHECKING:
+    from kinetic._backends.gke.backend import GKEBackend
+
+log = logging.getLogger(__name__)
+
+_IO_CONCURRENCY = 16
+
+
+class GKEPool:
+    """The worker-pool batch engine of one backend (a
+    :class:`~kinetic._engine.batch_runner.BatchRunner`)."""
+
+    def __init__(self, backend: GKEBackend) -> None:
+        self.backend = backend
+        self._followers: dict[str, _Follower] = {}
+
+    @property
+    def storage(self) -> Storage:
+        return self.backend.storage
+
+    def follower(self, group_id: str) -> _Follower:
+        """This process's follower of the batch (one per batch and backend)."""
+        found = self._followers.get(group_id)
+        if found is None:
+            found = self._followers[group_id] = _Follower(self.backend, group_id)
+        return found
+
+    async def launch(self, group_id: str) -> None:
+        """Create the batch's Job (idempotent: it exists already is success).
+
+        :raises ConfigError: the namespace does not exist.
+        """
+        await self.follower(group_id).create_job()
+
+    async def follow(self, group_id: str, known: Collection[int]) -> AsyncIterator[BatchEvents]:
+        follower = self.follower(group_id)
+        while True:
+            yield await follower.step(known)
+
+    async def snapshot(self, group_id: str, known: Collection[int]) -> BatchEvents:
+        return await self.follower(group_id).snapshot(known)
+
+    async def load_many(
+        self, group_id: str, indices: list[int]
+    ) -> dict[int, tuple[dict[str, Any], bytes]]:
+        return await self.follower(group_id).load_many(indices)
+
+    async def cancel(self, group_id: str) -> bool:
+        record = {"reason": "cancelled", "detail": "the batch was cancelled", "phase": None}
+        await self.follower(group_id).stop_pool(record)
+        return True
+
+    async def release(self, group_id: str) -> None:
+        follower = self.follower(group_id)
+        await follower.delete_pool()
+
+    # -- one input's handle ---------------------------------------------------------
+
+    async def member_status(self, job: JobRef) -> StatusReport:
+        """The input's outcome, else the stop record, else whether a live claim holds it."""
+        group_id, index = str(job.group_id), _index(job)
+        follower = self.follower(group_id)
+        loaded = await follower.load_many([index])
+        if index in loaded:
+            return member_report(loaded[index][0])
+        stop = await follower.read_json(protocol.group_stop_key(group_id))
+        if stop is not None:
+            return stopped_report(stop)
+        if not await self.storage.exists(protocol.group_manifest_key(group_id)):
+            return StatusReport(JobStatus.NOT_FOUND, reason="no records for this batch")
+        claim = await follower.latest_claim(index)
+        if claim is not None and claim.expires > time.time():
+            return StatusReport(JobStatus.RUNNING)
+        return StatusReport(JobStatus.PENDING)
+
+    async def member_wait(self, job: JobRef, on_change: StatusCallback | None) -> StatusReport:
+        """Follow the batch until input ``job`` is over."""
+        follower = self.follower(str(job.group_id))
+        last: StatusReport | None = None
+        while True:
+            report = await self.member_status(job)
+            if on_change is not None and report != last:
+                await on_change(report)
+            last = report
+            if report.status.is_terminal:
+                return report
+            await follower.step(set(follower.outcomes))
+
+    async def member_logs(self, job: JobRef) -> str:
+        """The input's output: kept in its outcome, else read from its worker's pod log."""
+        group_id, index = str(job.group_id), _index(job)
+        follower = self.follower(group_id)
+        loaded = await follower.load_many([index])
+        if index in loaded:
+            return str(loaded[index][0].get("output") or "")
+        claim = await follower.latest_claim(index)
+        if claim is None or claim.expires <= time.time():
+            return ""
+        text = await self.backend.client.pod_log(job.namespace, claim.worker)
+        return _input_section(text or "", index)
+
+    async def member_cancel(self, job: JobRef) -> None:
+        """Record the input cancelled unless it has an outcome; its worker ends it at its
+        next lease renewal (a pod runs many inputs: it is not deleted)."""
+        group_id, index = str(job.group_id), _index(job)
+        follower = self.follower(group_id)
+        if await follower.load_many([index]):
+            return
+        header = {"state": "cancelled", "attempt": 0, "error": "cancelled"}
+        payload = bytes(
+            cloudpickle.dumps(protocol.result_payload(success=False, error="cancelled"))
+        )
+        key = protocol.group_outcome_key(group_id, index)
+        await self.storage.create_if_absent(key, protocol.encode_outcome(header, payload))
+        follower.forget(index)  # read back whichever outcome stood
+
+    async def member_result(self, job: JobRef) -> bytes:
+        """The input's result payload. :raises ObjectNotFoundError: when it has none."""
+        group_id, index = str(job.group_id), _index(job)
+        loaded = await self.follower(group_id).load_many([index])
+        if index not in loaded:
+            raise ObjectNotFoundError(protocol.group_outcome_key(group_id, index), self.storage.url)
+        return loaded[index][1]
+
+
+class _Follower:
+    """Follows one pool batch from storage and (rarely) the cluster; see the module
+    docstring. Keeps only caches of what storage says, so any number of followers, in
+    any processes, agree."""
+
+    def __init__(self, backend: GKEBackend, group_id: str) -> None:
+        self.backend = backend
+        self.group_id = group_id
+        self.manifest: dict[str, Any] | None = None
+        self.book: pool_plan.PoolBook | None = None
+        self.state = pool_plan.FollowState()
+        self.outcomes: dict[int, tuple[dict[str, Any], bytes]] = {}
+        self.lock = anyio.Lock()
+
+    @property
+    def storage(self) -> Storage:
+        return self.backend.storage
+
+    async def read_json(self, key: str) -> Any:
+        try:
+            return protocol.load_json(await self.storage.read(key))
+        except (ObjectNotFoundError, ValueError):
+            return None
+
+    async def _load(self) -> pool_plan.PoolBook:
+        if self.book is None:
+            key = protocol.group_manifest_key(self.group_id)
+            self.manifest = protocol.load_json(await self.storage.read(key))
+            self.book = pool_plan.PoolBook(pool_plan.PoolOptions.from_manifest(self.manifest))
+        return self.book
+
+    @property
+    def namespace(self) -> str:
+        assert self.manifest is not None
+        return str(self.manifest["gke"]["namespace"])
+
+    # -- the cluster --------------------------------------------------------------------
+
+    def _job_manifest(self) -> dict[str, Any]:
+        assert self.manifest is not None
+        assert self.book is not None
+        gke = self.manifest["gke"]
+        job = k8s_spec.pool_job_manifest(
+            group_id=self.group_id,
+            workers=min(self.book.options.workers, self.book.options.total),
+            namespace=gke["namespace"],
+            image=gke["image"],
+            bucket=self.backend.bucket,
+            accelerator=accelerators.parse_accelerator(gke["accelerator"]),
+            output_dir=self.manifest["spec"]["output_dir"],
+            env=self.manifest["spec"]["env"],
+            pod=self.backend.options.pod,
+            func_name=self.manifest["func_name"],
+        )
+        if gke.get("fuse_buckets"):
+            job = k8s_spec.with_gcs_fuse(job, gke["fuse_buckets"])
+        return job
+
+    async def create_job(self) -> None:
+        await self._load()
+        await self.backend.client.create_job(self.namespace, self._job_manifest(), exist_ok=True)
+
+    async def delete_pool(self) -> None:
+        """Delete the Job, then its pods without grace (two requests)."""
+        await self._load()
+        selector = k8s_spec.group_selector(self.group_id)
+        await self.backend.client.delete_jobs(self.namespace, selector)
+        await self.backend.client.delete_pods(self.namespace, selector)
+
+    async def look(self) -> pool_plan.ClusterView:
+        """The pool's pods (one request), and its Job when no pod is active (one more)."""
+        client = self.backend.client
+        selector = k8s_spec.group_selector(self.group_id)
+        pods = (await client.list_objects("pods", self.namespace, selector)).get("items") or []
+        view = pool_plan.cluster_view(None, pods, job_known=False)
+        if view.active:
+            return view
+        job = await client.get_job(self.namespace, k8s_spec.pool_job_name(self.group_id))
+        return pool_plan.cluster_view(job, pods, job_known=True)
+
+    # -- storage ------------------------------------------------------------------------
+
+    async def _read_outcomes(self, indices: Collection[int]) -> None:
+        """Read (into the cache) the outcome objects of ``indices`` that exist."""
+        limiter = anyio.CapacityLimiter(_IO_CONCURRENCY)
+        book = await self._load()
+
+        async def one(index: int) -> None:
+            async with limiter:
+                try:
+                    data = await self.storage.read(protocol.group_outcome_key(self.group_id, index))
+                except ObjectNotFoundError:
+                    return
+            try:
+                header, payload = protocol.decode_outcome(data)
+            except ValueError:
+                log.warning("batch %s: outcome of input %d is corrupted", self.group_id, index)
+                return
+            self.outcomes[index] = (header, payload)
+            book.learn_outcome(index, str(header.get("state") or "failed"))
+
+        try:
+            async with anyio.create_task_group() as tg:
+                for index in indices:
+                    if index not in self.outcomes:
+                        tg.start_soon(one, index)
+        except BaseExceptionGroup as group:
+            raise _first_error(group) from None
+
+    async def load_many(self, indices: list[int]) -> dict[int, tuple[dict[str, Any], bytes]]:
+        await self._read_outcomes([i for i in indices if i not in self.outcomes])
+        return {i: self.outcomes[i] for i in indices if i in self.outcomes}
+
+    def forget(self, index: int) -> None:
+        self.outcomes.pop(index, None)
+
+    async def _read_claim(self, index: int, number: int) -> pool_plan.Claim:
+        try:
+            data = await self.storage.read(protocol.group_claim_key(self.group_id, index, number))
+        except ObjectNotFoundError:
+            return pool_plan.Claim(index, number, "?", 0.0)
+        from runner.pool_book import parse_claim
+
+        return parse_claim(index, number, data)
+
+    async def latest_claim(self, index: int) -> pool_plan.Claim | None:
+        """The input's latest claim, read from storage, or None."""
+        prefix = protocol.group_claims_prefix(self.group_id)
+        numbers = [
+            parsed[1]
+            async for key in self.storage.list(f"{prefix}{index:07d}.")
+            if (parsed := protocol.parse_claim_name(key.removeprefix(prefix))) is not None
+        ]
+        return await self._read_claim(index, max(numbers)) if numbers else None
+
+    async def refresh(self) -> None:
+        """List outcomes and claims; read what is new (and claims whose lease seems to
+        have run out: their holder may have renewed them); read the stop record."""
+        book = await self._load()
+        results = protocol.group_results_prefix(self.group_id)
+        found = [
+            index
+            async for key in self.storage.list(results)
+            if (index := protocol.parse_outcome_name(key.removeprefix(results))) is not None
+            and index not in book.outcomes
+        ]
+        await self._read_outcomes(found)
+        prefix = protocol.group_claims_prefix(self.group_id)
+        latest: dict[int, int] = {}
+        async for key in self.storage.list(prefix):
+            parsed = protocol.parse_claim_name(key.removeprefix(prefix))
+            if parsed is not None and parsed[0] not in book.outcomes:
+                latest[parsed[0]] = max(parsed[1], latest.get(parsed[0], -1))
+        wall = time.time()
+        stale = [
+            (index, number)
+            for index, number in latest.items()
+            if (known := book.claims.get(index)) is None
+            or known.number < number
+            or known.expires <= wall
+        ]
+        limiter = anyio.CapacityLimiter(_IO_CONCURRENCY)
+
+        async def one(index: int, number: int) -> None:
+            async with limiter:
+                book.learn_claim(await self._read_claim(index, number))
+
+        try:
+            async with anyio.create_task_group() as tg:
+                for index, number in stale:
+                    tg.start_soon(one, index, number)
+        except BaseExceptionGroup as group:
+            raise _first_error(group) from None
+        if book.stop is None:
+            stop = await self.read_json(protocol.group_stop_key(self.group_id))
+            if stop is not None:
+                book.learn_stop(stop)
+
+    async def stop_pool(self, record: dict[str, Any]) -> None:
+        """Record ``record`` as the stop (unless one stands), then end the pool."""
+        book = await self._load()
+        key = protocol.group_stop_key(self.group_id)
+        if book.stop is None:
+            await self.storage.create_if_absent(key, protocol.dump_json(record))
+            stop = await self.read_json(key)
+            book.learn_stop(stop if stop is not None else record)
+        await self.delete_pool()
+
+    # -- following ----------------------------------------------------------------------
+
+    async def _decide(self, *, drive: bool) -> pool_plan.FollowDecision:
+        """Look (when due), refresh, decide; with ``drive``, act on the decision."""
+        book = await self._load()
+        view: pool_plan.ClusterView | None = None
+        if pool_plan.look_due(self.state, now=anyio.current_time(), stopped=book.stop is not None):
+            view = await self.look()  # before storage: a finished pool's outcomes are all seen
+        await self.refresh()
+        decision = pool_plan.follow_step(
+            book,
+            self.state,
+            view=view,
+            now=anyio.current_time(),
+            wall=time.time(),
+            start_grace=self.backend.options.start_grace,
+        )
+        if drive:
+            self.state = decision.state
+            if decision.fail is not None:
+                log.info("batch %s: %s", self.group_id, decision.fail["detail"])
+                await self.stop_pool(decision.fail)
+            elif decision.create_job:
+                await self.create_job()
+        return decision
+
+    def _events(self, known: Collection[int], decision: pool_plan.FollowDecision) -> BatchEvents:
+        assert self.book is not None
+        done = [(i, s) for i, s in self.book.outcomes.items() if i not in known]
+        return BatchEvents(done=done, running=decision.running, stop=decision.stopped)
+
+    async def step(self, known: Collection[int]) -> BatchEvents:
+        """Follow the batch until an input not in ``known`` finished, or it stopped.
+
+        Cancelling it leaves nothing behind: everything it knows is in storage.
+        """
+        while True:
+            async with self.lock:
+                decision = await self._decide(drive=True)
+                events = self._events(known, decision)
+                assert self.book is not None
+                if events.done or events.stop is not None or self.book.settled:
+                    return events
+            await anyio.sleep(decision.wait)
+
+    async def snapshot(self, known: Collection[int]) -> BatchEvents:
+        """One look without acting: outcomes, running inputs, the stop once settled."""
+        async with self.lock:
+            decision = await self._decide(drive=False)
+            events = self._events(known, decision)
+            events.snapshot_complete = True
+            return events
+
+
+class GKEBatchEngines:
+    """The GKE backend's batch runner: each batch goes to the engine its manifest names
+    (a worker pool by default; one Job per input with ``pod_per_input=True``)."""
+
+    def __init__(self, backend: GKEBackend) -> None:
+        self.backend = backend
+        self.pool = GKEPool(backend)
+        self.per_input = GKEBatches(backend)
+        self._engines: dict[str, str] = {}
+
+    @property
+    def storage(self) -> Storage:
+        return self.backend.storage
+
+    async def engine(self, group_id: str) -> GKEPool | GKEBatches:
+        """The engine of the batch (an unknown batch goes to the per-input engine, which
+        reports it missing)."""
+        name = self._engines.get(group_id)
+        if name is None:
+            try:
+                data = await self.storage.read(protocol.group_manifest_key(group_id))
+            except ObjectNotFoundError:
+                return self.per_input
+            name = self._engines[group_id] = protocol.batch_engine(protocol.load_json(data))
+        return self.pool if name == protocol.ENGINE_POOL else self.per_input
+
+    async def launch(self, group_id: str) -> None:
+        await (await self.engine(group_id)).launch(group_id)
+
+    async def follow(self, group_id: str, known: Collection[int]) -> AsyncIterator[BatchEvents]:
+        engine = await self.engine(group_id)
+        async for events in engine.follow(group_id, known):
+            yield events
+
+    async def snapshot(self, group_id: str, known: Collection[int]) -> BatchEvents:
+        return await (await self.engine(group_id)).snapshot(group_id, known)
+
+    async def load_many(
+        self, group_id: str, indices: list[int]
+    ) -> dict[int, tuple[dict[str, Any], bytes]]:
+        return await (await self.engine(group_id)).load_many(group_id, indices)
+
+    async def cancel(self, group_id: str) -> bool:
+        return await (await self.engine(group_id)).cancel(group_id)
+
+    async def release(self, group_id: str) -> None:
+        await (await self.engine(group_id)).release(group_id)
+
+    async def member_status(self, job: JobRef) -> StatusReport:
+        return await (await self.engine(str(job.group_id))).member_status(job)
+
+    async def member_wait(self, job: JobRef, on_change: StatusCallback | None) -> StatusReport:
+        return await (await self.engine(str(job.group_id))).member_wait(job, on_change)
+
+    async def member_logs(self, job: JobRef) -> str:
+        return await (await self.engine(str(job.group_id))).member_logs(job)
+
+    async def member_cancel(self, job: JobRef) -> None:
+        await (await self.engine(str(job.group_id))).member_cancel(job)
+
+    async def member_result(self, job: JobRef) -> bytes:
+        return await (await self.engine(str(job.group_id))).member_result(job)
+
+
+def _index(job: JobRef) -> int:
+    index = job.group_index
+    if index is None:
+        raise ValueError(f"job {job.job_id} belongs to a batch but has no index")
+    return index
+
+
+def _input_section(text: str, index: int) -> str:
+    """The part of a worker's log written while it ran input ``index`` (its last run)."""
+    start = text.rfind(f"{protocol.INPUT_MARKER} {index}\n")
+    if start < 0:
+        return ""
+    body = text[text.index("\n", start) + 1 :]
+    end = body.find(protocol.INPUT_MARKER)
+    return body if end < 0 else body[:end]

@@ -1,0 +1,1 @@
+"""The pathways backend: multi-host TPU jobs as LeaderWorkerSets (see :mod:`.backend`)."""

@@ -1,0 +1,536 @@
+"""The pathways backend: a multi-host TPU job is one LeaderWorkerSet; objects live in GCS.
+
+Theory of operation
+-------------------
+Submission is the GKE backend's (same bucket, image, spec and payload); then
+:meth:`PathwaysBackend.launch` creates the LeaderWorkerSet built by
+:func:`kinetic._core.lws_spec.lws_manifest`: one group of ``hosts`` pods, leader
+(host 0) and workers, each running the runner on the same job. Each host writes its
+own outcome (``{job_id}/hosts/{i}/``, see :mod:`runner.protocol`), then its container
+ends once: StatefulSet pods restart it, and the restarted runner only idles, so a
+finished group never runs again.
+
+Status is derived by :func:`kinetic._core.lws_status.status_from_group` from the
+group's pods (the namespace's shared watch, the same one GKE jobs use: the pods carry
+Kinetic's labels), the LWS and the records. Storage is read only when a container
+ended or a pod or the LWS is going. A waiter that sees the job end writes the
+job-level final record (so every process agrees, even once the pods are gone) and
+deletes the LWS: it has no TTL, and idle hosts would otherwise hold their TPUs.
+A worker's failure therefore ends the job at once, while the leader still runs.
+
+The job's value is host 0's; a failed job's exception is the deciding host's, with a
+note naming the other failing hosts (this backend unpickles a payload only for that,
+in a worker thread). A job that cannot start (unschedulable pods, no pods from the
+LWS controller) fails after ``start_grace`` seconds, as on GKE.
+"""
+
+from __future__ import annotations
+
+import codecs
+import logging
+from collections.abc import AsyncIterator, Iterable, Mapping
+from typing import Any
+
+import anyio
+import anyio.to_thread
+
+from kinetic._backends.base import JobRef, StatusCallback
+from kinetic._backends.gke.backend import Cluster
+from kinetic._backends.gke.client import KubeClient
+from kinetic._backends.pathways.api import LwsApi
+from kinetic._core import accelerators, k8s_spec, k8s_status, lws_spec, lws_status
+from kinetic._core.accelerators import AcceleratorConfig
+from kinetic._core.gke_config import GKEOptions
+from kinetic._core.lws_status import GroupReport
+from kinetic._core.status import JobStatus, StatusReport
+from kinetic._exceptions import AcceleratorError, ConfigError, ObjectNotFoundError
+from kinetic._storage.gcs import GCSStorage
+from runner import protocol
+
+log = logging.getLogger(__name__)
+
+CANCEL_KEY = "cancel.json"
+PODLESS_AFTER = 3.0
+"""Seconds an LWS may have no pods before the controller is reported late."""
+LOG_RETRY = 1.0
+
+
+class PathwaysBackend:
+    """Multi-host TPU jobs as LeaderWorkerSets; storage is the GCS bucket ``bucket``.
+
+    :param bucket: the jobs bucket (the GKE backend's).
+    :param cluster: the loop's shared API client and watches.
+    :param namespace: the namespace new jobs go to (a handle names its own).
+    :param options: the GKE backend's knobs (pods, start grace, images).
+    :param group: the LWS API group (tests name one that does not exist).
+    """
+
+    name = "pathways"
+
+    def __init__(
+        self,
+        bucket: str,
+        cluster: Cluster,
+        *,
+        namespace: str = "default",
+        options: GKEOptions | None = None,
+        storage: GCSStorage | None = None,
+        group: str = lws_spec.GROUP,
+    ) -> None:
+        self.bucket = bucket
+        self.cluster = cluster
+        self.namespace = namespace
+        self.options = options or GKEOptions()
+        self.storage = storage or GCSStorage(bucket)
+        self.lws = LwsApi(cluster.client, group)
+        self._pending: dict[str, tuple[dict[str, Any], AcceleratorConfig]] = {}
+
+    def __repr__(self) -> str:
+        return f"PathwaysBackend({self.bucket!r}, namespace={self.namespace!r})"
+
+    @property
+    def client(self) -> KubeClient:
+        return self.cluster.client
+
+    # -- launching --------------------------------------------------------------------
+
+    async def check_cluster(self) -> None:
+        """Discover the LWS API version (cached per process).
+
+        :raises ConfigError: the cluster has no LeaderWorkerSet CRD (says how to install it).
+        :raises BackendError: the API server failed or could not be reached.
+        """
+        await self.lws.version()
+
+    def prepare(
+        self,
+        job_id: str,
+        *,
+        image: str,
+        accelerator: AcceleratorConfig,
+        output_dir: str,
+        env: Mapping[str, str],
+        func_name: str,
+        namespace: str,
+    ) -> dict[str, Any]:
+        """Build (and keep for :meth:`launch`) the pod template of every host: a GKE
+        job's manifest. Pure; raises ConfigError (AcceleratorError for non-TPU)."""
+        if accelerator.kind != "tpu":
+            raise AcceleratorError(
+                f"the pathways backend runs TPU slices, not {accelerator.name!r}"
+            )
+        manifest = k8s_spec.job_manifest(
+            job_id=job_id,
+            namespace=namespace,
+            image=image,
+            bucket=self.bucket,
+            accelerator=accelerator,
+            output_dir=output_dir,
+            env=env,
+            pod=self.options.pod,
+            func_name=func_name,
+        )
+        self._pending[job_id] = (manifest, accelerator)
+        return manifest
+
+    def mount_gcs_fuse(self, job_id: str, buckets: Iterable[str]) -> None:
+        """Add read-only GCS FUSE volumes for ``buckets`` to every host's pod."""
+        manifest, accel = self._pending[job_id]
+        self._pending[job_id] = (k8s_spec.with_gcs_fuse(manifest, buckets), accel)
+
+    def discard(self, job_id: str) -> None:
+        """Forget a prepared job (submission failed before launch)."""
+        self._pending.pop(job_id, None)
+
+    async def launch(self, job: JobRef) -> None:
+        """Create the job's LeaderWorkerSet.
+
+        :raises ConfigError: the namespace or the LWS CRD does not exist.
+        :raises BackendError: the API server refused or could not be reached.
+        """
+        prepared = self._pending.pop(job.job_id, None)
+        if prepared is None:
+            raise ValueError(f"job {job.job_id} was not prepared for launch")
+        manifest, accel = prepared
+        version = await self.lws.version()
+        await self.lws.create(
+            job.namespace, lws_spec.lws_manifest(manifest, accelerator=accel, version=version)
+        )
+
+    # -- status -----------------------------------------------------------------------
+
+    async def _hosts(self, job: JobRef, lws: Mapping[str, Any] | None = None) -> int:
+        name = getattr(job, "accelerator", None)
+        if isinstance(name, str) and name:
+            try:
+                return lws_spec.hosts_of(accelerators.parse_accelerator(name))
+            except ConfigError:
+                pass
+        if lws is None:
+            lws = await self.lws.get(job.namespace, job.k8s_name)
+        size = ((lws or {}).get("spec") or {}).get("leaderWorkerTemplate", {}).get("size")
+        return int(size) if isinstance(size, int) else 1
+
+    async def _read_json(self, key: str) -> Any:
+        try:
+            return protocol.load_json(await self.storage.read(key))
+        except (ObjectNotFoundError, ValueError):
+            return None
+
+    async def _host_finals(
+        self, job: JobRef, cache: dict[int, dict[str, Any]]
+    ) -> dict[int, dict[str, Any]]:
+        """The hosts' final records (one listing, then a read per record not yet seen;
+        records never change once written, so ``cache`` keeps them)."""
+        new: list[int] = []
+        async for key in self.storage.list(protocol.hosts_prefix(job.job_id)):
+            parsed = protocol.parse_host_key(job.job_id, key)
+            if parsed is not None and parsed[1] == "status.json" and parsed[0] not in cache:
+                new.append(parsed[0])
+
+        async def read(host: int) -> None:
+            record = await self._read_json(protocol.host_final_key(job.job_id, host))
+            if isinstance(record, dict):
+                cache[host] = record
+
+        async with anyio.create_task_group() as tg:
+            for host in new:
+                tg.start_soon(read, host)
+        return dict(cache)
+
+    async def _derive(
+        self,
+        job: JobRef,
+        hosts: int,
+        pods: list[dict[str, Any]],
+        *,
+        cache: dict[int, dict[str, Any]],
+        lost: Mapping[int, str] | None = None,
+        podless_for: float = 0.0,
+        lws_exists: bool | None = None,
+    ) -> GroupReport:
+        if lws_exists is None:
+            going = any((p.get("metadata") or {}).get("deletionTimestamp") for p in pods)
+            if pods and not going:
+                lws_exists = True  # its pods exist and none is going: no need to ask
+            else:
+                obj = await self.lws.get(job.namespace, job.k8s_name)
+                lws_exists = obj is not None and not (obj.get("metadata") or {}).get(
+                    "deletionTimestamp"
+                )
+        final: Any = None
+        cancelled = False
+        host_finals: dict[int, dict[str, Any]] = {}
+        recorded = True
+        if lost or lws_status.needs_records(pods, lws_exists=lws_exists):
+            final = await self._read_json(protocol.final_key(job.job_id))
+            if final is None:
+                cancelled = await self.storage.exists(f"{job.job_id}/{CANCEL_KEY}")
+                host_finals = await self._host_finals(job, cache)
+            if final is None and not cancelled and not lws_exists and not pods:
+                recorded = await self.storage.exists(protocol.handle_key(job.job_id))
+        podless_reason = None
+        if lws_exists and not pods and podless_for >= PODLESS_AFTER:
+            podless_reason = (
+                f"the LeaderWorkerSet has had no pods for {podless_for:.0f}s "
+                "(is the LeaderWorkerSet controller running?)"
+            )
+        return lws_status.status_from_group(
+            hosts=hosts,
+            final=final if isinstance(final, dict) else None,
+            cancelled=cancelled,
+            host_finals=host_finals,
+            lws_exists=lws_exists,
+            pods=pods,
+            lost=lost,
+            podless_reason=podless_reason,
+            recorded=recorded,
+        )
+
+    async def _pods(self, job: JobRef) -> list[dict[str, Any]]:
+        listing = await self.client.list_objects(
+            "pods", job.namespace, k8s_spec.job_selector(job.job_id)
+        )
+        return list(listing.get("items") or [])
+
+    async def status(self, job: JobRef) -> StatusReport:
+        lws = await self.lws.get(job.namespace, job.k8s_name)
+        pods = await self._pods(job)
+        hosts = await self._hosts(job, lws)
+        exists = lws is not None and not (lws.get("metadata") or {}).get("deletionTimestamp")
+        group = await self._derive(job, hosts, pods, cache={}, lws_exists=exists)
+        return group.report
+
+    async def wait(self, job: JobRef, on_change: StatusCallback | None = None) -> StatusReport:
+        watch = self.cluster.watch(job.namespace)
+        hosts = await self._hosts(job)
+        cache: dict[int, dict[str, Any]] = {}
+        last: StatusReport | None = None
+        stuck_since: float | None = None
+        podless_since: float | None = None
+        async with watch.subscribe():
+            while True:
+                version = watch.version
+                if watch.error is not None:
+                    raise watch.error
+                if not watch.synced:
+                    await watch.changed(version)
+                    continue
+                now = anyio.current_time()
+                pods = watch.pods(job.job_id)
+                podless_since = (podless_since or now) if not pods else None
+                lost: dict[int, str] = {}
+                lost_name = watch.lost.get(job.job_id)
+                lost_host = lws_spec.host_of_pod_name(job.job_id, lost_name or "")
+                if lost_name is not None and lost_host is not None:
+                    lost[lost_host] = lost_name
+                group = await self._derive(
+                    job,
+                    hosts,
+                    pods,
+                    cache=cache,
+                    lost=lost,
+                    podless_for=now - podless_since if podless_since is not None else 0.0,
+                )
+                report = group.report
+                timeout: float | None = None
+                if report.status.is_terminal:
+                    if not report.cancelled and report.status is not JobStatus.NOT_FOUND:
+                        await self._end(job, group)
+                elif k8s_status.cannot_start(report):
+                    stuck_since = stuck_since or now
+                    left = self.options.start_grace - (now - stuck_since)
+                    if left <= 0:
+                        report = await self._give_up(job, report)
+                    else:
+                        timeout = left
+                else:
+                    stuck_since = None
+                    if podless_since is not None:  # wake up to judge the controller late
+                        timeout = max(0.05, PODLESS_AFTER - (now - podless_since))
+                if on_change is not None and report != last:
+                    await on_change(report)
+                last = report
+                if report.status.is_terminal:
+                    return report
+                await watch.changed(version, timeout)
+
+    async def _give_up(self, job: JobRef, report: StatusReport) -> StatusReport:
+        reason = f"the job could not start within {self.options.start_grace:g}s: {report.reason}"
+        failed = StatusReport(JobStatus.FAILED, reason=reason, phase=k8s_status.START_PHASE)
+        await self._end(job, GroupReport(failed))
+        return failed
+
+    async def _end(self, job: JobRef, group: GroupReport) -> None:
+        """Record the job's outcome for every process (unless recorded already), then
+        delete its LeaderWorkerSet and pods: idle hosts must not keep their TPUs."""
+        record = lws_status.job_final(group)
+        if record is not None and not await self.storage.exists(protocol.final_key(job.job_id)):
+            await self.storage.write(protocol.final_key(job.job_id), protocol.dump_json(record))
+        await self._delete_group(job)
+
+    async def _delete_group(self, job: JobRef) -> None:
+        await self.lws.delete(job.namespace, job.k8s_name)
+        # Foreground deletion reaches the pods through their StatefulSets, gracefully;
+        # the runner (PID 1) ignores SIGTERM mid-run, so end them now.
+        await self.client.delete_pods(job.namespace, k8s_spec.job_selector(job.job_id))
+
+    # -- logs -------------------------------------------------------------------------
+
+    async def _stored_logs(self, job: JobRef, host: int = 0) -> str | None:
+        try:
+            data = await self.storage.read(protocol.host_logs_key(job.job_id, host))
+        except ObjectNotFoundError:
+            return None
+        return data.decode(errors="replace")
+
+    async def logs(self, job: JobRef, *, tail: int | None = None) -> str:
+        """The leader's output (host 0): its stored copy once it ended, else its pod's log."""
+        text = await self._stored_logs(job)
+        if text is None:
+            name = lws_spec.pod_name(job.job_id, 0)
+            text = await self.client.pod_log(job.namespace, name, tail=tail) or ""
+            return text
+        if tail is not None:
+            lines = text.splitlines(keepends=True)
+            text = "".join(lines[-tail:]) if tail > 0 else ""
+        return text
+
+    async def _leader_live(self, job: JobRef, finished: anyio.Event | None) -> bool:
+        """Wait until the leader's runner runs its first (only) run: True, its live log
+        is worth following. False once that run is over (a restarted container only
+        idles: its log is not the job's), or the job or the caller is done."""
+        watch = self.cluster.watch(job.namespace)
+        leader = lws_spec.pod_name(job.job_id, 0)
+        async with watch.subscribe():
+            while True:
+                version = watch.version
+                if finished is not None and finished.is_set():
+                    return False
+                pods = watch.pods(job.job_id)
+                for pod in pods:
+                    if pod["metadata"]["name"] != leader:
+                        continue
+                    if lws_status.container_ended(pod):
+                        return False
+                    state = ((pod.get("status") or {}).get("containerStatuses") or [{}])[0]
+                    if "running" in (state.get("state") or {}):
+                        return True
+                if watch.synced and not pods and (await self.status(job)).status.is_terminal:
+                    return False
+                await _changed_or_set(watch, version, finished, timeout=2.0)
+
+    async def follow_logs(
+        self, job: JobRef, finished: anyio.Event | None = None
+    ) -> AsyncIterator[str]:
+        """The leader's output as it is written, from the start until its run ends; its
+        stored copy (what the live stream had not shown) when the live log is over or
+        cannot be read."""
+        sent = 0  # bytes shown: the stored copy holds the same bytes, skip them
+        if await self._leader_live(job, finished):
+            decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+            name = lws_spec.pod_name(job.job_id, 0)
+            path = f"/api/v1/namespaces/{job.namespace}/pods/{name}/log"
+            try:
+                async for chunk in self.client.stream(
+                    path,
+                    what=f"follow log of pod {job.namespace}/{name}",
+                    query=[("follow", "true")],
+                    read_timeout=None,
+                ):
+                    sent += len(chunk)
+                    text = decoder.decode(chunk)
+                    if text:
+                        yield text
+                rest = decoder.decode(b"", final=True)
+                if rest:
+                    yield rest
+                return  # the container's run ended: its log is complete
+            except Exception as exc:  # noqa: BLE001 - pod gone mid-stream: the stored copy follows
+                log.debug("following the log of job %s broke off: %s", job.job_id, exc)
+        for _ in range(20):
+            try:
+                stored = await self.storage.read(protocol.host_logs_key(job.job_id, 0))
+            except ObjectNotFoundError:
+                stored = None
+            if stored is not None:
+                if stored[sent:]:
+                    yield stored[sent:].decode(errors="replace")
+                return
+            report = await self.status(job)
+            if report.status.is_terminal and report.reason:
+                yield f"kinetic: job {job.job_id} {report.status.value}: {report.reason}\n"
+                return
+            await anyio.sleep(0.5)
+
+    # -- ending -----------------------------------------------------------------------
+
+    async def cancel(self, job: JobRef) -> None:
+        """Delete the LeaderWorkerSet and its pods. Idempotent.
+
+        A job without a recorded outcome gets a cancel record first, so every process
+        reports it FAILED (cancelled).
+        """
+        if not await self.storage.exists(protocol.final_key(job.job_id)):
+            await self.storage.write(
+                f"{job.job_id}/{CANCEL_KEY}", protocol.dump_json({"cancelled": True})
+            )
+        await self._delete_group(job)
+
+    async def read_result(self, job: JobRef) -> bytes:
+        """Host 0's payload when every host succeeded; the deciding host's when one
+        failed (annotated with the other failing hosts).
+
+        :raises ObjectNotFoundError: no payload stands for the job: it failed outside
+            every runner (a pod failed, even after its host recorded success; it could
+            not start), it was cancelled, or it is not over.
+        """
+        final = await self._read_json(protocol.final_key(job.job_id))
+        if not isinstance(final, dict):
+            if await self.storage.exists(f"{job.job_id}/{CANCEL_KEY}"):
+                raise ObjectNotFoundError(f"job {job.job_id} was cancelled")
+            hosts = await self._hosts(job)
+            finals = await self._host_finals(job, {})
+            group = lws_status.status_from_group(
+                hosts=hosts,
+                final=None,
+                cancelled=False,
+                host_finals=finals,
+                lws_exists=True,
+                pods=[],
+            )
+            final = lws_status.job_final(group) or {}
+        host = final.get("host")
+        if not isinstance(host, int):
+            raise ObjectNotFoundError(f"job {job.job_id} has no result payload")
+        data = await self.storage.read(protocol.host_result_key(job.job_id, host))
+        if final.get("state") != "succeeded" and len(final.get("failed_hosts") or ()) > 1:
+            note = f"kinetic: job {job.job_id} failed: {final.get('error')}"
+            data = await anyio.to_thread.run_sync(_annotate, data, note)
+        return data
+
+    async def delete_objects(self, job: JobRef) -> None:
+        """Delete the job's objects (``{job_id}/``, every host's included)."""
+        await self.storage.delete_prefix(f"{job.job_id}/")
+
+    async def list_job_ids(self) -> list[str]:
+        """Ids of LeaderWorkerSets labelled ``app=kinetic`` in the namespace, and of
+        recorded jobs."""
+        found: set[str] = set()
+        await self.lws.version()  # a missing CRD: its own clear error, not a task group's
+
+        async def from_cluster() -> None:
+            for obj in await self.lws.list(self.namespace, k8s_spec.SELECTOR):
+                job_id = k8s_status.job_id_of(obj)
+                if job_id:
+                    found.add(job_id)
+
+        async def from_storage() -> None:
+            async for key in self.storage.list("job-"):
+                head, _, tail = key.partition("/")
+                if tail == "handle.json":
+                    found.add(head)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(from_cluster)
+            tg.start_soon(from_storage)
+        return sorted(found)
+
+    async def aclose(self) -> None:
+        """Close the storage session (the shared cluster client is closed by its owner)."""
+        await self.storage.aclose()
+
+
+def _annotate(data: bytes, note: str) -> bytes:
+    """``data`` (a result payload) with ``note`` on its exception, or ``data`` itself
+    when the payload cannot be rebuilt here (the engine then reports that)."""
+    import cloudpickle
+
+    try:
+        payload = cloudpickle.loads(data)
+        exc = payload.get("exception")
+        if isinstance(exc, BaseException):
+            exc.add_note(note)
+        else:
+            payload["error"] = f"{payload.get('error')} ({note})"
+        return bytes(cloudpickle.dumps(payload))
+    except Exception:  # noqa: BLE001 - the unannotated payload is still the truth
+        return data
+
+
+async def _changed_or_set(
+    watch: Any, version: int, event: anyio.Event | None, *, timeout: float
+) -> None:
+    """Return once the watch changed past ``version``, ``event`` is set, or ``timeout``."""
+    with anyio.move_on_after(timeout):
+        if event is None:
+            await watch.changed(version)
+            return
+        async with anyio.create_task_group() as tg:
+
+            async def first_of(wait: Any) -> None:
+                await wait()
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(first_of, lambda: watch.changed(version))
+            tg.start_soon(first_of, event.wait)

@@ -1,0 +1,65 @@
+"""The submission hooks of the pathways backend (see :mod:`kinetic._engine.targets`).
+
+Location fields are the GKE backend's (same bucket and outputs). :meth:`prepare`
+checks that the cluster serves LeaderWorkerSets (discovered once per process)
+before the image is built or anything is written, so a cluster without the CRD
+fails fast and leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from kinetic._backends.base import Backend
+from kinetic._backends.pathways.backend import PathwaysBackend
+from kinetic._core.image_spec import JobImage
+from kinetic._engine.targets import GKETarget, LaunchInput
+
+
+def _expect(backend: Backend) -> PathwaysBackend:
+    if not isinstance(backend, PathwaysBackend):
+        raise TypeError(f"expected a pathways backend, got {backend!r}")
+    return backend
+
+
+def _progress(line: str) -> None:
+    if line.startswith(("building ", "Step ")):
+        print(f"kinetic: {line}", file=sys.stderr, flush=True)
+
+
+class PathwaysTarget(GKETarget):
+    """LeaderWorkerSets: the GKE bucket and image, one pod per host."""
+
+    async def prepare(self, backend: Backend, job: LaunchInput) -> JobImage:
+        from kinetic._images.modes import resolve_job_image
+
+        pathways = _expect(backend)
+        await pathways.check_cluster()
+        image = await resolve_job_image(
+            job.container_image,
+            category=job.accelerator.kind,
+            package_root=job.package_root,
+            settings=job.settings,
+            options=pathways.options,
+            storage=pathways.storage,
+            env=os.environ,
+            progress=_progress,
+        )
+        pathways.prepare(
+            job.job_id,
+            image=image.uri,
+            accelerator=job.accelerator,
+            output_dir=job.output_dir,
+            env=job.env,
+            func_name=job.func_name,
+            namespace=job.settings.namespace,
+        )
+        return image
+
+    def mount_gcs_fuse(self, backend: Backend, job_id: str, buckets: set[str]) -> None:
+        _expect(backend).mount_gcs_fuse(job_id, buckets)
+
+    def discard(self, backend: Backend, job_id: str) -> None:
+        if isinstance(backend, PathwaysBackend):
+            backend.discard(job_id)

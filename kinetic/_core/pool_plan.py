@@ -1,0 +1,278 @@
+"""The decisions of a GKE batch run by a worker pool. Pure: no IO, no clock, no loop.
+
+Theory of operation
+-------------------
+A pool batch is one Kubernetes Job whose pods (the workers, :mod:`runner.pool`) take
+inputs from the recorded chunks. What is known of the batch lives in storage, as
+objects whose names say almost everything (:mod:`runner.protocol`):
+
+* ``results/{index}.res``: the input has an outcome — it is **done** (the state is in
+  the outcome's header);
+* ``claims/{index}.{n}``: claim ``n`` of the input, holding until the wall-clock time
+  it carries (its lease). The input is **running** while its latest claim holds and it
+  has no outcome; **expired** once that lease ran out (its worker died): claim
+  ``n + 1`` takes it over, unless it already had ``max_claims`` claims — then it is
+  **failed** (its runs keep killing their workers);
+* neither: the input is **free**;
+* ``stop.json``: the batch was stopped (cancel, fail_fast, an unusable function):
+  nothing new starts, and once nothing runs every input without an outcome never ran.
+
+A :class:`PoolBook` holds that knowledge, fed by listings (:meth:`PoolBook.learn_outcome`,
+:meth:`PoolBook.learn_claim`, :meth:`PoolBook.learn_stop`). Two pure steps read it (the
+book and the worker's step live in :mod:`runner.pool_book`, re-exported here: the
+workers import nothing of ``kinetic``):
+
+* :func:`worker_step` — what a worker does next: claim a free input (preferring the
+  chunk it already holds in memory, so each chunk is read by few workers and racing
+  workers rarely collide), take over an expired claim, fail an input that lost too many
+  claims, wait for the leases others hold, or exit (all done, or stopped);
+* :func:`follow_step` — what a follower (any client process) reports and does: the
+  running inputs, the stop once nothing runs, and the failure of a pool that cannot
+  run (its pods cannot start for ``start_grace`` seconds, the Kubernetes Job failed or
+  ended with inputs unfinished), or the re-creation of a Job that vanished while
+  inputs remained (a pool is stateless: a new one carries on). Looks at the cluster
+  are rationed by :func:`look_due` (Kubernetes requests are the scarce resource:
+  storage shows the progress).
+
+Two clocks: leases compare wall-clock times written by different machines (the only
+clock they share); timers local to a follower (start grace, look intervals) use its
+monotonic clock. Both are passed in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from kinetic._core import k8s_status
+from kinetic._core.status import JobStatus
+from runner.pool_book import (
+    Claim,
+    Exit,
+    GiveUp,
+    PoolBook,
+    PoolOptions,
+    Run,
+    Wait,
+    WorkerAction,
+    stop_kills,
+    worker_step,
+)
+
+__all__ = [
+    "Claim",
+    "ClusterView",
+    "Exit",
+    "FollowDecision",
+    "FollowState",
+    "GiveUp",
+    "PoolBook",
+    "PoolOptions",
+    "Run",
+    "Wait",
+    "WorkerAction",
+    "cluster_view",
+    "failure",
+    "follow_step",
+    "look_due",
+    "stop_kills",
+    "worker_step",
+]
+
+IDLE_LOOK = 2.0
+"""Seconds before the first look at the cluster once storage shows no progress. While
+nothing changes and no pod is stuck (pods starting), the interval doubles up to
+:data:`BUSY_LOOK`; a stuck pod keeps it here, so the start grace is enforced in time."""
+BUSY_LOOK = 30.0
+"""Seconds between looks at the cluster while inputs keep finishing."""
+STOPPED_LOOK = 1.0
+"""Seconds between looks while a stopped batch still has pods."""
+MIN_POLL = 0.2
+MAX_POLL = 2.0
+"""Bounds of a follower's storage polling interval (it backs off while nothing changes)."""
+
+
+# --- the follower's step -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ClusterView:
+    """The pool's Kubernetes side at one look.
+
+    :ivar exists: the Job exists.
+    :ivar active: pods that have not finished (and are not being deleted).
+    :ivar started: of those, pods whose container started.
+    :ivar stuck: why a pod cannot start (image pull failure, unschedulable), if one cannot.
+    :ivar verdict: the Job's own verdict: ``"complete"``, ``"failed"`` or None.
+    :ivar reason: why the Job failed (with the last failed pod's reason when known).
+    """
+
+    exists: bool
+    active: int = 0
+    started: int = 0
+    stuck: str | None = None
+    verdict: str | None = None
+    reason: str | None = None
+
+
+def cluster_view(
+    job: Mapping[str, Any] | None, pods: Sequence[Mapping[str, Any]], *, job_known: bool
+) -> ClusterView:
+    """Summarize the pool's Job and pods.
+
+    :param job: the Job, or None when it does not exist (or was not asked for).
+    :param pods: the pool's pods that exist.
+    :param job_known: whether ``job`` was asked for; if not, live pods imply the Job.
+    """
+    active = started = 0
+    stuck: str | None = None
+    failed_reason: str | None = None
+    for pod in pods:
+        if (pod.get("metadata") or {}).get("deletionTimestamp"):
+            continue
+        report = k8s_status.pod_report(pod)
+        if report.status is JobStatus.FAILED:
+            failed_reason = report.reason
+        if k8s_status.pod_finished(pod) or report.status.is_terminal:
+            continue
+        active += 1
+        if report.status is JobStatus.RUNNING:
+            started += 1
+        elif k8s_status.cannot_start(report) and stuck is None:
+            stuck = report.reason
+    if not job_known:
+        return ClusterView(exists=active > 0, active=active, started=started, stuck=stuck)
+    if job is None:
+        return ClusterView(exists=False)
+    verdict_report = k8s_status.job_conditions_report(job)
+    verdict: str | None = None
+    reason: str | None = None
+    if verdict_report is not None:
+        verdict = "complete" if verdict_report.status is JobStatus.SUCCEEDED else "failed"
+        if verdict == "failed":
+            reason = str(verdict_report.reason)
+            if failed_reason:
+                reason += f" (last worker: {failed_reason})"
+    return ClusterView(
+        exists=True, active=active, started=started, stuck=stuck, verdict=verdict, reason=reason
+    )
+
+
+@dataclass(frozen=True)
+class FollowState:
+    """A follower's memory between steps (monotonic times)."""
+
+    last_look: float | None = None
+    view: ClusterView | None = None
+    looked_since_stop: bool = False
+    last_progress: float = 0.0
+    progress_mark: int = -1
+    stuck_since: float | None = None
+    poll: float = MIN_POLL
+    idle_look: float = IDLE_LOOK
+
+
+@dataclass(frozen=True)
+class FollowDecision:
+    """What a follower does after one look at storage (and maybe the cluster).
+
+    :ivar state: the follower's memory for the next step.
+    :ivar running: inputs running now, as far as can be told.
+    :ivar stopped: the stop record, once the batch stopped and nothing of it runs.
+    :ivar fail: a stop record to write (the pool cannot run); its Job is then deleted.
+    :ivar create_job: nobody runs the unfinished batch: create its Job (again).
+    :ivar wait: seconds until the next step.
+    """
+
+    state: FollowState
+    running: list[int] = field(default_factory=list)
+    stopped: dict[str, Any] | None = None
+    fail: dict[str, Any] | None = None
+    create_job: bool = False
+    wait: float = MIN_POLL
+
+
+def look_due(state: FollowState, *, now: float, stopped: bool) -> bool:
+    """Whether the follower should look at the cluster before its next decision."""
+    if state.last_look is None:
+        return True
+    since = now - state.last_look
+    if stopped:
+        return not state.looked_since_stop or since >= STOPPED_LOOK
+    if now - state.last_progress >= IDLE_LOOK:
+        return since >= state.idle_look
+    return since >= BUSY_LOOK
+
+
+def failure(detail: str, phase: str) -> dict[str, Any]:
+    """The stop record of a pool that cannot run its inputs: each fails with ``detail``."""
+    return {"reason": "failed", "detail": detail, "phase": phase}
+
+
+def follow_step(
+    book: PoolBook,
+    state: FollowState,
+    *,
+    view: ClusterView | None,
+    now: float,
+    wall: float,
+    start_grace: float,
+) -> FollowDecision:
+    """One decision of a follower.
+
+    :param view: what a look at the cluster just showed, or None when it did not look.
+    :param now: the follower's monotonic time; :param wall: the wall-clock time.
+    :param start_grace: seconds the pool may be unable to start before it fails.
+    """
+    mark = book.changes
+    progressed = mark != state.progress_mark
+    poll = MIN_POLL if progressed else min(MAX_POLL, state.poll * 1.5)
+    new = replace(
+        state,
+        progress_mark=mark,
+        last_progress=now if progressed else state.last_progress,
+        poll=poll,
+    )
+    if view is not None:
+        quiet = view.stuck is None and now - new.last_progress >= IDLE_LOOK
+        idle_look = min(BUSY_LOOK, state.idle_look * 2) if quiet else IDLE_LOOK
+        new = replace(
+            new,
+            last_look=now,
+            view=view,
+            looked_since_stop=book.stop is not None,
+            idle_look=idle_look,
+        )
+    seen = new.view
+    running = book.running(wall) if seen is None or seen.active > 0 else []
+    if book.settled:
+        return FollowDecision(state=new, running=[], wait=poll)
+    if book.stop is not None:
+        idle = new.looked_since_stop and seen is not None and seen.active == 0
+        if idle:
+            return FollowDecision(state=new, stopped=dict(book.stop), wait=poll)
+        return FollowDecision(state=new, running=running, wait=min(poll, STOPPED_LOOK))
+    if seen is None or view is None:
+        return FollowDecision(state=new, running=running, wait=poll)
+    # A fresh look at an unfinished, unstopped batch.
+    left = book.options.total - len(book.outcomes)
+    if not seen.exists:
+        return FollowDecision(state=new, running=[], create_job=True, wait=MIN_POLL)
+    if seen.verdict == "failed":
+        return FollowDecision(
+            state=new, fail=failure(str(seen.reason or "the Kubernetes Job failed"), "execute")
+        )
+    if seen.verdict == "complete" and seen.active == 0:
+        detail = f"the worker pool ended with {left} input(s) left without an outcome"
+        return FollowDecision(state=new, fail=failure(detail, "execute"))
+    if seen.stuck is not None and seen.started == 0:
+        since = new.stuck_since if new.stuck_since is not None else now
+        new = replace(new, stuck_since=since)
+        if now - since >= start_grace:
+            detail = f"the worker pool could not start within {start_grace:g}s: {seen.stuck}"
+            return FollowDecision(state=new, fail=failure(detail, k8s_status.START_PHASE))
+        return FollowDecision(
+            state=new, running=running, wait=min(poll, max(MIN_POLL, start_grace - (now - since)))
+        )
+    return FollowDecision(state=replace(new, stuck_since=None), running=running, wait=poll)

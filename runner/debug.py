@@ -1,0 +1,178 @@
+"""Debug mode, the job's side: start debugpy, say where it listens, wait for a client.
+
+A job submitted with ``debug=True`` carries a ``debug`` entry in its spec (seconds to
+wait, the project's path on the submitting machine). After its arguments are resolved
+and before the function runs, the runner
+
+1. imports debugpy (Kinetic's images carry it; on the local backend it must be
+   installed in the interpreter that runs jobs) and starts its adapter on
+   ``127.0.0.1`` at a free port: never on a public interface, since debugpy runs
+   whatever its client sends. The submitter reaches it through a relay (local
+   backend) or a port-forward through the Kubernetes API (GKE), both of which end
+   on the pod's or machine's loopback;
+2. writes the *ready marker* ``{job_id}/debug.json`` (port, pid, host index, the
+   job's code root, the project's path on the submitting machine, the working
+   directory) that ``JobHandle.debug_attach`` waits for;
+3. waits until a client has attached and finished its configuration (breakpoints
+   are set by then), for at most the spec's ``wait`` seconds. A client that never comes
+   ends the job in phase ``debug`` with a message saying so, never a hang.
+
+Then the function runs under the debugger. Standard library only at import;
+debugpy is imported when a debug job needs it.
+"""
+
+# ruff: noqa: T100 - starting the debugger is this module's purpose
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import types
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from runner._store import RunnerStore
+    from runner.protocol import DebugSpec
+
+PHASE = "debug"
+WAIT_ENV = "KINETIC_DEBUG_WAIT_TIMEOUT"
+"""Submitter-side variable: seconds a debug job waits for a client (default 600)."""
+DEFAULT_WAIT = 600.0
+LISTEN_HOST = "127.0.0.1"
+
+
+def ready_key(job_id: str) -> str:
+    """The ready marker's key: written once debugpy listens."""
+    return f"{job_id}/debug.json"
+
+
+def wait_for_client(
+    store: RunnerStore,
+    job_id: str,
+    spec: DebugSpec,
+    fn: Any,
+    *,
+    code_root: Path,
+    host: int | None = None,
+) -> None:
+    """Start debugpy on loopback, write the ready marker, and wait for a client.
+
+    :param spec: the job spec's ``debug`` entry (seconds to wait, the project's path
+        on the submitting machine).
+    :param fn: the job's function: its code, shipped by value, is pointed at the job's
+        copy of the project (:func:`point_code_at`).
+    :param code_root: where the job's project files are (the VS Code ``remoteRoot``).
+    :param host: the host index of a multi-host job (None for a single host).
+    :raises PhaseError: (phase ``debug``) debugpy is missing or cannot listen, the
+        marker cannot be written, or no client attached within the wait.
+    """
+    from runner._main import PhaseError
+
+    wait = float(spec["wait"])
+    source_root = str(spec.get("source_root") or "")
+    if source_root:
+        point_code_at(fn, source_root, str(code_root))
+    # pydevd warns about frozen stdlib modules on every start; the advice does not
+    # apply to a job's code, which is never frozen.
+    os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
+    try:
+        import debugpy
+    except ImportError as exc:
+        raise PhaseError(
+            PHASE,
+            "debug=True needs debugpy in the job's Python environment "
+            f"({sys.executable}): Kinetic's images carry it; for a custom image or the "
+            "local backend, `pip install debugpy`",
+        ) from exc
+    try:
+        _, port = debugpy.listen((LISTEN_HOST, 0))
+    except Exception as exc:  # debugpy raises RuntimeError and OSError alike
+        raise PhaseError(PHASE, f"debugpy could not start listening: {exc}") from exc
+    marker = {
+        "host": LISTEN_HOST,
+        "port": int(port),
+        "pid": os.getpid(),
+        "host_index": host,
+        "code_root": str(code_root),
+        "source_root": source_root,
+        "cwd": os.getcwd(),
+        "wait_timeout": wait,
+    }
+    try:
+        store.write(ready_key(job_id), json.dumps(marker, sort_keys=True).encode())
+    except Exception as exc:  # any storage failure ends the job here
+        raise PhaseError(PHASE, f"cannot write the debugger-ready marker: {exc}") from exc
+    print(
+        f"kinetic runner: job {job_id} waits up to {wait:.0f}s for a debugger on "
+        f"{LISTEN_HOST}:{port} (attach with job.debug_attach())",
+        file=sys.stderr,
+        flush=True,
+    )
+    attached = threading.Event()
+
+    def _wait() -> None:
+        debugpy.wait_for_client()  # returns after the client's configurationDone
+        attached.set()
+
+    # debugpy's wait has no timeout of its own: it waits in a thread, bounded here.
+    threading.Thread(target=_wait, name="kinetic-debug-wait", daemon=True).start()
+    if not attached.wait(wait):
+        debugpy.wait_for_client.cancel()
+        raise PhaseError(
+            PHASE,
+            f"no debugger client attached within {wait:.0f}s (set {WAIT_ENV} on the "
+            "submitting side to wait longer); attach with job.debug_attach() while "
+            "the job waits",
+        )
+    print(f"kinetic runner: debugger attached to job {job_id}", file=sys.stderr, flush=True)
+
+
+def point_code_at(fn: Any, source_root: str, code_root: str) -> None:
+    """Rename the files of ``fn``'s code from ``source_root`` to ``code_root``.
+
+    Why: the function's module travels by value, so its code objects name their files
+    as they were on the submitting machine, while the modules it imports run from the
+    job's copy of the project. A debugger matches breakpoints by file: with every piece
+    of the project's code named under ``code_root``, one path mapping (``localRoot`` =
+    the project here, ``remoteRoot`` = ``code_root``) serves them all, and the files
+    exist where the debugger looks for them. Covers ``fn`` and the functions and
+    classes of its module that travelled with it (same globals); code objects are
+    replaced, nothing else changes.
+    """
+    prefix = source_root.rstrip(os.sep) + os.sep
+    new_root = code_root.rstrip(os.sep)
+
+    def fix_code(code: types.CodeType) -> types.CodeType:
+        consts = tuple(fix_code(c) if isinstance(c, types.CodeType) else c for c in code.co_consts)
+        name = code.co_filename
+        if name.startswith(prefix):
+            name = new_root + os.sep + name[len(prefix) :]
+        changed = name != code.co_filename or any(
+            a is not b for a, b in zip(consts, code.co_consts, strict=True)
+        )
+        return code.replace(co_filename=name, co_consts=consts) if changed else code
+
+    seen: set[int] = set()
+
+    def fix_function(f: Any) -> None:
+        f = getattr(f, "__func__", f)  # staticmethod, classmethod, bound method
+        if not isinstance(f, types.FunctionType) or id(f) in seen:
+            return
+        seen.add(id(f))
+        f.__code__ = fix_code(f.__code__)
+
+    fix_function(fn)
+    module_globals = getattr(getattr(fn, "__func__", fn), "__globals__", None)
+    if not isinstance(module_globals, dict):
+        return
+    for value in list(module_globals.values()):
+        if isinstance(value, types.FunctionType) and value.__globals__ is module_globals:
+            fix_function(value)
+        elif isinstance(value, type) and value.__module__ == module_globals.get("__name__"):
+            for attr in list(vars(value).values()):
+                fix_function(attr)
+                if isinstance(attr, property):
+                    for accessor in (attr.fget, attr.fset, attr.fdel):
+                        fix_function(accessor)

@@ -1,0 +1,339 @@
+"""The launcher: one warm process per local root that forks local jobs.
+
+Theory of operation. Starting ``python -m runner`` costs an interpreter start plus
+the runner's imports (tens of milliseconds of CPU) per job. The launcher pays that
+once: it imports the runner, then serves requests on an abstract Unix socket named
+after its local root and its *tag* (the interpreter and the start-up environment it
+was started with). Each request forks one job:
+
+1. the launcher forks the job's *leader*, which leaves the launcher's session
+   (``setsid``: the job's process group, for cancel, is the leader's pid), closes the
+   launcher's socket and lock, and tells the launcher it is ready;
+2. the leader forks the job itself, which points stdout/stderr at the job's log,
+   enters the job's working directory and environment, and runs
+   :func:`runner._main.main` with the job's arguments, exactly as ``python -m runner``
+   would; the leader waits for it and writes its exit status (a shell's ``$?``:
+   ``128 + signal`` for a signal) to the status file, then exits.
+
+The reply names the leader (pid, start time, process group), as the spawn path of
+:mod:`kinetic._backends._process` does for its shell subshell. Jobs are never the
+launcher's business after the fork: ``SIGCHLD`` is ignored, so the kernel reaps the
+leaders, and a job outlives the launcher and the submitter alike.
+
+Liveness is an exclusive ``flock`` on ``{root}/launcher/{tag}.lock`` (the kernel drops
+it when the launcher dies; a second launcher for the same tag exits at once). The
+launcher checks, before every fork, that the files of the modules it has loaded
+(``runner``, ``cloudpickle``, ...) are unchanged: after an upgrade it answers
+``stale`` and exits, so the next job gets a fresh launcher. It exits as well after
+``--idle`` seconds without a request, or when its lock file disappears.
+
+Like the rest of ``runner`` this module never imports ``kinetic``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import builtins
+import contextlib
+import fcntl
+import gc
+import hashlib
+import json
+import os
+import signal
+import socket
+import sys
+import sysconfig
+import threading
+import time
+import traceback
+import types
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import runner
+from runner import protocol
+from runner._fs import atomic_write, make_private_dirs
+from runner._main import main as runner_main
+from runner._main import parse_args
+
+PROTOCOL = 1
+# Variables read once, when an interpreter starts: a job must find them as the
+# launcher did, or it would not see what `python -m runner` would have seen.
+_STARTUP_PREFIXES = ("PYTHON", "LD_")
+_MAX_REQUEST = 8 << 20
+_RUNNER_MAIN = str(Path(runner.__file__).resolve().parent / "__main__.py")
+
+
+def launcher_tag(executable: str, env: Mapping[str, str]) -> str:
+    """What a launcher must share with a job it forks: the interpreter and the start-up
+    variables of the environment (``PYTHON*``, ``LD_*``)."""
+    startup = sorted((k, v) for k, v in env.items() if k.startswith(_STARTUP_PREFIXES))
+    text = json.dumps([os.path.realpath(executable), startup])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def launcher_dir(root: Path) -> Path:
+    """Where the launchers of a local root keep their lock, record and log."""
+    return Path(root) / "launcher"
+
+
+def socket_address(root: Path, tag: str) -> bytes:
+    """The abstract Unix socket address of the launcher of ``root`` with ``tag``."""
+    digest = hashlib.sha256(f"{Path(root).absolute()}|{tag}".encode()).hexdigest()[:32]
+    return b"\0kinetic-launcher-" + digest.encode()
+
+
+def loaded_code() -> list[tuple[str, int, int]]:
+    """(file, mtime_ns, size) of every loaded module outside the standard library."""
+    stdlib = {os.path.realpath(sysconfig.get_paths()[k]) + os.sep for k in ("stdlib", "platstdlib")}
+    out = []
+    for module in list(sys.modules.values()):
+        path = getattr(module, "__file__", None)
+        if not isinstance(path, str) or any(path.startswith(s) for s in stdlib):
+            continue
+        try:
+            st = os.stat(path)
+        except OSError:
+            out.append((path, -1, -1))
+            continue
+        out.append((path, st.st_mtime_ns, st.st_size))
+    return sorted(set(out))
+
+
+def _changed(before: list[tuple[str, int, int]]) -> str | None:
+    """The first loaded file that changed since ``before`` was taken, or None."""
+    for path, mtime, size in before:
+        try:
+            st = os.stat(path)
+        except OSError:
+            return path
+        if (st.st_mtime_ns, st.st_size) != (mtime, size):
+            return path
+    return None
+
+
+class _Launcher:
+    def __init__(self, root: Path, tag: str, lock: Any, listener: socket.socket) -> None:
+        self.root, self.tag, self.lock, self.listener = root, tag, lock, listener
+        self.code = loaded_code()
+
+    def serve(self, idle: float) -> None:
+        self.listener.settimeout(1.0)
+        lock_path = launcher_dir(self.root) / f"{self.tag}.lock"
+        last = time.monotonic()
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except TimeoutError:
+                if time.monotonic() - last > idle or not lock_path.exists():
+                    return
+                continue
+            last = time.monotonic()
+            with conn:
+                if not self._answer(conn):
+                    return
+
+    def _answer(self, conn: socket.socket) -> bool:
+        """Serve one request; False when the launcher must stop (its code changed)."""
+        conn.settimeout(10.0)
+        try:
+            request = _read_request(conn)
+        except (OSError, TypeError, ValueError) as exc:
+            _reply(conn, {"error": f"bad request: {exc}"})
+            return True
+        changed = _changed(self.code)
+        if changed is not None:
+            # Free the name and the lock first: the client starts a fresh launcher at once.
+            self.listener.close()
+            self.lock.close()
+            _reply(conn, {"stale": f"{changed} changed since the launcher started"})
+            return False
+        try:
+            reply: dict[str, Any] = self._fork(request, conn)
+        except (OSError, KeyError, TypeError, ValueError) as exc:
+            reply = {"error": f"{type(exc).__name__}: {exc}"}
+        _reply(conn, reply)
+        return True
+
+    def _fork(self, request: dict[str, Any], conn: socket.socket) -> dict[str, Any]:
+        job = _JobRequest(request)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        ready_r, ready_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the job's leader: never returns
+            try:
+                os.close(ready_r)
+                for held in (self.listener, self.lock, conn):
+                    held.close()
+                _lead(job, ready_w)
+            finally:
+                os._exit(127)
+        os.close(ready_w)
+        try:
+            ready = os.read(ready_r, 1)
+        finally:
+            os.close(ready_r)
+        if ready != b"1":
+            raise OSError("the job's leader died before it started the job")
+        ticks = _start_ticks(pid)
+        return {"pid": pid, "start_ticks": -1 if ticks is None else ticks, "pgid": pid}
+
+
+class _JobRequest:
+    """A validated request: the runner's arguments, and where and how the job runs."""
+
+    def __init__(self, request: dict[str, Any]) -> None:
+        if request.get("v") != PROTOCOL:
+            raise ValueError(f"protocol {request.get('v')!r}, expected {PROTOCOL}")
+        self.args = [str(a) for a in request["args"]]
+        try:  # a malformed request fails here, not in a job
+            parse_args(self.args, {"upload-logs"})
+        except SystemExit as exc:
+            raise ValueError(str(exc)) from None
+        self.cwd = str(request["cwd"])
+        self.env = {str(k): str(v) for k, v in dict(request["env"]).items()}
+        self.log = str(request["log"])
+        self.status = str(request["status"])
+
+
+def _lead(job: _JobRequest, ready_w: int) -> None:
+    """The job's leader: own session, fork the job, record its exit status, exit."""
+    os.setsid()
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # we wait for the job ourselves
+    os.write(ready_w, b"1")
+    os.close(ready_w)
+    log = os.open(job.log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+    child = os.fork()
+    if child == 0:
+        try:
+            _run_job(job, log)
+        finally:
+            os._exit(1)
+    os.close(log)
+    while True:
+        try:
+            _, status = os.waitpid(child, 0)
+            break
+        except InterruptedError:
+            continue
+    code = os.waitstatus_to_exitcode(status)
+    with open(job.status, "w") as f:  # what `echo $? > status` writes
+        f.write(f"{128 - code if code < 0 else code}\n")
+    os._exit(0)
+
+
+def _run_job(job: _JobRequest, log: int) -> None:
+    """The job: ``python -m runner ARGS`` with the job's output, cwd and environment."""
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(null)
+    os.close(log)
+    os.chdir(job.cwd)
+    os.environ.clear()
+    os.environ.update(job.env)
+    # As `python -m runner` started in cwd: argv[0] is the module's file, path[0] the cwd.
+    sys.argv = [_RUNNER_MAIN, *job.args]
+    if not sys.flags.safe_path:  # with -P (PYTHONSAFEPATH) neither has a cwd entry
+        sys.path[0] = job.cwd
+    main = types.ModuleType("__main__")
+    main.__file__ = _RUNNER_MAIN
+    main.__builtins__ = builtins  # type: ignore[attr-defined]
+    sys.modules["__main__"] = main
+    code: object = 1
+    try:
+        code = runner_main(job.args)
+    except SystemExit as exc:
+        code = exc.code
+    except BaseException:  # noqa: BLE001 - as the interpreter would: print it, exit 1
+        traceback.print_exc()
+        code = 1
+    finally:
+        # What interpreter shutdown does before it exits: join threads, run atexit.
+        with contextlib.suppress(BaseException):
+            shutdown = getattr(threading, "_shutdown", None)
+            if shutdown is not None:
+                shutdown()
+        with contextlib.suppress(BaseException):
+            atexit._run_exitfuncs()
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(BaseException):
+                stream.flush()
+    os._exit(_exit_status(code))
+
+
+def _exit_status(code: object) -> int:
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    with contextlib.suppress(BaseException):
+        print(code, file=sys.stderr)
+    return 1
+
+
+def _start_ticks(pid: int) -> int | None:
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(raw[raw.rindex(")") + 2 :].split()[19])
+
+
+def _read_request(conn: socket.socket) -> dict[str, Any]:
+    buf = bytearray()
+    while not buf.endswith(b"\n"):
+        chunk = conn.recv(1 << 16)
+        if not chunk:
+            raise ValueError("the request ended early")
+        buf += chunk
+        if len(buf) > _MAX_REQUEST:
+            raise ValueError("the request is too large")
+    request = json.loads(buf)
+    if not isinstance(request, dict):
+        raise TypeError("the request is not an object")
+    return request
+
+
+def _reply(conn: socket.socket, reply: Mapping[str, Any]) -> None:
+    with contextlib.suppress(OSError):
+        conn.sendall(json.dumps(reply).encode() + b"\n")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point: ``python -m runner.launcher --root DIR --tag TAG [--idle SECONDS]``."""
+    args = parse_args(sys.argv[1:] if argv is None else argv, set())
+    if not isinstance(args.get("root"), str) or not isinstance(args.get("tag"), str):
+        raise SystemExit("usage: python -m runner.launcher --root DIR --tag TAG [--idle S]")
+    root, tag = Path(str(args["root"])), str(args["tag"])
+    idle = float(str(args.get("idle", "300")))
+    where = launcher_dir(root)
+    make_private_dirs(where)
+    lock = open(where / f"{tag}.lock", "a")  # noqa: SIM115 - held for our lifetime
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return 0  # another launcher serves this root and tag
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(socket_address(root, tag))
+    listener.listen(512)
+    launcher = _Launcher(root, tag, lock, listener)
+    record = {"pid": os.getpid(), "executable": sys.executable, "protocol": PROTOCOL}
+    atomic_write(where / f"{tag}.json", protocol.dump_json(record))
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps the jobs' leaders
+    gc.collect()
+    gc.freeze()  # forked jobs then share the launcher's pages instead of copying them
+    try:
+        launcher.serve(idle)
+    finally:
+        listener.close()
+        lock.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

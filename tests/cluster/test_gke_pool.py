@@ -1,0 +1,225 @@
+"""Batches on the GKE backend run by a worker pool (the default), on the real testbed.
+
+One Kubernetes Job per batch; its pods run ``python -m runner.pool``, claim inputs in
+fake-gcs-server with create-if-absent preconditions and write their outcomes there.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections import Counter
+from typing import Any
+
+import anyio
+import pytest
+
+import kinetic
+from kinetic import JobStatus
+from kinetic._engine import runtime
+from tests.cluster.test_gke_batch import batch_jobs, batch_pods
+from tests.fix_cluster import REPO, GKETarget
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
+
+
+def triple(x: int) -> int:
+    return 3 * x
+
+
+def pause(x: int) -> int:
+    print(f"pausing on {x}", flush=True)
+    time.sleep(0.5)  # a worker holds a claim almost all the time: the kill lands in one
+    return x
+
+
+def sleeper(seconds: float) -> float:
+    time.sleep(seconds)
+    return seconds
+
+
+def kubectl(gke: GKETarget, *args: str) -> str:
+    out = subprocess.run(
+        ["kubectl", "-n", gke.namespace, *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ},
+        check=True,
+    )
+    return out.stdout
+
+
+def test_500_inputs_on_4_workers_within_the_request_and_write_budget(gke: GKETarget) -> None:
+    n, workers = 500, 4
+    fn = kinetic.run(**gke.run_args())(triple)
+    seen: dict[str, Any] = {}
+
+    async def main() -> None:
+        backend = runtime.gke_backend(gke.bucket, gke.namespace)
+        k8s: Counter[str] = Counter()
+        opened = backend.client._open
+
+        async def counting_open(method: str, path: str, **kw: Any) -> Any:
+            k8s[method] += 1
+            return await opened(method, path, **kw)
+
+        backend.client._open = counting_open  # type: ignore[method-assign]
+        try:
+            batch = await fn.aio.run_async_map(range(n), max_concurrent=workers)
+            seen["group_id"] = batch.group_id
+            await batch.wait(timeout=240)
+            seen["objects"] = gke.object_names(f"_groups/{batch.group_id}/")
+            seen["jobs"] = batch_jobs(gke, batch.group_id)
+            seen["values"] = await batch.results(timeout=60)  # cleanup: deletes the Job
+            seen["k8s"] = dict(k8s)
+        finally:
+            await runtime.aclose_backends()
+
+    anyio.run(main)
+    assert seen["values"] == [3 * i for i in range(n)]
+    group = f"_groups/{seen['group_id']}/"
+    objects = seen["objects"]
+    # Per input: one claim and one outcome, nothing else.
+    assert len([k for k in objects if k.startswith(group + "claims/")]) == n
+    assert len([k for k in objects if k.startswith(group + "results/")]) == n
+    assert not [k for k in objects if k.startswith(group + "logs/")]
+    # Kubernetes: one Job for the batch; a few reads; two deletes at cleanup.
+    assert seen["jobs"] == [f"job.batch/kinetic-{seen['group_id']}"]
+    k8s = seen["k8s"]
+    assert k8s.get("POST") == 1
+    assert k8s.get("DELETE") == 2
+    assert sum(k8s.values()) <= 0.02 * n, k8s
+    assert batch_jobs(gke, seen["group_id"]) == []
+
+
+def test_a_killed_worker_pods_inputs_run_again_nothing_lost_or_doubled(gke: GKETarget) -> None:
+    n = 60
+    fn = kinetic.run(**gke.run_args())(pause)
+    batch = fn.run_async_map(range(n), max_concurrent=3)
+    group = f"_groups/{batch.group_id}/"
+    deadline = time.monotonic() + 120
+    while len([k for k in gke.object_names(group + "results/")]) < 10:
+        assert time.monotonic() < deadline, "the pool made no progress"
+        time.sleep(0.3)
+    victim = batch_pods(gke, batch.group_id, "Running")[0]
+    kubectl(gke, "delete", victim, "--grace-period=0", "--force", "--wait=false")
+    values = batch.results(timeout=240, cleanup=False)
+    assert values == list(range(n))
+    member = batch.jobs[7]
+    assert member is not None
+    assert "pausing on 7" in member.logs()
+    names = gke.object_names(group)
+    assert len([k for k in names if k.startswith(group + "results/")]) == n
+    claims = [k.rsplit("/", 1)[1] for k in names if k.startswith(group + "claims/")]
+    taken_over = [c for c in claims if not c.endswith(".000")]
+    assert taken_over, "the killed worker's input was never taken over"
+    assert len({c.split(".")[0] for c in claims}) == n
+    batch.cleanup()
+
+
+def test_the_batch_runs_with_no_client_and_attach_collects_it(gke: GKETarget) -> None:
+    code = f"""
+import os, kinetic
+from tests.cluster.test_gke_pool import triple
+fn = kinetic.run(**{gke.run_args()!r})(triple)
+batch = fn.run_async_map(range(30), max_concurrent=2)
+print(batch.group_id, flush=True)
+os._exit(0)
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ},
+        cwd=str(REPO),
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    group_id = out.stdout.strip().splitlines()[-1]
+    # Nobody follows the batch: the pool finishes it alone (its Job completes).
+    deadline = time.monotonic() + 180
+    while len(gke.object_names(f"_groups/{group_id}/results/")) < 30:
+        assert time.monotonic() < deadline, "the pool did not finish on its own"
+        time.sleep(1)
+    batch = kinetic.attach_batch(group_id, project=gke.project, cluster=gke.cluster, backend="gke")
+    assert batch.results(timeout=60) == [3 * i for i in range(30)]
+    assert batch.status_counts() == {"SUCCEEDED": 30}
+
+
+def test_cancel_stops_the_pool(gke: GKETarget) -> None:
+    fn = kinetic.run(**gke.run_args())(sleeper)
+    batch = fn.run_async_map([60.0] * 6, max_concurrent=2)
+    deadline = time.monotonic() + 120
+    while Counter(s for _, s in batch.statuses())[JobStatus.RUNNING] < 2:
+        assert time.monotonic() < deadline, batch.statuses()
+        time.sleep(0.5)
+    started = time.monotonic()
+    batch.cancel()
+    out = batch.results(timeout=60, return_exceptions=True, cleanup=False)
+    assert time.monotonic() - started < 30
+    assert all(isinstance(v, kinetic.JobCancelledError) for v in out), out
+    assert all(s is JobStatus.FAILED for _, s in batch.statuses())
+    assert batch_jobs(gke, batch.group_id) == []
+    deadline = time.monotonic() + 60
+    while batch_pods(gke, batch.group_id, "Running"):
+        assert time.monotonic() < deadline, "the cancelled pool's pods still run"
+        time.sleep(0.5)
+    batch.cleanup()
+
+
+def test_a_pool_whose_image_cannot_start_fails_with_the_reason(gke: GKETarget) -> None:
+    image = gke.image.rsplit(":", 1)[0] + ":no-such-tag"
+    fn = kinetic.run(**gke.run_args(container_image=image))(triple)
+    batch = fn.run_async_map(range(5), max_concurrent=2)
+    started = time.monotonic()
+    out = batch.results(timeout=120, return_exceptions=True, cleanup=False)
+    assert time.monotonic() - started < 60
+    assert all(isinstance(v, kinetic.JobFailedError) and v.phase == "start" for v in out), out
+    assert "no-such-tag" in str(out[0])
+    assert batch_jobs(gke, batch.group_id) == []  # the stuck Job is deleted
+    batch.cleanup()
+
+
+def flaky(x: int) -> int:
+    if x == 3 or (x == 1 and os.environ.get("KINETIC_ATTEMPT") == "0"):
+        print(f"failing {x}", flush=True)
+        raise ValueError(f"bad input {x}")
+    return x * 10
+
+
+def test_retries_and_failures_keep_their_meaning(gke: GKETarget) -> None:
+    fn = kinetic.run(**gke.run_args())(flaky)
+    batch = fn.run_async_map([0, 1, 2, 3], retries=1, max_concurrent=2)
+    with pytest.raises(kinetic.BatchError) as info:
+        batch.results(timeout=180, cleanup=False)
+    assert info.value.partial_results == [0, 10, 20, None]
+    failed = batch.jobs[3]
+    assert failed is not None
+    with pytest.raises(ValueError, match="bad input 3"):
+        failed.result(cleanup=False)
+    assert "failing 3" in failed.logs()
+    assert failed.status() is JobStatus.FAILED
+    batch.cleanup()
+
+
+def fail_on_zero(x: float) -> float:
+    if x == 0:
+        raise RuntimeError("zero")
+    time.sleep(x)
+    return x
+
+
+def test_fail_fast_with_cancel_running_on_fail_ends_the_running_inputs(gke: GKETarget) -> None:
+    fn = kinetic.run(**gke.run_args())(fail_on_zero)
+    batch = fn.run_async_map(
+        [0, 90.0, 90.0], max_concurrent=3, fail_fast=True, cancel_running_on_fail=True
+    )
+    started = time.monotonic()
+    out = batch.results(timeout=150, return_exceptions=True, cleanup=False)
+    assert time.monotonic() - started < 80  # the 90 s inputs were ended, not waited for
+    assert isinstance(out[0], RuntimeError)
+    assert all(isinstance(v, kinetic.JobCancelledError) for v in out[1:]), out
+    batch.cleanup()

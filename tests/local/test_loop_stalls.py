@@ -1,0 +1,374 @@
+"""The caller's event loop never waits on Kinetic: asyncio debug mode as the referee.
+
+Every public coroutine a user awaits inside an async application (``run_async``,
+``result``, ``status``, ``logs``, ``cancel``, ``attach``, ``list_jobs``,
+``run_async_map`` and its ``as_completed``) runs under ``loop.set_debug(True)`` with
+``slow_callback_duration = 0.02``, beside a 5 ms heartbeat task. asyncio then logs
+every loop step that held the loop for 20 ms or more; :class:`LoopStallGuard` keeps
+those that name a Kinetic frame and were not simply preempted:
+
+* *names a Kinetic frame*: the step's task is suspended inside a Kinetic coroutine
+  when the warning is logged, or a sample of the loop thread's stack taken during the
+  step shows a frame of ``kinetic/`` or ``runner/``;
+* *not preempted*: the kernel's run-queue wait of the loop thread during the step
+  (``/proc/thread-self/schedstat``) is subtracted, so a shared, overloaded machine does
+  not make an innocent step look slow, while a blocking call (sleep, file IO, a
+  process launch, a GIL held by Kinetic's threads) still counts; so is the time the
+  cyclic garbage collector ran during the step (``gc.callbacks``): its pauses grow
+  with the whole process's heap, whichever step happens to allocate. Debug mode's own
+  cost is kept small: it records where every future was created, and the ``stat`` of
+  each source file that :func:`linecache.checkcache` makes for that is skipped while
+  the guard runs (on a busy disk those alone took tens of milliseconds).
+
+:func:`test_guard_catches_a_blocking_step` shows the guard fails on a blocking call in
+a guarded coroutine; the module's own tests are the regression guard for Kinetic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import linecache
+import logging
+import os
+import sys
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import CodeType, FrameType
+from typing import Any, Self
+
+import anyio
+import anyio.lowlevel
+import pytest
+
+import kinetic
+import runner
+from kinetic import aio
+
+pytestmark = pytest.mark.local
+
+SLOW = 0.02
+HERE = str(Path(__file__).resolve())
+KINETIC_DIRS = tuple(str(Path(pkg.__file__).resolve().parent) + os.sep for pkg in (kinetic, runner))
+
+
+@aio.run()
+def double(x: int) -> int:
+    print(f"doubling {x}")
+    return 2 * x
+
+
+@aio.run()
+def sizes(items: list[int], blob: bytes) -> tuple[int, int]:
+    return len(items), len(blob)
+
+
+@aio.run()
+def total(items: list[int]) -> int:
+    return sum(items)
+
+
+@aio.run()
+def nap(seconds: float) -> float:
+    time.sleep(seconds)
+    return seconds
+
+
+@dataclass
+class Stall:
+    """One loop step that held the loop, and what it names."""
+
+    seconds: float
+    preempted: float
+    on_cpu: float
+    collecting: float
+    what: str
+    frames: list[str]
+
+
+@dataclass
+class LoopStallGuard:
+    """Collects the slow steps of the running loop that name a frame under ``dirs``."""
+
+    dirs: tuple[str, ...] = KINETIC_DIRS
+    threshold: float = SLOW
+    stalls: list[Stall] = field(default_factory=list)
+    steps: int = 0  # slow steps seen at all (for the report)
+
+    def __post_init__(self) -> None:
+        self._samples: deque[tuple[float, tuple[int, int], tuple[str, ...]]]
+        self._samples = deque(maxlen=20_000)
+        self._collections: deque[tuple[float, float]] = deque(maxlen=10_000)
+        self._gc_start: float | None = None
+        self._stop = threading.Event()
+        self._tid = threading.get_ident()
+        self._native = threading.get_native_id()
+
+    def _ours(self, code: CodeType) -> bool:
+        return code.co_filename.startswith(self.dirs)
+
+    def _where(self, code: CodeType, line: int | None) -> str:
+        return f"{code.co_filename}:{line}:{code.co_name}"
+
+    def _stack(self, frame: FrameType | None) -> tuple[str, ...]:
+        """The judged frames of a stack, innermost first; the innermost frame of all as
+        ``innermost <where>`` (it says what a step was busy with, for the report)."""
+        out = []
+        if frame is not None:
+            out.append("innermost " + self._where(frame.f_code, frame.f_lineno))
+        while frame is not None:
+            if self._ours(frame.f_code):
+                out.append(self._where(frame.f_code, frame.f_lineno))
+            frame = frame.f_back
+        return tuple(out)
+
+    def _schedstat(self) -> tuple[int, int]:
+        """(ns on a CPU, ns waiting on a run queue) of the loop's thread so far."""
+        with open(f"/proc/self/task/{self._native}/schedstat") as f:
+            run, wait = f.read().split()[:2]
+        return int(run), int(wait)
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.001):
+            frame = sys._current_frames().get(self._tid)
+            self._samples.append((time.monotonic(), self._schedstat(), self._stack(frame)))
+
+    def _on_gc(self, phase: str, info: dict[str, Any]) -> None:
+        if threading.get_ident() != self._tid:
+            return
+        if phase == "start":
+            self._gc_start = time.monotonic()
+        elif self._gc_start is not None:
+            self._collections.append((self._gc_start, time.monotonic()))
+            self._gc_start = None
+
+    def _collecting(self, start: float, end: float) -> float:
+        """Seconds the garbage collector ran on the loop's thread between start and end."""
+        return sum(
+            max(0.0, min(b, end) - max(a, start)) for a, b in list(self._collections) if b >= start
+        )
+
+    def _task_frames(self, handle: Any) -> list[str]:
+        callback = getattr(handle, "_callback", None)
+        target = getattr(callback, "__self__", None)
+        frames: list[str] = []
+        if isinstance(target, asyncio.Task):
+            coro: Any = target.get_coro()
+            while coro is not None:
+                frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
+                if frame is not None and self._ours(frame.f_code):
+                    frames.append(self._where(frame.f_code, frame.f_lineno))
+                coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
+        else:
+            code = getattr(getattr(callback, "__func__", callback), "__code__", None)
+            if isinstance(code, CodeType) and self._ours(code):
+                frames.append(self._where(code, None))
+        return frames
+
+    def on_slow_step(self, loop: asyncio.AbstractEventLoop, record: logging.LogRecord) -> None:
+        """Judge one "Executing ... took X seconds" warning, on the loop's thread."""
+        if not (isinstance(record.args, tuple) and len(record.args) == 2):
+            return
+        what, seconds = str(record.args[0]), float(record.args[1])
+        self.steps += 1
+        end = time.monotonic()
+        start = end - seconds
+        samples = list(self._samples)  # one C-level copy: the sampler appends meanwhile
+        before = [s for s in samples if s[0] <= start]
+        during = [s for s in samples if start <= s[0] <= end]
+        preempted = on_cpu = 0.0
+        if before:
+            run, wait = self._schedstat()
+            on_cpu = (run - before[-1][1][0]) / 1e9
+            preempted = (wait - before[-1][1][1]) / 1e9
+        collecting = self._collecting(start, end)
+        frames = self._task_frames(getattr(loop, "_current_handle", None))
+        busy: list[str] = []
+        for _, _, stack in during:
+            frames.extend(f for f in stack[1:] if f not in frames)
+            busy.extend(stack[:1])
+        if frames and seconds - preempted - collecting >= self.threshold:
+            stall = Stall(
+                seconds, preempted, on_cpu, collecting, what[:300], frames[:12] + busy[:8]
+            )
+            self.stalls.append(stall)
+
+    def report(self) -> str:
+        lines = [f"{len(self.stalls)} of {self.steps} slow loop steps name Kinetic:"]
+        for s in self.stalls:
+            lines.append(
+                f"  {s.seconds * 1e3:.1f} ms ({s.on_cpu * 1e3:.1f} ms on a CPU, "
+                f"{s.preempted * 1e3:.1f} ms preempted, {s.collecting * 1e3:.1f} ms in gc)"
+            )
+            lines.append(f"    {s.what}")
+            lines.extend(f"    at {f}" for f in s.frames)
+        return "\n".join(lines)
+
+    def __enter__(self) -> Self:
+        loop = asyncio.get_running_loop()
+        self._loop, self._debug = loop, loop.get_debug()
+        self._slow = loop.slow_callback_duration
+        loop.set_debug(True)
+        loop.slow_callback_duration = self.threshold
+        guard = self
+
+        class _Handler(logging.Handler):
+            def emit(self, record: logging.LogRecord) -> None:
+                if record.msg.startswith("Executing") if isinstance(record.msg, str) else False:
+                    guard.on_slow_step(loop, record)
+
+        self._handler = _Handler(logging.WARNING)
+        log = logging.getLogger("asyncio")
+        self._propagate = log.propagate
+        log.addHandler(self._handler)
+        log.propagate = False  # debug mode's other chatter is not this test's business
+        self._checkcache = linecache.checkcache
+        linecache.checkcache = _no_check  # type: ignore[assignment]
+        # A baseline before any step, so a step never lacks an earlier sample.
+        self._samples.append((time.monotonic(), self._schedstat(), ()))
+        gc.callbacks.append(self._on_gc)
+        self._thread = threading.Thread(target=self._sample, name="loop-sampler", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        gc.callbacks.remove(self._on_gc)
+        linecache.checkcache = self._checkcache  # type: ignore[assignment]
+        log = logging.getLogger("asyncio")
+        log.removeHandler(self._handler)
+        log.propagate = self._propagate
+        self._loop.set_debug(self._debug)
+        self._loop.slow_callback_duration = self._slow
+
+
+def _no_check(filename: str | None = None) -> None:
+    """``linecache.checkcache`` without its stats: source files do not change mid-test."""
+
+
+@dataclass
+class Heartbeat:
+    """A 5 ms ticker beside the work: the worst lag any other request would see."""
+
+    lags: list[float] = field(default_factory=list)
+
+    async def run(self) -> None:
+        while True:
+            t = time.monotonic()
+            await anyio.sleep(0.005)
+            self.lags.append(time.monotonic() - t - 0.005)
+
+
+async def _warm_up() -> None:
+    # First use pays one-time costs (imports, the context archive, the launcher): not
+    # what an application sees per call, and not what this test is about.
+    job = await double.run_async(0)
+    assert await job.result() == 0
+    batch = await double.run_async_map([1, 2])
+    assert await batch.results() == [2, 4]
+
+
+async def test_submit_and_collect_never_stall_the_loop() -> None:
+    await _warm_up()
+    items, blob = list(range(400_000)), b"x" * (8 << 20)  # built here, not in a guarded step
+    beat = Heartbeat()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(beat.run)
+        with LoopStallGuard() as g:
+            jobs = [None] * 20
+
+            async def submit(i: int) -> None:
+                jobs[i] = await double.run_async(i)
+
+            async with anyio.create_task_group() as submits:
+                for i in range(20):
+                    submits.start_soon(submit, i)
+            # Large arguments: walking them for kinetic.Data, pickling and hashing them
+            # take tens of milliseconds, which must not be spent on the loop.
+            big = await sizes.run_async(items, blob)
+            handles = [j for j in jobs if j is not None]
+            values: dict[str, int] = {}
+
+            async def collect(h: aio.JobHandle) -> None:
+                values[h.job_id] = await h.result(cleanup=False)
+
+            async with anyio.create_task_group() as results:
+                for h in handles:
+                    results.start_soon(collect, h)
+            for h in handles[:5]:
+                assert await h.status() is aio.JobStatus.SUCCEEDED
+                assert "doubling" in str(await h.logs())
+                again = await aio.attach(h.job_id)
+                assert again.job_id == h.job_id
+            assert len(await aio.list_jobs()) >= 20
+            for h in handles:
+                await h.cleanup()
+            assert await big.result() == (400_000, 8 << 20)
+        tg.cancel_scope.cancel()
+    assert sorted(values.values()) == [2 * i for i in range(20)]
+    assert not g.stalls, g.report()
+
+
+async def test_cancel_never_stalls_the_loop() -> None:
+    await _warm_up()
+    beat = Heartbeat()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(beat.run)
+        with LoopStallGuard() as g:
+            sleepers = [await nap.run_async(60) for _ in range(5)]
+            for h in sleepers:  # started: cancel must reach a running process group
+                for _ in range(500):
+                    if await h.status() is not aio.JobStatus.PENDING:
+                        break
+                    await anyio.sleep(0.02)
+            async with anyio.create_task_group() as cancels:
+                for h in sleepers:
+                    cancels.start_soon(h.cancel)
+            for h in sleepers:
+                with pytest.raises(kinetic.JobCancelledError):
+                    await h.result()
+        tg.cancel_scope.cancel()
+    assert not g.stalls, g.report()
+
+
+async def test_batch_submit_and_as_completed_never_stall_the_loop() -> None:
+    await _warm_up()
+    inputs = [[i] * 50 for i in range(2000)]
+    beat = Heartbeat()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(beat.run)
+        with LoopStallGuard() as g:
+            # 2,000 inputs of 50 numbers: every input is looked at (for its call shape,
+            # for kinetic.Data), which takes tens of milliseconds in all.
+            batch = await total.run_async_map(inputs, input_mode="single")
+            seen = []
+            async for h in batch.as_completed():
+                seen.append(await h.result())
+            await batch.cleanup()
+        tg.cancel_scope.cancel()
+    assert sorted(seen) == [50 * i for i in range(2000)]
+    assert not g.stalls, g.report()
+
+
+async def _blocking_step() -> None:
+    await anyio.lowlevel.checkpoint()
+    time.sleep(0.05)  # noqa: ASYNC251 - what a blocking call in a Kinetic coroutine does
+    await anyio.sleep(0.01)
+
+
+async def test_guard_catches_a_blocking_step() -> None:
+    # The guard judged against this file instead of Kinetic's packages: a blocking call
+    # in one of its coroutines must be reported, with the frame that made it.
+    here = HERE
+    with LoopStallGuard(dirs=(here,)) as g:
+        await _blocking_step()
+    assert g.stalls, "a 50 ms blocking step went unnoticed"
+    assert any("_blocking_step" in f for s in g.stalls for f in s.frames), g.report()
+    # and a step that blocks outside the judged files is not blamed on them
+    with LoopStallGuard(dirs=(here + ".nothing",)) as g2:
+        await _blocking_step()
+    assert not g2.stalls, g2.report()

@@ -1,0 +1,220 @@
+"""The GKE pool's worker (``python -m runner.pool``) on a directory store, as real processes.
+
+The same worker runs in the pods of a pool batch (tests/cluster/test_gke_pool.py); here
+several run side by side on this machine against ``file://`` storage, which has the
+same create-if-absent claims, so races, crashes and lease takeovers are cheap to try.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import cloudpickle
+import pytest
+
+import kinetic
+from runner import protocol
+from runner._store import FileStore
+
+REPO = Path(__file__).resolve().parents[2]
+GID = "grp-00000000aaaa"
+
+pytestmark = [pytest.mark.local, pytest.mark.timeout(120)]
+
+
+def double(x: int) -> int:
+    print(f"doubling {x}", flush=True)
+    return 2 * x
+
+
+def crash_on_three(x: int) -> int:
+    if x == 3:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return x
+
+
+def slow_on_zero(x: int, flag: str) -> int:
+    if x == 0 and not os.path.exists(flag):
+        open(flag, "w").close()  # the first run of input 0 marks that it started
+        time.sleep(60)
+    return x
+
+
+def fail_on_two(x: int) -> int:
+    if x == 2:
+        raise ValueError("two")
+    # Slow enough that the other inputs outlast a worker's stop check (every STOP_EVERY s):
+    # 27 inputs after the failure take > 2 s on two workers, so some never start.
+    time.sleep(0.2)
+    return x
+
+
+def record(
+    root: Path, fn: Any, calls: list[tuple[tuple[Any, ...], dict[str, Any]]], **kw: Any
+) -> FileStore:
+    """Record a batch the way submission does (manifest last)."""
+    store = FileStore(root)
+    chunk = kw.pop("chunk", 4)
+    lease = kw.pop("lease", 30.0)
+    fn_bytes = bytes(cloudpickle.dumps(fn))
+    options = {
+        "input_mode": "auto",
+        "max_concurrent": 3,
+        "retries": 0,
+        "fail_fast": False,
+        "cancel_running_on_fail": False,
+    }
+    options.update(kw)
+    manifest = {
+        "format": protocol.FORMAT,
+        "group_id": GID,
+        "total": len(calls),
+        "chunk_size": chunk,
+        "func_name": getattr(fn, "__name__", "fn"),
+        "options": options,
+        "spec": {
+            "format": protocol.FORMAT,
+            "job_id": GID,
+            "func_name": "fn",
+            "payload_sha256": hashlib.sha256(fn_bytes).hexdigest(),
+            "context_key": None,
+            "context_sha256": None,
+            "cwd": None,
+            "sys_path": [],
+            "env": {},
+            "output_dir": str(root / "outputs"),
+        },
+        "gke": {"engine": protocol.ENGINE_POOL, "lease_s": lease},
+    }
+    store.write(protocol.group_payload_key(GID), fn_bytes)
+    for n, start in enumerate(range(0, len(calls), chunk)):
+        part = bytes(cloudpickle.dumps(calls[start : start + chunk]))
+        store.write(protocol.group_inputs_key(GID, n), part)
+    store.write(protocol.group_manifest_key(GID), protocol.dump_json(manifest))
+    return store
+
+
+def start_worker(root: Path, name: str) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "KINETIC_WORKER": name, "PYTHONPATH": str(REPO)}
+    return subprocess.Popen(
+        [sys.executable, "-m", "runner.pool", "--storage", f"file://{root}", "--group", GID],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+def finish(procs: list[subprocess.Popen[bytes]], timeout: float = 60) -> list[str]:
+    outs = []
+    for p in procs:
+        out, _ = p.communicate(timeout=timeout)
+        outs.append(out.decode(errors="replace"))
+        assert p.returncode == 0, outs[-1]
+    return outs
+
+
+def outcomes(store: FileStore) -> dict[int, tuple[dict[str, Any], Any]]:
+    found = {}
+    prefix = protocol.group_results_prefix(GID)
+    for key in store.list(prefix):
+        index = protocol.parse_outcome_name(key.removeprefix(prefix))
+        assert index is not None
+        header, payload = protocol.decode_outcome(store.read(key))
+        found[index] = (header, cloudpickle.loads(payload))
+    return found
+
+
+def claims(store: FileStore) -> list[tuple[int, int]]:
+    prefix = protocol.group_claims_prefix(GID)
+    return sorted(
+        parsed
+        for key in store.list(prefix)
+        if (parsed := protocol.parse_claim_name(key.removeprefix(prefix))) is not None
+    )
+
+
+def test_workers_share_the_inputs_once_each(tmp_path: Path) -> None:
+    n = 40
+    store = record(tmp_path, double, [((i,), {}) for i in range(n)])
+    finish([start_worker(tmp_path, f"w{k}") for k in range(3)])
+    found = outcomes(store)
+    assert sorted(found) == list(range(n))
+    assert all(payload["result"] == 2 * i for i, (_, payload) in found.items())
+    # One claim and one outcome per input, and nothing else written per input.
+    assert claims(store) == [(i, 0) for i in range(n)]
+    assert found[5][0]["output"] == "doubling 5\n"
+    assert {h["worker"] for h, _ in found.values()} <= {"w0", "w1", "w2"}
+    per_input = [k for k in store.list(protocol.group_prefix(GID)) if "/inputs/" not in k]
+    assert len(per_input) == 2 * n + 2  # + fn.pkl and the manifest
+
+
+def test_an_input_that_kills_its_process_fails_alone(tmp_path: Path) -> None:
+    store = record(tmp_path, crash_on_three, [((i,), {}) for i in range(6)], retries=1)
+    finish([start_worker(tmp_path, "w0")])
+    found = outcomes(store)
+    assert [found[i][1]["result"] for i in (0, 1, 2, 4, 5)] == [0, 1, 2, 4, 5]
+    header, payload = found[3]
+    assert header["state"] == "failed"
+    assert header["attempt"] == 1
+    assert "killed by signal 9" in payload["error"]
+
+
+def test_a_dead_workers_input_is_taken_over_after_its_lease(tmp_path: Path) -> None:
+    flag = tmp_path / "started"
+    store = record(
+        tmp_path, slow_on_zero, [((i, str(flag)), {}) for i in range(4)], chunk=4, lease=2.0
+    )
+    first = start_worker(tmp_path, "doomed")
+    deadline = time.monotonic() + 30
+    while not flag.exists():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    os.killpg(first.pid, signal.SIGKILL)  # the worker and the input's process
+    first.communicate()
+    finish([start_worker(tmp_path, "heir")])
+    found = outcomes(store)
+    assert sorted(found) == [0, 1, 2, 3]
+    assert found[0][0]["worker"] == "heir"
+    assert found[0][0]["claim"] == 1
+    assert (0, 1) in claims(store)
+
+
+def test_fail_fast_stops_the_pool(tmp_path: Path) -> None:
+    store = record(tmp_path, fail_on_two, [((i,), {}) for i in range(30)], fail_fast=True)
+    finish([start_worker(tmp_path, f"w{k}") for k in range(2)])
+    stop = protocol.load_json(store.read(protocol.group_stop_key(GID)))
+    assert stop["reason"] == "fail_fast"
+    assert "input 2" in stop["detail"]
+    found = outcomes(store)
+    assert found[2][0]["state"] == "failed"
+    assert len(found) < 30  # the rest never ran
+
+
+def test_an_unusable_function_stops_the_batch_with_the_phase(tmp_path: Path) -> None:
+    store = record(tmp_path, double, [((1,), {})])
+    store.write(protocol.group_payload_key(GID), b"corrupted")
+    finish([start_worker(tmp_path, "w0")])
+    stop = protocol.load_json(store.read(protocol.group_stop_key(GID)))
+    assert stop["reason"] == "failed"
+    assert stop["phase"] == "verify"
+    assert outcomes(store) == {}
+
+
+@kinetic.run()
+def negate(x: int) -> int:
+    return -x
+
+
+def test_pod_per_input_is_checked_and_means_nothing_locally() -> None:
+    with pytest.raises(kinetic.ConfigError, match="pod_per_input"):
+        negate.run_async_map([1], pod_per_input="yes")  # type: ignore[arg-type]
+    batch = negate.run_async_map([1, 2], pod_per_input=True)
+    assert batch.results(timeout=60) == [-1, -2]
