@@ -201,8 +201,15 @@ async def run_checks(arguments: Mapping[str, str | None], timeout: float) -> lis
             )
             return results
         from kinetic._backends.gke.client import KubeClient
+        from kinetic._core.kube_context import OVERRIDE_ENV, gke_context_name
 
-        ctx.kube = KubeClient(attempts=2, backoff=0.1)
+        # The cluster the jobs would go to: the same context choice as the backend's.
+        ctx.kube = KubeClient(
+            cluster_context=gke_context_name(settings.project, settings.zone, settings.cluster),
+            context_override=os.environ.get(OVERRIDE_ENV) or None,
+            attempts=2,
+            backoff=0.1,
+        )
         kubeconfig = await _gather(ctx, [_kubeconfig(ctx)])
         results += kubeconfig
         # Without a usable kubeconfig the API server cannot be asked (and the client

@@ -50,7 +50,14 @@ class JobHandle(JobRecord):
     _outcome: KnownOutcome | None = None
 
     def _backend(self) -> Backend:
-        return runtime.backend_for_location(self.backend, self.bucket_name, self.namespace)
+        return runtime.backend_for_location(
+            self.backend,
+            self.bucket_name,
+            self.namespace,
+            project=self.project,
+            zone=self.zone,
+            cluster=self.cluster_name,
+        )
 
     async def status(self) -> JobStatus:
         """The job's current status."""

@@ -20,6 +20,7 @@ import anyio
 from kinetic._backends.base import Backend
 from kinetic._backends.local import LocalBackend
 from kinetic._core.config import Settings
+from kinetic._core.kube_context import OVERRIDE_ENV, gke_context_name
 from kinetic._exceptions import ConfigError
 
 if TYPE_CHECKING:
@@ -74,31 +75,62 @@ def backend_for_settings(settings: Settings) -> Backend:
     """
     if settings.backend == "local":
         return local_backend(settings.local_root)
+    context = gke_context_name(settings.project, settings.zone, settings.cluster)
     if settings.backend == "gke":
-        return gke_backend(settings.bucket_name, settings.namespace)
+        return gke_backend(settings.bucket_name, settings.namespace, context)
     if settings.backend == "pathways":
-        return pathways_backend(settings.bucket_name, settings.namespace)
+        return pathways_backend(settings.bucket_name, settings.namespace, context)
     raise ConfigError(f"backend {settings.backend!r} is not available yet; use backend='local'")
 
 
-def backend_for_location(backend: str, bucket_name: str, namespace: str) -> Backend:
-    """The backend that owns a job recorded with these handle fields."""
+def backend_for_location(
+    backend: str,
+    bucket_name: str,
+    namespace: str,
+    *,
+    project: str | None = None,
+    zone: str | None = None,
+    cluster: str | None = None,
+) -> Backend:
+    """The backend that owns a job recorded with these handle fields (its cluster is the
+    kubeconfig context of ``project``/``zone``/``cluster``, see :mod:`kinetic._core.kube_context`)."""
     if backend == "local":
         # A local job's bucket_name is its storage directory: the root is its parent.
         return local_backend(Path(bucket_name).parent)
+    context = gke_context_name(project, zone, cluster)
     if backend == "gke":
-        return gke_backend(bucket_name, namespace)
+        return gke_backend(bucket_name, namespace, context)
     if backend == "pathways":
-        return pathways_backend(bucket_name, namespace)
+        return pathways_backend(bucket_name, namespace, context)
     raise ConfigError(f"backend {backend!r} is not available yet")
 
 
-# One Kubernetes client (and its shared watches) per loop, for every GKE backend.
-_CLUSTERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any]
+# One Kubernetes client (and its shared watches) per loop and cluster, for every GKE backend.
+_CLUSTERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str | None, Any]]
 _CLUSTERS = weakref.WeakKeyDictionary()
 
 
-def gke_backend(bucket: str, namespace: str) -> GKEBackend:
+def _cluster(context: str | None, options: Any) -> Any:
+    """This loop's client of the cluster whose kubeconfig context is ``context``."""
+    from kinetic._backends.gke.backend import Cluster
+    from kinetic._backends.gke.client import KubeClient
+
+    clusters = _CLUSTERS.setdefault(asyncio.get_running_loop(), {})
+    override = os.environ.get(OVERRIDE_ENV) or None
+    key = override or context
+    cluster = clusters.get(key)
+    if cluster is None:
+        client = KubeClient(
+            cluster_context=context,
+            context_override=override,
+            qps=options.qps,
+            burst=options.burst,
+        )
+        cluster = clusters[key] = Cluster(client)
+    return cluster
+
+
+def gke_backend(bucket: str, namespace: str, context: str | None = None) -> GKEBackend:
     """The GKE backend on ``bucket`` for this loop (kubernetes-asyncio loads on first use).
 
     Knobs come from ``KINETIC_GKE_*`` / ``KINETIC_K8S_*`` variables
@@ -106,44 +138,35 @@ def gke_backend(bucket: str, namespace: str) -> GKEBackend:
 
     :raises ConfigError: on a malformed knob or bucket name.
     """
-    from kinetic._backends.gke.backend import Cluster, GKEBackend
-    from kinetic._backends.gke.client import KubeClient
+    from kinetic._backends.gke.backend import GKEBackend
     from kinetic._core.gke_config import options_from_env
 
     options = options_from_env(os.environ)
-    key = ("gke", bucket, namespace, repr(options))
+    key = ("gke", bucket, namespace, repr(options), _context_key(context))
     registry = _registry()
     backend = registry.get(key)
     if backend is None:
-        loop = asyncio.get_running_loop()
-        cluster = _CLUSTERS.get(loop)
-        if cluster is None:
-            cluster = _CLUSTERS[loop] = Cluster(KubeClient(qps=options.qps, burst=options.burst))
+        cluster = _cluster(context, options)
         backend = registry[key] = GKEBackend(bucket, cluster, namespace=namespace, options=options)
     assert isinstance(backend, GKEBackend)
     return backend
 
 
-def pathways_backend(bucket: str, namespace: str) -> PathwaysBackend:
+def pathways_backend(bucket: str, namespace: str, context: str | None = None) -> PathwaysBackend:
     """The pathways backend on ``bucket`` for this loop: the GKE backend's knobs, and
     the same Kubernetes client and shared watches.
 
     :raises ConfigError: on a malformed knob or bucket name.
     """
-    from kinetic._backends.gke.backend import Cluster
-    from kinetic._backends.gke.client import KubeClient
     from kinetic._backends.pathways.backend import PathwaysBackend
     from kinetic._core.gke_config import options_from_env
 
     options = options_from_env(os.environ)
-    key = ("pathways", bucket, namespace, repr(options))
+    key = ("pathways", bucket, namespace, repr(options), _context_key(context))
     registry = _registry()
     backend = registry.get(key)
     if backend is None:
-        loop = asyncio.get_running_loop()
-        cluster = _CLUSTERS.get(loop)
-        if cluster is None:
-            cluster = _CLUSTERS[loop] = Cluster(KubeClient(qps=options.qps, burst=options.burst))
+        cluster = _cluster(context, options)
         backend = registry[key] = PathwaysBackend(
             bucket, cluster, namespace=namespace, options=options
         )
@@ -151,14 +174,19 @@ def pathways_backend(bucket: str, namespace: str) -> PathwaysBackend:
     return backend
 
 
+def _context_key(context: str | None) -> str:
+    return os.environ.get(OVERRIDE_ENV) or context or ""
+
+
 async def aclose_backends() -> None:
     """Close the backends (connections, sessions) of the running loop. Idempotent."""
     loop = asyncio.get_running_loop()
     backends = list(_registry().values())
     _REGISTRIES.pop(loop, None)
-    cluster = _CLUSTERS.pop(loop, None)
+    clusters = _CLUSTERS.pop(loop, {})
     for backend in backends:
         with contextlib.suppress(Exception):  # closing one must not keep the others open
             await backend.aclose()
-    if cluster is not None:
-        await cluster.aclose()
+    for cluster in clusters.values():
+        with contextlib.suppress(Exception):
+            await cluster.aclose()

@@ -42,6 +42,7 @@ from tenacity import (
 )
 
 from kinetic._backends.gke.ratelimit import RateLimiter
+from kinetic._core.kube_context import choose_context
 from kinetic._exceptions import BackendError, ConfigError, KineticError
 
 log = logging.getLogger(__name__)
@@ -89,6 +90,8 @@ class KubeClient:
         *,
         kubeconfig: str | None = None,
         context: str | None = None,
+        cluster_context: str | None = None,
+        context_override: str | None = None,
         qps: float = 20.0,
         burst: int = 40,
         attempts: int = 5,
@@ -96,6 +99,9 @@ class KubeClient:
     ) -> None:
         self._kubeconfig = kubeconfig
         self._context = context
+        # Chosen at load time, from the kubeconfig's contexts (kinetic._core.kube_context).
+        self._cluster_context = cluster_context
+        self._context_override = context_override
         self.limiter = RateLimiter(qps, burst)
         self._attempts = attempts
         self._backoff = backoff
@@ -137,15 +143,29 @@ class KubeClient:
             else:
                 # KUBECONFIG may list several files; the first is used.
                 first = path.split(os.pathsep)[0] if path else str(default)
+                context = self._context
+                if context is None and (self._cluster_context or self._context_override):
+                    context = await anyio.to_thread.run_sync(self._choose_context, first)
                 await k8s_config.load_kube_config(
                     config_file=first,
-                    context=self._context,
+                    context=context,
                     client_configuration=cfg,
                     persist_config=False,
                 )
+        except ConfigError:
+            raise
         except (ConfigException, OSError, ValueError, TypeError) as exc:
             raise ConfigError(f"cannot load the Kubernetes configuration: {exc}") from exc
         return k8s_client.ApiClient(configuration=cfg)
+
+    def _choose_context(self, config_file: str) -> str | None:
+        """The context of this client's cluster in ``config_file``. Blocking (reads it)."""
+        from kubernetes_asyncio import config as k8s_config
+
+        listed, current = k8s_config.list_kube_config_contexts(config_file)
+        names = [str(c.get("name")) for c in listed or () if isinstance(c, dict)]
+        active = current.get("name") if isinstance(current, dict) else None
+        return choose_context(self._cluster_context, self._context_override, names, active)
 
     async def configuration(self) -> Any:
         """The loaded kubernetes-asyncio ``Configuration``, for connections this client
