@@ -218,6 +218,18 @@ def member_job_id(group_id: str, index: int) -> str:
     return f"job-{group_id.removeprefix('grp-')}{index:08x}"
 
 
+def parse_member_job_id(job_id: str) -> tuple[str, int] | None:
+    """``(group_id, index)`` of a batch input's job id (:func:`member_job_id`), or None
+    for an id that cannot be one (a single job's ids are shorter)."""
+    digits = job_id.removeprefix("job-")
+    if len(digits) != 20 or not job_id.startswith("job-"):
+        return None
+    try:
+        return f"grp-{digits[:12]}", int(digits[12:], 16)
+    except ValueError:
+        return None
+
+
 def member_attempt_id(group_id: str, index: int, attempt: int) -> str:
     """The id (Kubernetes ``job-id`` label) of one attempt of a batch input.
 

@@ -10,16 +10,18 @@ from typing import Any, Generic, ParamSpec, TypeVar, overload
 import anyio
 import anyio.to_thread
 
+from kinetic._backends.base import Backend
 from kinetic._core.config import BACKENDS
 from kinetic._core.functions import check_function
 from kinetic._core.ids import check_job_id
 from kinetic._engine import runtime
-from kinetic._engine.batch import BatchHandle
+from kinetic._engine.batch import BatchHandle, member_job
 from kinetic._engine.batch_submit import submit_batch
 from kinetic._engine.handle import JobHandle, load_handle
 from kinetic._engine.submit import RunOptions, submit
-from kinetic._exceptions import ConfigError
+from kinetic._exceptions import ConfigError, JobNotFoundError, ObjectNotFoundError
 from kinetic._settings import load_settings
+from runner import protocol
 
 _UNBOUND: Any = object()
 P = ParamSpec("P")
@@ -153,6 +155,16 @@ def run(
     :raises ConfigError: for invalid arguments, at decoration time.
     :raises InvalidFunctionError: when the decorated object cannot run as a job.
     """
+    if callable(accelerator):
+        raise ConfigError(
+            "kinetic.run is a decorator factory: write @kinetic.run() (with parentheses), "
+            "or @kinetic.run(accelerator=...)"
+        )
+    if isinstance(capture_env_vars, str):
+        raise ConfigError(
+            f"capture_env_vars must be a list of names or PREFIX* patterns, e.g. "
+            f"[{capture_env_vars!r}], not the string {capture_env_vars!r}"
+        )
     options = RunOptions(
         accelerator=accelerator,
         container_image=container_image,
@@ -183,6 +195,9 @@ async def attach(
 ) -> JobHandle:
     """Rebuild the handle of a job submitted by any process, from its stored record.
 
+    A batch input's job id (``batch.jobs[i].job_id``) works too: its handle comes from
+    the batch's manifest.
+
     :raises ConfigError: when ``job_id`` is malformed (a path, say).
     :raises JobNotFoundError: when no such job is recorded.
     """
@@ -190,7 +205,26 @@ async def attach(
     settings = await anyio.to_thread.run_sync(
         partial(load_settings, backend=backend, project=project, cluster=cluster)
     )
-    return await load_handle(runtime.backend_for_settings(settings), job_id)
+    target = runtime.backend_for_settings(settings)
+    try:
+        return await load_handle(target, job_id)
+    except JobNotFoundError:
+        member = protocol.parse_member_job_id(job_id)
+        if member is None:
+            raise
+        return await _member_handle(target, job_id, *member)
+
+
+async def _member_handle(target: Backend, job_id: str, group_id: str, index: int) -> JobHandle:
+    try:
+        manifest = protocol.load_json(
+            await target.storage.read(protocol.group_manifest_key(group_id))
+        )
+    except ObjectNotFoundError:
+        raise JobNotFoundError(f"no job {job_id!r} in {target.storage.url}") from None
+    if not 0 <= index < int(manifest.get("total", 0)):
+        raise JobNotFoundError(f"no job {job_id!r}: batch {group_id} has no input {index}")
+    return member_job(manifest, index)
 
 
 async def list_jobs(

@@ -78,8 +78,17 @@ class RunOptions:
             )
         capture_env(list(self.capture_env_vars or ()), {})
         execution_mode(self.container_image)
+        if self.output_dir is not None and not _absolute_location(self.output_dir):
+            raise ConfigError(
+                f"output_dir must be an absolute path or a gs:// URI, got {self.output_dir!r} "
+                "(a relative path would mean a different place in the job than here)"
+            )
         if self.volumes is not None:
             _check_volumes(self.volumes)
+
+
+def _absolute_location(path: object) -> bool:
+    return isinstance(path, str) and (path.startswith("gs://") or os.path.isabs(path))
 
 
 def _check_volumes(volumes: Mapping[str, Any]) -> None:
