@@ -12,7 +12,6 @@ runner killed by a signal never leaves a job looking alive.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import sys
 from collections.abc import Sequence
@@ -24,6 +23,14 @@ import cloudpickle
 from runner import protocol
 from runner._fs import remove_tree
 from runner._store import RunnerStore, open_store
+from runner.job import (
+    PhaseError,
+    build_failure,
+    build_success,
+    parse_args,
+    prepare_workspace,
+    verify,
+)
 
 if TYPE_CHECKING:
     from runner.gpu_lease import GpuLease
@@ -32,14 +39,6 @@ if TYPE_CHECKING:
 class _Namespace:
     def __init__(self, storage: str, job_id: str, upload_logs: bool) -> None:
         self.storage, self.job_id, self.upload_logs = storage, job_id, upload_logs
-
-
-class PhaseError(Exception):
-    """A runner step failed outside the user's code."""
-
-    def __init__(self, phase: str, message: str) -> None:
-        super().__init__(message)
-        self.phase = phase
 
 
 def run_job(
@@ -59,7 +58,7 @@ def run_job(
         spec = protocol.load_json(store.read(protocol.spec_key(job_id)))
         payload_bytes = store.read(protocol.payload_key(job_id))
         phase = "verify"
-        _verify(payload_bytes, spec["payload_sha256"], "payload.pkl")
+        verify(payload_bytes, spec["payload_sha256"], "payload.pkl")
         code_root = prepare_workspace(store, spec, workdir)
 
         phase = "deserialize"
@@ -97,149 +96,6 @@ def run_job(
         return protocol.EXIT_USER_ERROR
     _flush_std()
     return _record_success(store, job_id, value, host=host)
-
-
-def prepare_workspace(store: RunnerStore, spec: protocol.JobSpec, workdir: Path) -> Path:
-    """Fetch, verify and unpack the context archive, enter it (cwd, sys.path, env), then
-    install the spec's requirements (prebuilt mode). Return the root of the project's
-    files (the shared tree, or the job's own copy).
-
-    On the local backend (``KINETIC_CONTEXT_CACHE`` names a shared cache) the archive is
-    extracted once per content address and shared read-only; the job's cwd is its own
-    directory of links into it (:mod:`runner._contexts`). Elsewhere (a pod, which runs
-    one job) it is extracted into ``workdir``.
-
-    :raises PhaseError: naming the phase (fetch, verify, unpack, install) that failed.
-    """
-    root = workdir / "workspace"
-    root.mkdir(parents=True, exist_ok=True)
-    code_root = root
-    cwd = root / spec["cwd"] if spec["cwd"] else root
-    shared = os.environ.pop("KINETIC_CONTEXT_CACHE", None)
-    if spec.get("context_key"):
-        if shared:
-            tree = _shared_context(store, spec, Path(shared), root)
-            if tree is not None:
-                code_root, cwd = tree
-        if code_root is root:
-            _unpack(_fetch_context(store, spec), root)
-    _enter_workspace(root, spec, code_root, cwd)
-    if spec.get("install"):
-        from runner.install import install_requirements
-
-        install_requirements(spec.get("install", []), workdir)
-    return code_root
-
-
-def _fetch_context(store: RunnerStore, spec: protocol.JobSpec) -> bytes:
-    try:
-        data = store.read(str(spec["context_key"]))
-    except OSError as exc:
-        raise PhaseError("fetch", f"cannot read the context archive: {exc}") from exc
-    _verify(data, str(spec["context_sha256"]), "context archive")
-    return data
-
-
-def _shared_context(
-    store: RunnerStore, spec: protocol.JobSpec, cache: Path, root: Path
-) -> tuple[Path, Path] | None:
-    """The shared tree and the job's cwd in ``root``; ``None`` if the cache is unusable."""
-    from runner import _contexts
-
-    try:
-        tree = _contexts.claim(
-            cache, str(spec["context_sha256"]), lambda: _fetch_context(store, spec)
-        )
-        return tree, _contexts.link_workspace(tree, root, spec["cwd"])
-    except _contexts.UnpackError as exc:
-        raise PhaseError("unpack", str(exc)) from exc
-    except OSError as exc:
-        _contexts.warn(f"shared context cache unusable ({exc}); unpacking for this job only")
-        remove_tree(root)
-        root.mkdir(parents=True, exist_ok=True)
-        return None
-
-
-def _verify(data: bytes, expected: str, what: str) -> None:
-    actual = hashlib.sha256(data).hexdigest()
-    if actual != expected:
-        raise PhaseError("verify", f"{what} is corrupted: sha256 {actual} != expected {expected}")
-
-
-def _unpack(archive: bytes, root: Path) -> None:
-    from runner._contexts import UnpackError, extract
-
-    try:
-        extract(archive, root)
-    except UnpackError as exc:
-        raise PhaseError("unpack", str(exc)) from exc
-    except Exception as exc:
-        raise PhaseError("unpack", f"cannot unpack the context archive: {exc}") from exc
-
-
-def _enter_workspace(root: Path, spec: protocol.JobSpec, code_root: Path, cwd: Path) -> None:
-    os.environ.update(spec["env"])
-    os.environ["KINETIC_OUTPUT_DIR"] = spec["output_dir"]
-    os.environ["JOB_ID"] = spec["job_id"]
-    if spec["output_dir"].startswith("/"):
-        Path(spec["output_dir"]).mkdir(parents=True, exist_ok=True)
-    entries = [str(code_root / rel) if rel else str(code_root) for rel in spec["sys_path"]]
-    sys.path[:0] = [*entries, str(code_root)]
-    # The project's cwd may be a folder that did not travel (ignored): start it empty.
-    cwd.mkdir(parents=True, exist_ok=True)
-    os.chdir(cwd)
-
-
-def build_success(value: Any) -> tuple[bytes, protocol.FinalRecord]:
-    """The result payload and final record for a value (a serialize failure if it won't pickle)."""
-    try:
-        data = cloudpickle.dumps(protocol.result_payload(success=True, result=value))
-    except BaseException as exc:  # noqa: BLE001 - pickling may raise anything
-        return build_failure("serialize", exc, user=False, what="the result")
-    final: protocol.FinalRecord = {
-        "state": "succeeded",
-        "phase": None,
-        "error": None,
-        "error_type": None,
-    }
-    return data, final
-
-
-def build_failure(
-    phase: str, exc: BaseException, *, user: bool, what: str | None = None
-) -> tuple[bytes, protocol.FinalRecord]:
-    """The result payload and final record for a failure. Call from the ``except`` block."""
-    import traceback  # only on failure: it is slow to import
-
-    tb = traceback.format_exc()
-    error_type = f"{type(exc).__module__}.{type(exc).__qualname__}"
-    error = f"{type(exc).__name__}: {exc}"
-    if what is not None:
-        error = f"{what} cannot be pickled: {error}"
-    # Only ordinary exceptions raised by the user's code are re-raised locally;
-    # SystemExit, KeyboardInterrupt and runner failures become Kinetic errors.
-    carry = exc if user and isinstance(exc, Exception) else None
-    payload = protocol.result_payload(
-        success=False,
-        exception=carry,
-        traceback=tb,
-        phase=phase,
-        error=error,
-        error_type=error_type,
-    )
-    try:
-        data = cloudpickle.dumps(payload)
-        cloudpickle.loads(data)  # an exception that pickles may still fail to rebuild
-    except BaseException:  # noqa: BLE001
-        payload["exception"] = None
-        data = cloudpickle.dumps(payload)
-    final: protocol.FinalRecord = {
-        "state": "failed",
-        "phase": phase,
-        "error": error,
-        "error_type": error_type,
-    }
-    return data, final
 
 
 def _record_success(store: RunnerStore, job_id: str, value: Any, host: int | None = None) -> int:
@@ -291,27 +147,6 @@ def _flush_std() -> None:
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):
             stream.flush()
-
-
-def parse_args(argv: Sequence[str], flags: set[str]) -> dict[str, str | bool]:
-    """``--name value`` options and ``--flag`` switches (argparse costs ~7 ms to import).
-
-    :raises SystemExit: with usage, on an unknown or incomplete option.
-    """
-    out: dict[str, str | bool] = {}
-    it = iter(argv)
-    for arg in it:
-        name = arg.removeprefix("--")
-        if not arg.startswith("--") or name in out:
-            raise SystemExit(f"kinetic runner: unexpected argument {arg!r}")
-        if name in flags:
-            out[name] = True
-            continue
-        value = next(it, None)
-        if value is None:
-            raise SystemExit(f"kinetic runner: {arg} needs a value")
-        out[name] = value
-    return out
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -26,8 +26,8 @@ from typing import Any
 import cloudpickle
 
 from runner import protocol
-from runner._main import PhaseError, build_failure, build_success, prepare_workspace
 from runner._store import RunnerStore
+from runner.job import PhaseError, build_failure, build_success, prepare_workspace
 
 
 def run_member(store: RunnerStore, group_id: str, index: int, attempt: int, workdir: Path) -> int:

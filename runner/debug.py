@@ -68,7 +68,7 @@ def wait_for_client(
     :raises PhaseError: (phase ``debug``) debugpy is missing or cannot listen, the
         marker cannot be written, or no client attached within the wait.
     """
-    from runner._main import PhaseError
+    from runner.job import PhaseError
 
     wait = float(spec["wait"])
     source_root = str(spec.get("source_root") or "")

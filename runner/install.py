@@ -35,7 +35,7 @@ def install_requirements(lines: Sequence[str], workdir: Path) -> None:
 
     :raises PhaseError: (phase ``install``) uv is missing, failed, or timed out.
     """
-    from runner._main import PhaseError
+    from runner.job import PhaseError
 
     uv = find_uv()
     if uv is None:

@@ -56,7 +56,7 @@ import runner
 from runner import protocol
 from runner._fs import atomic_write, make_private_dirs
 from runner._main import main as runner_main
-from runner._main import parse_args
+from runner.job import parse_args
 
 PROTOCOL = 1
 # Variables read once, when an interpreter starts: a job must find them as the

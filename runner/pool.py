@@ -55,8 +55,8 @@ import cloudpickle
 
 from runner import protocol
 from runner._fs import remove_tree
-from runner._main import PhaseError, build_failure, build_success, parse_args, prepare_workspace
 from runner._store import RunnerStore, open_store
+from runner.job import PhaseError, build_failure, build_success, parse_args, prepare_workspace
 from runner.pool_book import (
     Claim,
     Exit,

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from runner._main import PhaseError
 from runner.install import find_uv, install_requirements
+from runner.job import PhaseError
 
 pytestmark = pytest.mark.local
 
