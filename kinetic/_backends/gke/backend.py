@@ -44,6 +44,7 @@ from kinetic._core.accelerators import AcceleratorConfig
 from kinetic._core.gke_config import GKEOptions
 from kinetic._core.status import JobStatus, StatusReport
 from kinetic._exceptions import ObjectNotFoundError
+from kinetic._storage.base import Storage
 from kinetic._storage.gcs import GCSStorage
 from runner import protocol
 
@@ -456,29 +457,47 @@ class GKEBackend:
 
     async def list_job_ids(self) -> list[str]:
         """Ids of Jobs labelled ``app=kinetic`` in the namespace, and of recorded jobs."""
-        found: set[str] = set()
 
-        async def from_cluster() -> None:
+        async def jobs() -> list[Any]:
             listing = await self.client.list_objects("jobs", self.namespace, k8s_spec.SELECTOR)
-            for obj in listing.get("items") or []:
-                job_id = k8s_status.job_id_of(obj)
-                if job_id:
-                    found.add(job_id)
+            return list(listing.get("items") or [])
 
-        async def from_storage() -> None:
-            async for key in self.storage.list("job-"):
-                head, _, tail = key.partition("/")
-                if tail == "handle.json":
-                    found.add(head)
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(from_cluster)
-            tg.start_soon(from_storage)
-        return sorted(found)
+        return await known_job_ids(self.storage, jobs)
 
     async def aclose(self) -> None:
         """Close the storage session (the shared cluster client is closed by its owner)."""
         await self.storage.aclose()
+
+
+async def known_job_ids(
+    storage: Storage, list_objects: Callable[[], Awaitable[list[Any]]]
+) -> list[str]:
+    """Ids of the jobs whose Kubernetes objects ``list_objects`` returns, and of those
+    with a stored handle, listed concurrently.
+
+    :raises KineticError: what either listing raised (itself, not an exception group).
+    """
+    found: set[str] = set()
+
+    async def from_cluster() -> None:
+        for obj in await list_objects():
+            job_id = k8s_status.job_id_of(obj)
+            if job_id:
+                found.add(job_id)
+
+    async def from_storage() -> None:
+        async for key in storage.list("job-"):
+            head, _, tail = key.partition("/")
+            if tail == "handle.json":
+                found.add(head)
+
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(from_cluster)
+            tg.start_soon(from_storage)
+    except BaseExceptionGroup as group:
+        raise group.exceptions[0] from None  # a missing namespace says so plainly
+    return sorted(found)
 
 
 async def _changed_or_set(watch: SharedWatch, version: int, event: anyio.Event | None) -> None:

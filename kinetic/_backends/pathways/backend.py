@@ -35,7 +35,7 @@ import anyio
 import anyio.to_thread
 
 from kinetic._backends.base import JobRef, StatusCallback
-from kinetic._backends.gke.backend import Cluster
+from kinetic._backends.gke.backend import Cluster, known_job_ids
 from kinetic._backends.gke.client import KubeClient
 from kinetic._backends.pathways.api import LwsApi
 from kinetic._core import accelerators, k8s_spec, k8s_status, lws_spec, lws_status
@@ -476,25 +476,11 @@ class PathwaysBackend:
     async def list_job_ids(self) -> list[str]:
         """Ids of LeaderWorkerSets labelled ``app=kinetic`` in the namespace, and of
         recorded jobs."""
-        found: set[str] = set()
-        await self.lws.version()  # a missing CRD: its own clear error, not a task group's
 
-        async def from_cluster() -> None:
-            for obj in await self.lws.list(self.namespace, k8s_spec.SELECTOR):
-                job_id = k8s_status.job_id_of(obj)
-                if job_id:
-                    found.add(job_id)
+        async def groups() -> list[Any]:
+            return list(await self.lws.list(self.namespace, k8s_spec.SELECTOR))
 
-        async def from_storage() -> None:
-            async for key in self.storage.list("job-"):
-                head, _, tail = key.partition("/")
-                if tail == "handle.json":
-                    found.add(head)
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(from_cluster)
-            tg.start_soon(from_storage)
-        return sorted(found)
+        return await known_job_ids(self.storage, groups)
 
     async def aclose(self) -> None:
         """Close the storage session (the shared cluster client is closed by its owner)."""
