@@ -71,8 +71,8 @@ import cloudpickle
 from runner import _results_log as results_log
 from runner import gpu_lease, protocol
 from runner._fs import atomic_write, make_private_dirs
-from runner._main import PhaseError, build_failure, build_success, parse_args, prepare_workspace
 from runner._store import FileStore, open_store
+from runner.job import PhaseError, build_failure, build_success, parse_args, prepare_workspace
 
 
 def socket_address(storage_url: str, group_id: str) -> bytes:
@@ -873,19 +873,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     sup.load_done()
     if not sup.pending:
         return 0
-    workdir = Path(tempfile.mkdtemp(prefix="kinetic-batch-"))
+    # Under the batch's own directory, not the system's temp dir: a supervisor killed
+    # before its `finally` leaves nothing behind that the batch's cleanup does not remove.
+    workdir = Path(tempfile.mkdtemp(prefix="work-", dir=group_dir))
     try:
-        spec = manifest["spec"]
-        fn_bytes = store.read(protocol.group_payload_key(group))
-        if hashlib.sha256(fn_bytes).hexdigest() != spec["payload_sha256"]:
-            raise PhaseError("verify", "fn.pkl is corrupted: its sha256 does not match")
-        prepare_workspace(store, spec, workdir)
-        sup.fn_bytes = fn_bytes
-    except Exception as exc:  # noqa: BLE001 - recorded for every input, then we end
-        phase = exc.phase if isinstance(exc, PhaseError) else "fetch"
-        sup.stop("failed", f"{type(exc).__name__}: {exc}", kill=False, phase=phase)
-        return 2
-    try:
+        try:
+            spec = manifest["spec"]
+            fn_bytes = store.read(protocol.group_payload_key(group))
+            if hashlib.sha256(fn_bytes).hexdigest() != spec["payload_sha256"]:
+                raise PhaseError("verify", "fn.pkl is corrupted: its sha256 does not match")
+            prepare_workspace(store, spec, workdir)
+            sup.fn_bytes = fn_bytes
+        except Exception as exc:  # noqa: BLE001 - recorded for every input, then we end
+            phase = exc.phase if isinstance(exc, PhaseError) else "fetch"
+            sup.stop("failed", f"{type(exc).__name__}: {exc}", kill=False, phase=phase)
+            return 2
         sup.run()
     finally:
         os.chdir("/")

@@ -109,3 +109,15 @@ async def test_jobs_and_attached_members_still_work() -> None:
         await attached.jobs[1].result(cleanup=False)  # type: ignore[union-attr]
     results = await batch.results(return_exceptions=True)
     assert [type(r) for r in results] == [int, OddError, int, OddError]
+
+
+def test_a_batch_leaves_nothing_in_the_temp_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temp))  # the supervisor inherits it
+    batch = reject_odd.run_async_map([0, 2, 4])
+    assert batch.results() == [0, 20, 40]
+    leftovers = [p.name for p in temp.iterdir()]
+    assert leftovers == []

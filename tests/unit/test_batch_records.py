@@ -10,8 +10,8 @@ from kinetic._engine.batch import _States
 from kinetic._engine.results import load_payload, unwrap
 from runner import _results_log as results_log
 from runner import protocol
-from runner._main import build_success
 from runner.batch import _events, _success
+from runner.job import build_success
 
 HEAD = protocol.dump_json({"attempt": 0, "state": "succeeded"})
 
