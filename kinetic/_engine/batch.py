@@ -437,7 +437,13 @@ class BatchHandle:
         for index in indices:
             job_id = protocol.member_job_id(self.group_id, index)
             read = loaded.get(index)
-            if read is not None:
+            if read is not None and read[0].get("state") == "cancelled":
+                # Cancelled on its own: the same error results() gives for it.
+                cancelled = functools.partial(
+                    JobCancelledError, f"input {index} ({job_id}): cancelled", job_id=job_id
+                )
+                out[index] = KnownOutcome(job_id, index, None, cancelled, self._tally)
+            elif read is not None:
                 out[index] = KnownOutcome(job_id, index, read[1], None, self._tally)
             elif index in self._reasons or self._cleaned:
                 # Never ran, or its result went with the batch's cleanup: nothing to wait for.

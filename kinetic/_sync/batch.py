@@ -69,6 +69,8 @@ class BatchHandle:
         job = self._jobs.get(index)
         if job is None:
             job = self._jobs[index] = JobHandle._from_aio(h)
+        elif h._outcome is not None:
+            job._outcome = h._outcome  # read since this handle was first handed out
         return job
 
     def progress(self) -> dict[str, int]:
