@@ -46,8 +46,12 @@ def square(x: int) -> int:
 
 async def one_batch(fn: Any, bucket: str, namespace: str, n: int, workers: int, pods: bool) -> Any:
     from kinetic._engine import runtime
+    from kinetic._settings import load_settings
 
-    backend = runtime.gke_backend(bucket, namespace)
+    # The backend the jobs use (same cluster context and client), to count its requests.
+    project, cluster = bucket.split("-kn-")[0], bucket.split("-kn-")[1].removesuffix("-jobs")
+    settings = load_settings(backend="gke", project=project, cluster=cluster, namespace=namespace)
+    backend = runtime.backend_for_settings(settings)
     methods: Counter[str] = Counter()
     opened = backend.client._open
 

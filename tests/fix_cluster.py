@@ -128,6 +128,17 @@ class GKETarget:
         args.update(overrides)
         return args
 
+    def backend(self) -> Any:
+        """This loop's backend object of the jobs ``run_args()`` sends (same cluster
+        context, same client), for tests that count its requests. Call it in a loop."""
+        from kinetic._engine import runtime
+        from kinetic._settings import load_settings
+
+        settings = load_settings(
+            backend="gke", project=self.project, cluster=self.cluster, namespace=self.namespace
+        )
+        return runtime.backend_for_settings(settings)
+
     def object_names(self, prefix: str = "") -> list[str]:
         """Object names in the bucket under ``prefix``."""
         url = f"{self.emulator}/storage/v1/b/{self.bucket}/o?prefix={prefix}"

@@ -73,7 +73,7 @@ def test_results_in_input_order_within_the_request_and_write_budget(gke: GKETarg
     counts: dict[str, Any] = {}
 
     async def main() -> None:
-        backend = runtime.gke_backend(gke.bucket, gke.namespace)
+        backend = gke.backend()
         client = backend.client
         k8s: Counter[str] = Counter()
         opened = client._open

@@ -57,7 +57,7 @@ def test_500_inputs_on_4_workers_within_the_request_and_write_budget(gke: GKETar
     seen: dict[str, Any] = {}
 
     async def main() -> None:
-        backend = runtime.gke_backend(gke.bucket, gke.namespace)
+        backend = gke.backend()
         k8s: Counter[str] = Counter()
         opened = backend.client._open
 

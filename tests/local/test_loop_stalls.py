@@ -13,7 +13,9 @@ those that name a Kinetic frame and were not simply preempted:
 * *not preempted*: the kernel's run-queue wait of the loop thread during the step
   (``/proc/thread-self/schedstat``) is subtracted, so a shared, overloaded machine does
   not make an innocent step look slow, while a blocking call (sleep, file IO, a
-  process launch, a GIL held by Kinetic's threads) still counts; so is the time the
+  process launch) still counts; so is the time the loop thread, off a CPU and not
+  preempted, waited while the process's other threads ran (the GIL held by the worker
+  threads that do what belongs off the loop, bounded by their limiter); so is the time the
   cyclic garbage collector ran during the step (``gc.callbacks``): its pauses grow
   with the whole process's heap, whichever step happens to allocate. Debug mode's own
   cost is kept small: it records where every future was created, and the ``stat`` of
@@ -85,6 +87,7 @@ class Stall:
     preempted: float
     on_cpu: float
     collecting: float
+    gil: float
     what: str
     frames: list[str]
 
@@ -99,7 +102,7 @@ class LoopStallGuard:
     steps: int = 0  # slow steps seen at all (for the report)
 
     def __post_init__(self) -> None:
-        self._samples: deque[tuple[float, tuple[int, int], tuple[str, ...]]]
+        self._samples: deque[tuple[float, tuple[int, int, int], tuple[str, ...]]]
         self._samples = deque(maxlen=20_000)
         self._collections: deque[tuple[float, float]] = deque(maxlen=10_000)
         self._gc_start: float | None = None
@@ -125,11 +128,12 @@ class LoopStallGuard:
             frame = frame.f_back
         return tuple(out)
 
-    def _schedstat(self) -> tuple[int, int]:
-        """(ns on a CPU, ns waiting on a run queue) of the loop's thread so far."""
+    def _schedstat(self) -> tuple[int, int, int]:
+        """(ns on a CPU, ns waiting on a run queue) of the loop's thread so far, and the
+        ns on a CPU of the whole process (every thread)."""
         with open(f"/proc/self/task/{self._native}/schedstat") as f:
             run, wait = f.read().split()[:2]
-        return int(run), int(wait)
+        return int(run), int(wait), time.process_time_ns()
 
     def _sample(self) -> None:
         while not self._stop.wait(0.001):
@@ -179,20 +183,25 @@ class LoopStallGuard:
         samples = list(self._samples)  # one C-level copy: the sampler appends meanwhile
         before = [s for s in samples if s[0] <= start]
         during = [s for s in samples if start <= s[0] <= end]
-        preempted = on_cpu = 0.0
+        preempted = on_cpu = gil = 0.0
         if before:
-            run, wait = self._schedstat()
+            run, wait, process = self._schedstat()
             on_cpu = (run - before[-1][1][0]) / 1e9
             preempted = (wait - before[-1][1][1]) / 1e9
+            # Off a CPU yet not preempted while the process's other threads ran: the loop
+            # thread waited for the GIL they held (worker threads doing what belongs
+            # off the loop), not for something the step itself blocked on.
+            others = (process - before[-1][1][2]) / 1e9 - on_cpu
+            gil = max(0.0, min(others, seconds - on_cpu - preempted))
         collecting = self._collecting(start, end)
         frames = self._task_frames(getattr(loop, "_current_handle", None))
         busy: list[str] = []
         for _, _, stack in during:
             frames.extend(f for f in stack[1:] if f not in frames)
             busy.extend(stack[:1])
-        if frames and seconds - preempted - collecting >= self.threshold:
+        if frames and seconds - preempted - collecting - gil >= self.threshold:
             stall = Stall(
-                seconds, preempted, on_cpu, collecting, what[:300], frames[:12] + busy[:8]
+                seconds, preempted, on_cpu, collecting, gil, what[:300], frames[:12] + busy[:8]
             )
             self.stalls.append(stall)
 
@@ -201,7 +210,8 @@ class LoopStallGuard:
         for s in self.stalls:
             lines.append(
                 f"  {s.seconds * 1e3:.1f} ms ({s.on_cpu * 1e3:.1f} ms on a CPU, "
-                f"{s.preempted * 1e3:.1f} ms preempted, {s.collecting * 1e3:.1f} ms in gc)"
+                f"{s.preempted * 1e3:.1f} ms preempted, {s.collecting * 1e3:.1f} ms in gc, "
+                f"{s.gil * 1e3:.1f} ms waiting for other threads' GIL)"
             )
             lines.append(f"    {s.what}")
             lines.extend(f"    at {f}" for f in s.frames)
