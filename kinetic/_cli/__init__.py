@@ -10,6 +10,9 @@
                               (:mod:`kinetic._cli.build_image`)
     kinetic context [PATH]    what travels with a job, and its size
                               (:mod:`kinetic._cli.context`)
+    kinetic up | down | status | pool ...
+                              set up (and take down) a cluster for Kinetic
+                              (:mod:`kinetic._cli.infra`)
 
 Settings (backend, project, zone, cluster, namespace) resolve as for ``kinetic.run``:
 the options before the command group, then ``KINETIC_*`` variables, then the active
@@ -24,7 +27,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from kinetic._cli import accelerators, build_image, config, context, doctor, jobs, profile
+from kinetic._cli import accelerators, build_image, config, context, doctor, infra, jobs, profile
 from kinetic._cli._output import EXIT_FAILED, EXIT_INTERRUPTED
 from kinetic._version import __version__
 
@@ -37,6 +40,10 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "doctor": doctor.run,
     "build-image": build_image.run,
     "context": context.run,
+    "up": infra.run,
+    "down": infra.run,
+    "status": infra.run,
+    "pool": infra.run,
 }
 
 
@@ -60,6 +67,7 @@ def _parser() -> argparse.ArgumentParser:
     doctor.add_parser(sub)
     build_image.add_parser(sub)
     context.add_parser(sub)
+    infra.add_parsers(sub)
     return parser
 
 

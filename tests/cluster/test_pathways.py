@@ -1,6 +1,6 @@
 """The pathways backend on a real Kubernetes (the testbed): LeaderWorkerSets, real pods.
 
-The testbed installs a LeaderWorkerSet CRD (tests/testbed/lws-crd.json) but no LWS
+The testbed installs a LeaderWorkerSet CRD (kinetic/_infra/lws-crd.json) but no LWS
 controller exists for Kubernetes 1.20, so :class:`GroupController` stands in for it:
 for every LWS of the test's bucket it creates the group's pods the way the controller
 does (names ``{lws}-0`` and ``{lws}-0-{i}``, the LWS labels and annotations, the

@@ -1,0 +1,18 @@
+"""Cluster set-up: ``kinetic up`` / ``down`` / ``status`` / ``pool ...``.
+
+Layers, as elsewhere in Kinetic:
+
+* :mod:`kinetic._infra.plan` -- pure: which Kubernetes objects ``up`` wants, in which
+  order, what to do given what exists, the record of what ``up`` created, and the
+  order in which ``down`` removes exactly that.
+* :mod:`kinetic._infra.gke_api` -- pure: the Container REST API's requests (clusters,
+  node pools from the accelerator catalog, operations) and the reading of its answers.
+* :mod:`kinetic._infra.kube`, :mod:`kinetic._infra.container`,
+  :mod:`kinetic._infra.bucket` -- the IO edges (Kubernetes API, Container API over
+  httpx, the Storage JSON API's bucket calls over httpx), each call bounded by a timeout
+  and its failures translated into Kinetic's exception tree.
+* :mod:`kinetic._infra.ops` -- the orchestration the commands run.
+
+``lws-crd.json`` is the LeaderWorkerSet CustomResourceDefinition ``up`` installs (the
+testbed installs the same file).
+"""
