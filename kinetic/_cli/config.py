@@ -32,7 +32,7 @@ KNOBS: tuple[tuple[str, str, str], ...] = (
     ("k8s_burst", "KINETIC_K8S_BURST", "40"),
     ("image_base", "KINETIC_IMAGE_BASE", "python:3.11-slim"),
     ("package_root", "KINETIC_PACKAGE_ROOT", "found from the function's file"),
-    ("cache_dir", "KINETIC_CACHE_DIR", "~/.cache/kinetic"),
+    ("cache_dir", "KINETIC_CACHE_DIR", "~/.kinetic/cache"),
 )
 """Settings only a variable sets: (name, variable, what applies when it is unset)."""
 

@@ -13,14 +13,19 @@ those that name a Kinetic frame and were not simply preempted:
 * *not preempted*: the kernel's run-queue wait of the loop thread during the step
   (``/proc/thread-self/schedstat``) is subtracted, so a shared, overloaded machine does
   not make an innocent step look slow, while a blocking call (sleep, file IO, a
-  process launch) still counts; so is the time the loop thread, off a CPU and not
-  preempted, waited while the process's other threads ran (the GIL held by the worker
-  threads that do what belongs off the loop, bounded by their limiter); so is the time the
-  cyclic garbage collector ran during the step (``gc.callbacks``): its pauses grow
-  with the whole process's heap, whichever step happens to allocate. Debug mode's own
-  cost is kept small: it records where every future was created, and the ``stat`` of
-  each source file that :func:`linecache.checkcache` makes for that is skipped while
-  the guard runs (on a busy disk those alone took tens of milliseconds).
+  process launch) still counts. Also subtracted: the time the loop thread, off a CPU
+  and not preempted, waited while the process's other threads ran (the GIL held by the
+  worker threads that do what belongs off the loop, bounded by their limiter), and the
+  time the cyclic garbage collector ran during the step (``gc.callbacks``): its pauses
+  grow with the whole process's heap, whichever step happens to allocate;
+* *with evidence*: a stack sample inside Kinetic's code during the step (a blocking
+  call releases the GIL, so the sampler sees it), or CPU time of the step's own (a long
+  C call that keeps the GIL). A thread that slept holding the GIL (a page fault on a
+  loaded disk) shows neither: that is the machine, not the code.
+
+Debug mode's own cost is kept small: it records where every future was created, and
+the ``stat`` of each source file that :func:`linecache.checkcache` makes for that is
+skipped while the guard runs (on a busy disk those alone took tens of milliseconds).
 
 :func:`test_guard_catches_a_blocking_step` shows the guard fails on a blocking call in
 a guarded coroutine; the module's own tests are the regression guard for Kinetic.
@@ -196,10 +201,18 @@ class LoopStallGuard:
         collecting = self._collecting(start, end)
         frames = self._task_frames(getattr(loop, "_current_handle", None))
         busy: list[str] = []
+        sampled_ours = False
         for _, _, stack in during:
+            sampled_ours = sampled_ours or len(stack) > 1
             frames.extend(f for f in stack[1:] if f not in frames)
             busy.extend(stack[:1])
-        if frames and seconds - preempted - collecting - gil >= self.threshold:
+        # Evidence that Kinetic's code held the loop: a stack sample inside it during the
+        # step (a blocking call releases the GIL, so the sampler sees it), or CPU time of
+        # its own (a long C call that keeps the GIL). A step whose thread slept holding the
+        # GIL with neither (a page fault on a loaded disk) is the machine, not the code.
+        evidence = sampled_ours or on_cpu >= self.threshold / 2
+        blocked = seconds - preempted - collecting - gil
+        if frames and evidence and blocked >= self.threshold:
             stall = Stall(
                 seconds, preempted, on_cpu, collecting, gil, what[:300], frames[:12] + busy[:8]
             )
