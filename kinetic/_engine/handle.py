@@ -164,6 +164,9 @@ class JobHandle(JobRecord):
     async def _collect(self, report: StatusReport) -> Any:
         if report.status is JobStatus.NOT_FOUND:
             raise JobNotFoundError(f"job {self.job_id} not found in {self.bucket_name}")
+        if report.cancelled:
+            # Whatever payload a cancelled batch input left, its outcome is the cancellation.
+            raise self._no_result_error(report)
         backend = self._backend()
         try:
             data = await backend.read_result(self)

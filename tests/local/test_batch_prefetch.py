@@ -148,6 +148,11 @@ def test_cancelling_an_input_queued_at_a_worker_never_runs_it(tmp_path: Path) ->
     carried = next(h for h in batch.as_completed() if h.group_index == victim)
     with pytest.raises(kinetic.JobCancelledError):
         carried.result(cleanup=False)
+    # So does a handle that reads it through the backend.
+    attached = kinetic.attach_batch(batch.group_id).jobs[victim]
+    assert attached is not None
+    with pytest.raises(kinetic.JobCancelledError):
+        attached.result(cleanup=False)
     assert not (tmp_path / f"{victim}.ran").exists()
     # The worker was not killed to drop it: the input it was running ran once.
     assert (tmp_path / f"{gate}.ran").read_text() == "."
