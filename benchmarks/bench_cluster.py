@@ -64,6 +64,30 @@ def testbed_env() -> dict[str, str]:
     return {k: str(v) for k, v in json.loads((cache / "run/env.json").read_text()).items()}
 
 
+def testbed_target(prefix: str) -> tuple[dict[str, str], str, str, str]:
+    """Point this process at the testbed (its environment, runner image and a fresh
+    bucket in project ``kb``): ``(env, image, cluster, bucket)``."""
+    env = testbed_env()
+    for key in ("KUBECONFIG", "STORAGE_EMULATOR_HOST", "DOCKER_HOST"):
+        os.environ[key] = env[key]
+    os.environ["KINETIC_GKE_HOST_NETWORK"] = env["KINETIC_TESTBED_HOST_NETWORK"]
+    os.environ["KINETIC_GKE_SERVICE_ACCOUNT"] = env["KINETIC_TESTBED_SERVICE_ACCOUNT"]
+    os.environ["KINETIC_QUIET"] = "1"
+    image = anyio.run(
+        ensure_runner_image, env["KINETIC_TESTBED_REGISTRY"], env["KINETIC_TESTBED_BASE_IMAGE"]
+    )
+    cluster = f"{prefix}{uuid.uuid4().hex[:8]}"
+    bucket = f"kb-kn-{cluster}-jobs"
+    req = urllib.request.Request(
+        f"{env['STORAGE_EMULATOR_HOST']}/storage/v1/b?project=kb",
+        data=json.dumps({"name": bucket}).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    urllib.request.urlopen(req, timeout=10).close()
+    return env, image, cluster, bucket
+
+
 async def latency(fn: Any, n: int, poll: float) -> dict[str, Any]:
     handles = [await fn.aio.run_async(1.0 + 0.1 * i) for i in range(2 * n)]
     backend = runtime.backend_for_location("gke", handles[0].bucket_name, handles[0].namespace)
@@ -226,24 +250,7 @@ def main() -> None:
     parser.add_argument("--batch-concurrency", type=int, default=8)
     parser.add_argument("--only-batch", action="store_true")
     args = parser.parse_args()
-    env = testbed_env()
-    for key in ("KUBECONFIG", "STORAGE_EMULATOR_HOST", "DOCKER_HOST"):
-        os.environ[key] = env[key]
-    os.environ["KINETIC_GKE_HOST_NETWORK"] = env["KINETIC_TESTBED_HOST_NETWORK"]
-    os.environ["KINETIC_GKE_SERVICE_ACCOUNT"] = env["KINETIC_TESTBED_SERVICE_ACCOUNT"]
-    os.environ["KINETIC_QUIET"] = "1"
-    image = anyio.run(
-        ensure_runner_image, env["KINETIC_TESTBED_REGISTRY"], env["KINETIC_TESTBED_BASE_IMAGE"]
-    )
-    cluster = f"b{uuid.uuid4().hex[:8]}"
-    bucket = f"kb-kn-{cluster}-jobs"
-    req = urllib.request.Request(
-        f"{env['STORAGE_EMULATOR_HOST']}/storage/v1/b?project=kb",
-        data=json.dumps({"name": bucket}).encode(),
-        headers={"Content-Type": "application/json"},
-        method="POST",
-    )
-    urllib.request.urlopen(req, timeout=10).close()
+    _, image, cluster, bucket = testbed_target("b")
     opts = {
         "backend": "gke",
         "project": "kb",

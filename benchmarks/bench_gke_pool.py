@@ -23,11 +23,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
-import urllib.request
-import uuid
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -37,7 +34,7 @@ import anyio
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._common import ensure_kinetic_interpreter, machine, verdict, write_results
-from benchmarks.bench_cluster import testbed_env
+from benchmarks.bench_cluster import testbed_target
 
 
 def square(x: int) -> int:
@@ -96,26 +93,8 @@ def main() -> None:
 
     import kinetic
     from kinetic._engine import runtime
-    from kinetic._images.runner_image import ensure_runner_image
 
-    env = testbed_env()
-    for key in ("KUBECONFIG", "STORAGE_EMULATOR_HOST", "DOCKER_HOST"):
-        os.environ[key] = env[key]
-    os.environ["KINETIC_GKE_HOST_NETWORK"] = env["KINETIC_TESTBED_HOST_NETWORK"]
-    os.environ["KINETIC_GKE_SERVICE_ACCOUNT"] = env["KINETIC_TESTBED_SERVICE_ACCOUNT"]
-    os.environ["KINETIC_QUIET"] = "1"
-    image = anyio.run(
-        ensure_runner_image, env["KINETIC_TESTBED_REGISTRY"], env["KINETIC_TESTBED_BASE_IMAGE"]
-    )
-    cluster = f"p{uuid.uuid4().hex[:8]}"
-    bucket = f"kb-kn-{cluster}-jobs"
-    req = urllib.request.Request(
-        f"{env['STORAGE_EMULATOR_HOST']}/storage/v1/b?project=kb",
-        data=json.dumps({"name": bucket}).encode(),
-        headers={"Content-Type": "application/json"},
-        method="POST",
-    )
-    urllib.request.urlopen(req, timeout=10).close()
+    env, image, cluster, bucket = testbed_target("p")
     namespace = env["KINETIC_TESTBED_NAMESPACE"]
     fn = kinetic.run(
         backend="gke",
