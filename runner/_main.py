@@ -70,7 +70,14 @@ def run_job(
             from runner.data import resolve_arguments
 
             volumes = payload.get("volumes") or []
-            args, kwargs = resolve_arguments(store, args, kwargs, workdir, volumes)
+            args, kwargs = resolve_arguments(
+                store,
+                args,
+                kwargs,
+                workdir,
+                volumes,
+                private_volumes=bool(spec.get("private_volumes")),
+            )
 
         # debug=True: wait (bounded) for a debugger client; host 0 only in multi-host jobs.
         debug = spec.get("debug")

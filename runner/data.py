@@ -63,15 +63,30 @@ def resolve_arguments(
     kwargs: dict[str, Any],
     workdir: Path,
     volumes: list[tuple[str, DataRef]] | None = None,
+    *,
+    private_volumes: bool = False,
 ) -> tuple[Any, dict[str, Any]]:
     """Replace every :class:`DataRef` in ``args``/``kwargs`` by a local path, and
-    materialize ``volumes`` at their mount paths.
+    materialize ``volumes`` at their mount paths: in a private mount namespace of this
+    process when ``private_volumes`` (a local job, which shares the user's filesystem;
+    see :mod:`runner.mounts`), as symbolic links otherwise (a pod's own filesystem).
 
     :raises DataResolutionError: naming the data that could not be made available.
     """
     resolver = _Resolver(store, workdir / "data")
-    for mount, ref in volumes or ():
-        resolver.mount(mount, ref)
+    if private_volumes and volumes:
+        import tempfile
+
+        from runner.mounts import MountError, place_volumes
+
+        sources = [(mount, resolver.path(ref)) for mount, ref in volumes]
+        try:
+            place_volumes(sources, Path(tempfile.mkdtemp(prefix="kinetic-mounts-")))
+        except MountError as exc:
+            raise DataResolutionError(str(exc)) from exc
+    else:
+        for mount, ref in volumes or ():
+            resolver.mount(mount, ref)
     is_ref = lambda x: isinstance(x, DataRef)
     new_args = replace_leaves(args, is_ref, resolver.path)
     new_kwargs = replace_leaves(kwargs, is_ref, resolver.path)

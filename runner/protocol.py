@@ -90,6 +90,9 @@ class JobSpec(TypedDict):
     output_dir: str
     has_data: NotRequired[bool]
     """The payload holds data references (and maybe ``volumes``) to resolve first."""
+    private_volumes: NotRequired[bool]
+    """Place ``volumes`` in a private mount namespace (a local job shares the user's
+    filesystem), not at the real paths (a pod's filesystem is its own)."""
     install: NotRequired[list[str]]
     """Requirement lines to install with ``uv pip install`` before the function is
     unpickled (prebuilt mode); a failure ends the job in phase ``install``."""

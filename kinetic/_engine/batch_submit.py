@@ -46,6 +46,7 @@ from kinetic._engine.packaging import (
 from kinetic._engine.submit import RunOptions, aresolve_target
 from kinetic._exceptions import (
     ConfigError,
+    DataError,
     JobNotFoundError,
     ObjectNotFoundError,
     SerializationError,
@@ -160,6 +161,12 @@ async def submit_batch(
     )
     if not isinstance(pod_per_input, bool):
         raise ConfigError(f"pod_per_input must be True or False, got {pod_per_input!r}")
+    if opts.volumes:
+        # Not silently dropped: a batch's inputs would not find their data.
+        raise DataError(
+            "volumes are not supported by run_async_map: pass the data as an argument "
+            "of each call (kinetic.Data), or submit single jobs with run_async"
+        )
     if isinstance(inputs, (str, bytes)) or not isinstance(inputs, Iterable):
         raise ConfigError("inputs must be an iterable of inputs (a list, a range, ...)")
     items = list(inputs)

@@ -12,6 +12,8 @@ by the job, or mounted with GCS FUSE on GKE); ``hf://`` data is loaded by the jo
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +49,35 @@ def check_mount_path(mount: object) -> str:
     if normal in RESERVED_MOUNTS or normal.startswith(_RESERVED_TREES):
         raise DataError(f"volume mount path {mount!r} is reserved; mount data elsewhere")
     return normal
+
+
+_local_volumes_refused: str | None = None
+_local_volumes_probed = False
+
+
+async def check_local_volumes() -> None:
+    """Refuse volumes on the local backend where this machine cannot give a job a
+    private mount namespace (:mod:`runner.mounts`): asked once per process, in a child
+    interpreter, so the refusal comes before anything of the job is written.
+
+    :raises DataError: saying why, and what to do instead.
+    """
+    global _local_volumes_refused, _local_volumes_probed
+    if not _local_volumes_probed:
+        done = await anyio.run_process(
+            [sys.executable, "-m", "runner.mounts"], check=False, stdin=subprocess.DEVNULL
+        )
+        if done.returncode:
+            reason = done.stderr.decode(errors="replace").strip().splitlines()
+            _local_volumes_refused = reason[-1] if reason else f"exit status {done.returncode}"
+        _local_volumes_probed = True
+    if _local_volumes_refused is not None:
+        raise DataError(
+            "volumes on the local backend need a private mount namespace (so that a job "
+            "never creates its mount paths on this machine), and this machine refuses one "
+            f"({_local_volumes_refused}); unprivileged user namespaces may be disabled or "
+            "restricted. Pass the data as an argument (kinetic.Data) instead, or run on GKE"
+        )
 
 
 @dataclass
@@ -110,6 +141,8 @@ async def prepare_data(
     """
     found = await anyio.to_thread.run_sync(_find_data, args, kwargs)
     mounts = [(check_mount_path(m), d) for m, d in (volumes or {}).items()]
+    if mounts and local_backend:
+        await check_local_volumes()
     for mount, d in mounts:
         if not isinstance(d, Data):
             raise DataError(f"volume {mount!r} must be a kinetic.Data, got {type(d).__name__}")

@@ -335,6 +335,8 @@ async def submit(
         "output_dir": output_dir,
         "has_data": has_data,
     }
+    if opts.volumes and backend.name == "local":
+        spec["private_volumes"] = True
     if image.install:
         spec["install"] = list(image.install)
     if debug_wait is not None:
