@@ -15,8 +15,10 @@ and for ``fn.run_async().result()`` (no log streaming). Ratios are to the one-fi
 project in the same run. Targets: 2,000 modules <= 1.3x, 10 MB ignored <= 1.3x,
 20,000 files <= 1.5x.
 
-Also, in this process: the warm content address (``context_archive``, a ``stat`` per
-file) per project, to show what the submitting side pays.
+Also, in this process: the warm content address (``context_archive``) per project, to
+show what the submitting side pays: watched (inotify saw no change: no walk), and with
+the stat walk (``KINETIC_NO_WATCH=1``: a ``stat`` per file), what a new process's first
+job or an unwatchable tree pays.
 
 Usage: ``python benchmarks/bench_context.py [--runs 7]`` with an interpreter that imports
 this repository's ``kinetic`` (else it re-executes itself with ``benchmarks/.envs/kinetic``).
@@ -149,6 +151,21 @@ def main() -> None:
             address[name] = median(
                 [timed(lambda r=root: context_archive(r, exclude=(local_root,))) for _ in range(9)]
             )
+        # The same without the watch: a new process's first job, or a tree inotify
+        # cannot vouch for, takes the stat walk (one stat per file).
+        from kinetic._engine.packaging import _forget_watches
+
+        os.environ["KINETIC_NO_WATCH"] = "1"
+        _forget_watches()
+        walked: dict[str, float] = {}
+        for name in names:
+            root = projects[name].resolve()
+            context_archive(root, exclude=(local_root,))
+            walked[name] = median(
+                [timed(lambda r=root: context_archive(r, exclude=(local_root,))) for _ in range(9)]
+            )
+        del os.environ["KINETIC_NO_WATCH"]
+        _forget_watches()
         files = {
             name: context_archive(projects[name].resolve(), exclude=(local_root,)).file_count
             for name in names
@@ -179,8 +196,10 @@ def main() -> None:
             print(f"    {name:14s} {m * 1000:8.1f}  {ratio:5.2f}x{mark}")
         results["round_trip"][kind] = rows
     results["warm_content_address_ms"] = {n: ms(address[n]) for n in names}
+    results["warm_content_address_stat_walk_ms"] = {n: ms(walked[n]) for n in names}
     print("\ncold first call (ms):", {n: round(cold[n] * 1000, 1) for n in names})
-    print("warm content address in-process (ms):", {n: ms(address[n]) for n in names})
+    print("warm content address in-process, watched (ms):", {n: ms(address[n]) for n in names})
+    print("warm content address, stat walk (ms):", {n: ms(walked[n]) for n in names})
     print("files travelling:", files)
     print(f"\nwrote {write_results('context', results)}")
 

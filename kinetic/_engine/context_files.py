@@ -25,7 +25,7 @@ One call walks one package root in five steps (blocking: run it in a worker thre
 Stat cache
 ----------
 One file per package root under
-``${KINETIC_CACHE_DIR:-~/.kinetic/cache}/context-stat-cache-v1/``, in the checksummed
+``${KINETIC_CACHE_DIR:-~/.kinetic/cache}/context-stat-cache-v2/``, in the checksummed
 format of :mod:`kinetic._data.stat_cache`; its payload is ``(root, {dir relpath:
 (names, kinds, rules signature, files decided, subdirs decided, files, packed keys,
 the directory's packed key)}, result)`` where ``result`` is ``(sha256, archive bytes)`` or ``None``. The decisions are
@@ -59,11 +59,12 @@ from typing import Any
 from kinetic._core import content_hash
 from kinetic._core.context_rules import GITIGNORE, KINETICIGNORE, ExcludeRules, IgnoreFile
 from kinetic._data import stat_cache
+from kinetic._engine.tree_watch import TreeWatch
 
 __all__ = ["ContextFile", "Scan", "largest_dirs", "list_context_files", "scan"]
 
-_CACHE_SUBDIR = "context-stat-cache-v1"
-_CACHE_MAGIC = b"kinetic-context-stat-cache-v1\n"
+_CACHE_SUBDIR = "context-stat-cache-v2"
+_CACHE_MAGIC = b"kinetic-context-stat-cache-v2\n"
 _OPEN_DIR = os.O_RDONLY | os.O_CLOEXEC | os.O_DIRECTORY
 # A key no stat can have: what an unproven file is cached under.
 _POISON = stat_cache.KEY_STRUCT.pack(-1, -1, -1, 0, 0)
@@ -71,6 +72,7 @@ _MTIME: Callable[[os.stat_result], int] = attrgetter("st_mtime_ns")
 _CTIME: Callable[[os.stat_result], int] = attrgetter("st_ctime_ns")
 _SIZE: Callable[[os.stat_result], int] = attrgetter("st_size")
 _MODE: Callable[[os.stat_result], int] = attrgetter("st_mode")
+_NLINK: Callable[[os.stat_result], int] = attrgetter("st_nlink")
 
 # The widest racy window (coarse timestamps): a stat older than this proves itself.
 _SURELY_SETTLED_NS = 2_000_000_000
@@ -119,6 +121,8 @@ class Scan:
         self._cache = cache
         self._result = result
         self._listing_changed = listing_changed
+        self.watched = False
+        """Every change to what travels is seen by the walk's watch from now on."""
         self.file_count = sum(len(d.record[5]) for d in dirs)
         self.total_bytes = sum(sum(map(_SIZE, d.stats)) for d in dirs)
 
@@ -187,6 +191,7 @@ def scan(
     exclude: tuple[Path, ...] = (),
     use_cache: bool = True,
     clock: Callable[[], int] = time.time_ns,
+    watch: TreeWatch | None = None,
 ) -> Scan:
     """Walk ``root`` (the package root, resolved) as the module docstring says. Blocking.
 
@@ -194,10 +199,14 @@ def scan(
         separately, Kinetic's own local storage when it sits inside the root).
     :param use_cache: read and keep the stat cache (off: list only, remember nothing).
     :param clock: the wall clock in ns (tests pass their own to stage a racy edit).
+    :param watch: watch each directory entered, and those of the ignore files that
+        decide the rules, before reading them (:mod:`kinetic._engine.tree_watch`);
+        :attr:`Scan.watched` says whether that covers every change to what travels.
     """
     root = Path(os.path.realpath(root))
     # Kinetic's own caches never travel, even when they sit inside the project.
     skip = _relative_excludes(root, (*exclude, stat_cache.cache_base()))
+    watched = watch is not None and _watch_rule_sources(watch, root)
     cache = _Cache.load(root) if use_cache else None
     old = cache.tree if cache is not None else {}
     rules = root_rules(root)
@@ -216,6 +225,8 @@ def scan(
             now = clock()
             cached = old.get(rel)
             dir_st = os.fstat(fd)
+            wd = watch.add(abs_dir, dir_st.st_dev) if watched and watch is not None else None
+            watched = wd is not None
             dir_key = stat_cache.KEY_STRUCT.pack(*stat_cache.STAT_KEY(dir_st))
             if cached is not None and cached[7] == dir_key:
                 # No entry was added, removed or renamed since: the listing holds.
@@ -228,6 +239,8 @@ def scan(
                 # A link's target can change kind unseen, and a racy stat proves nothing.
                 dir_key = _POISON
             if rel and "pyvenv.cfg" in names:
+                if wd is not None and watch is not None:
+                    watch.mute(wd)  # installs into it change nothing that travels
                 continue  # a virtualenv, whatever its name
             if git and GITIGNORE in names:
                 text = _read_text(fd, GITIGNORE)
@@ -251,6 +264,11 @@ def scan(
                 files = [n for n in files if prefix + n not in skip]
                 subdirs = [n for n in subdirs if prefix + n not in skip]
             files, sts = _stat_files(fd, files)
+            if wd is not None and watch is not None:
+                if _changes_unseen(names, kinds, files, sts):
+                    watched = False
+                else:
+                    watch.quiet(wd, _quiet_names(names, kinds, decided))
             keys = b"".join(starmap(stat_cache.KEY_STRUCT.pack, map(stat_cache.STAT_KEY, sts)))
             changed = cached is None or cached[5] != files or cached[6] != keys
             stored = keys if _all_settled(sts, now) else _poison_unsettled(sts, keys, now)
@@ -262,7 +280,59 @@ def scan(
             stack.append((f"{rel}/{name}" if rel else name, dir_rules))
     changed = any(d.changed for d in dirs) or len(dirs) != len(old)
     result = None if changed or cache is None else cache.result
-    return Scan(root, dirs, cache, result, listing_changed or changed)
+    scanned = Scan(root, dirs, cache, result, listing_changed or changed)
+    scanned.watched = watched
+    return scanned
+
+
+def _changes_unseen(
+    names: list[str], kinds: str, files: list[str], sts: list[os.stat_result]
+) -> bool:
+    """Whether a travelling file can change without an event in its directory: a
+    symlink's target, or a file with other hard links, is written elsewhere."""
+    if max(map(_NLINK, sts), default=1) > 1:
+        return True
+    if "s" not in kinds:
+        return False
+    links = {n for n, k in zip(names, kinds, strict=True) if k == "s"}
+    return not links.isdisjoint(files)
+
+
+def _quiet_names(names: list[str], kinds: str, travelling: list[str]) -> list[str]:
+    """The files of a directory whose content never matters: they do not travel, and
+    they are no ignore file."""
+    going = set(travelling)
+    return [
+        n
+        for n, k in zip(names, kinds, strict=True)
+        if k == "f" and n not in going and n not in (GITIGNORE, KINETICIGNORE)
+    ]
+
+
+def _watch_rule_sources(watch: TreeWatch, root: Path) -> bool:
+    """Watch the directories above ``root`` whose ignore files (or ``.git``, whose
+    appearance makes a work tree) decide its rules; return whether all could be."""
+    top = _git_work_tree(root)
+    watched: list[tuple[Path, tuple[str, ...]]] = []
+    if top is None:
+        watched = [(d, (".git",)) for d in root.parents]
+    else:
+        above = [root.parent, *root.parent.parents] if root != top else []
+        watched = [(d, (GITIGNORE, ".git")) for d in above[: len(root.relative_to(top).parts)]]
+        git_dir = _git_dir(top)
+        watched.append((top, (GITIGNORE, ".git")))
+        watched.append((git_dir, ("info",)))
+        watched.append((git_dir / "info", ("exclude",)))
+    for directory, names in watched:
+        try:
+            dev = os.stat(directory).st_dev
+        except FileNotFoundError:
+            continue  # .git/info may not exist: its creation is seen in .git
+        except OSError:
+            return False
+        if watch.add(str(directory), dev, only=names) is None:
+            return False
+    return True
 
 
 def list_context_files(root: Path, *, exclude: tuple[Path, ...] = ()) -> list[ContextFile]:
@@ -398,8 +468,9 @@ def _relative_excludes(root: Path, exclude: tuple[Path, ...]) -> frozenset[str]:
 
 
 def _listing(fd: int) -> tuple[list[str], str]:
-    """A directory's names, sorted, and their kinds: ``d`` directory, ``f`` anything else
-    (a file, or a symlink to one), ``l`` a symlink to a directory (not entered)."""
+    """A directory's names, sorted, and their kinds: ``d`` directory, ``s`` a symlink to
+    a file (or dangling), ``f`` anything else, ``l`` a symlink to a directory (not
+    entered)."""
     entries: list[tuple[str, str]] = []
     with os.scandir(fd) as it:
         for entry in it:
@@ -407,9 +478,9 @@ def _listing(fd: int) -> tuple[list[str], str]:
                 kind = "d"
             elif entry.is_symlink():
                 try:
-                    kind = "l" if entry.is_dir() else "f"
+                    kind = "l" if entry.is_dir() else "s"
                 except OSError:
-                    kind = "f"  # dangling: dropped when stat-ed
+                    kind = "s"  # dangling: dropped when stat-ed
             else:
                 kind = "f"
             entries.append((entry.name, kind))
@@ -424,7 +495,7 @@ def _decide(
     files: list[str] = []
     subdirs: list[str] = []
     for name, kind in zip(names, kinds, strict=True):
-        if kind == "f":
+        if kind in "fs":
             if not rules.excludes(prefix + name, is_dir=False):
                 files.append(name)
         elif kind == "d" and not rules.excludes(prefix + name, is_dir=True):

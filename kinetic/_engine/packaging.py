@@ -21,7 +21,7 @@ import sys
 import threading
 import zipfile
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from types import ModuleType
@@ -39,6 +39,7 @@ from kinetic._engine.context_files import (
     largest_dirs,
     scan,
 )
+from kinetic._engine.tree_watch import TreeWatch
 from kinetic._exceptions import ConfigError, SerializationError
 from kinetic._storage.base import Storage
 from runner import protocol
@@ -178,13 +179,40 @@ _NOTICED: set[Path] = set()
 def context_archive(
     root: Path, *, exclude: tuple[Path, ...] = (), rebuild: bool = False
 ) -> ContextArchive:
-    """The archive of ``root``; from the stat cache when no file changed. Blocking.
+    """The archive of ``root``: the one of the last call when the tree's watch saw no
+    change since (no walk at all), else from the stat cache when no file changed.
+    Blocking.
 
     :param rebuild: zip the tree even when the stat cache knows its address (a storage
         lacks the bytes).
     :raises ConfigError: when the archive would exceed ``KINETIC_MAX_CONTEXT_MB``.
     """
-    walk = scan(root, exclude=exclude)
+    watched = _root_watch(Path(os.path.realpath(root)))
+    if watched is None:
+        return _walked_archive(root, exclude, rebuild, None)[0]
+    key = frozenset(map(str, exclude))
+    with watched.lock:
+        # Read before the walk: a change during it makes the next call walk again.
+        generation = watched.watch.generation()
+        known = watched.archives.get(key)
+        if known is not None and known[0] == generation:
+            archive = known[1]
+            if not rebuild or archive.data is not None:
+                _check_size(archive.root, archive.total_bytes)
+                return archive
+        archive, walk = _walked_archive(root, exclude, rebuild, watched.watch)
+        watched.archives.pop(key, None)
+        if walk.watched:
+            watched.archives[key] = (generation, archive)
+            while len(watched.archives) > _ARCHIVES_PER_ROOT:
+                watched.archives.pop(next(iter(watched.archives)))
+        return archive
+
+
+def _walked_archive(
+    root: Path, exclude: tuple[Path, ...], rebuild: bool, watch: TreeWatch | None
+) -> tuple[ContextArchive, Scan]:
+    walk = scan(root, exclude=exclude, watch=watch)
     _check_size(walk.root, walk.total_bytes)
     _notice(walk)
     cached = None if rebuild else walk.cached_result
@@ -193,12 +221,58 @@ def context_archive(
         with _ARCHIVES_LOCK:
             known = _ARCHIVES.get(walk.root)
         data = known.data if known is not None and known.sha256 == sha else None
-        return ContextArchive(walk.root, data, sha, size, walk.file_count, walk.total_bytes)
+        archive = ContextArchive(walk.root, data, sha, size, walk.file_count, walk.total_bytes)
+        return archive, walk
     archive, unproven = _build(walk.root, walk.files())
     walk.save((archive.sha256, archive.size), unproven)
     with _ARCHIVES_LOCK:
         _ARCHIVES[walk.root] = archive
-    return archive
+    return archive, walk
+
+
+@dataclass
+class _WatchedRoot:
+    """A package root's watch, and the archives it vouches for (per set of excludes):
+    each with the watch's generation read before the walk that found it."""
+
+    watch: TreeWatch
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    archives: dict[frozenset[str], tuple[int, ContextArchive]] = field(default_factory=dict)
+
+
+# One inotify instance per root (the kernel allows each user about 128): the roots a
+# process submits from are few; the oldest is let go beyond the bound.
+_WATCHED_ROOTS: dict[Path, _WatchedRoot | None] = {}
+_WATCHED_LOCK = threading.Lock()
+_MAX_WATCHED_ROOTS = 16
+_ARCHIVES_PER_ROOT = 8
+
+
+def _root_watch(root: Path) -> _WatchedRoot | None:
+    """The watch of ``root`` (opened on first use), or ``None`` where there is none."""
+    with _WATCHED_LOCK:
+        if root in _WATCHED_ROOTS:
+            return _WATCHED_ROOTS[root]
+        watch = None if os.environ.get("KINETIC_NO_WATCH") else TreeWatch.open()
+        watched = _WatchedRoot(watch) if watch is not None else None
+        _WATCHED_ROOTS[root] = watched
+        while len(_WATCHED_ROOTS) > _MAX_WATCHED_ROOTS:
+            old = _WATCHED_ROOTS.pop(next(iter(_WATCHED_ROOTS)))
+            if old is not None:
+                old.watch.close()
+        return watched
+
+
+def _forget_watches() -> None:
+    """In a forked child: the inotify instances are the parent's (one queue, two
+    readers would each miss what the other read), so the child starts afresh."""
+    for watched in _WATCHED_ROOTS.values():
+        if watched is not None:
+            watched.watch.close()
+    _WATCHED_ROOTS.clear()
+
+
+os.register_at_fork(after_in_child=_forget_watches)
 
 
 async def acontext_archive(root: Path, *, exclude: tuple[Path, ...] = ()) -> ContextArchive:

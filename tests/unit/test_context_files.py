@@ -265,6 +265,7 @@ def test_context_archive_uses_the_cache_and_rebuilds_on_request(tmp_path: Path) 
     first = context_archive(root)
     assert first.data is not None
     packaging._ARCHIVES.clear()  # as a new process would be
+    packaging._forget_watches()
     warm = context_archive(root)
     assert (warm.sha256, warm.data, warm.size) == (first.sha256, None, first.size)
     rebuilt = context_archive(root, rebuild=True)
