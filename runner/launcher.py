@@ -321,6 +321,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(socket_address(root, tag))
     listener.listen(512)
+    # What every local job imports after the fork (to claim its shared context): once
+    # here, not again in each job; before the launcher notes its loaded code, so an
+    # upgrade of it makes the launcher stale too.
+    import runner._contexts  # noqa: F401
+
     launcher = _Launcher(root, tag, lock, listener)
     record = {"pid": os.getpid(), "executable": sys.executable, "protocol": PROTOCOL}
     atomic_write(where / f"{tag}.json", protocol.dump_json(record))
