@@ -21,7 +21,6 @@ import hashlib
 import os
 import sys
 from pathlib import Path
-from typing import Any
 
 import cloudpickle
 
@@ -39,7 +38,7 @@ def run_member(store: RunnerStore, group_id: str, index: int, attempt: int, work
     phase = "fetch"
     final = True
     try:
-        manifest = protocol.load_json(store.read(protocol.group_manifest_key(group_id)))
+        manifest = protocol.load_manifest(store.read(protocol.group_manifest_key(group_id)))
         final = attempt >= int(manifest["options"]["retries"])
         spec = manifest["spec"]
         fn_bytes = store.read(protocol.group_payload_key(group_id))
@@ -92,8 +91,7 @@ def _record(
     record: protocol.FinalRecord,
 ) -> int:
     """Write the outcome object (one write); the exit status to end with."""
-    header: dict[str, Any] = {"attempt": attempt}
-    header.update({k: v for k, v in record.items() if v is not None})
+    header = protocol.outcome_header(attempt, record)
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
     try:

@@ -16,7 +16,7 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 from runner import protocol
 
@@ -29,13 +29,13 @@ class Record:
     """Where one input's outcome lies in a log."""
 
     index: int
-    header: dict[str, Any]
+    header: protocol.OutcomeHeader
     path: Path
     payload_offset: int
     payload_length: int
 
 
-def encode(index: int, header: dict[str, Any], payload: bytes) -> bytes:
+def encode(index: int, header: protocol.OutcomeHeader, payload: bytes) -> bytes:
     return encode_raw(index, protocol.dump_json(header), payload)
 
 
@@ -45,7 +45,7 @@ def encode_raw(index: int, head: bytes, payload: bytes) -> bytes:
     return _HEAD.pack(_MAGIC, index, len(body), zlib.crc32(body)) + body
 
 
-def append(fd: int, index: int, header: dict[str, Any], payload: bytes) -> None:
+def append(fd: int, index: int, header: protocol.OutcomeHeader, payload: bytes) -> None:
     """Append one record with one ``write`` (the fd must be opened with O_APPEND)."""
     append_encoded(fd, encode(index, header, payload))
 
@@ -93,14 +93,14 @@ def scan(data: bytes, start: int = 0) -> tuple[list[tuple[int, bytes, int, int]]
     return out, pos
 
 
-_HEADERS: dict[bytes, dict[str, Any]] = {}
+_HEADERS: dict[bytes, protocol.OutcomeHeader] = {}
 
 
-def header(head: bytes) -> dict[str, Any]:
+def header(head: bytes) -> protocol.OutcomeHeader:
     """A record's header, decoded (the common ones once per process). Do not mutate it."""
     parsed = _HEADERS.get(head)
     if parsed is None:
-        parsed = protocol.load_json(head)
+        parsed = cast(protocol.OutcomeHeader, protocol.load_json(head))
         if len(_HEADERS) < 4096:
             _HEADERS[head] = parsed
     return parsed
@@ -110,7 +110,7 @@ def parse(data: bytes, path: Path, start: int = 0) -> tuple[list[Record], int]:
     """Records in ``data`` from ``start``; and the offset after the last whole record."""
     found, pos = scan(data, start)
     records = [
-        Record(index, dict(header(head)), path, body + len(head) + 1, length - len(head) - 1)
+        Record(index, header(head).copy(), path, body + len(head) + 1, length - len(head) - 1)
         for index, head, body, length in found
     ]
     return records, pos

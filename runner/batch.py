@@ -180,7 +180,7 @@ def _worker_main(
     sock: socket.socket,
     slot: mmap.mmap,
     store: FileStore,
-    manifest: dict[str, Any],
+    manifest: protocol.BatchManifest,
     fn_bytes: bytes,
     log: Path,
 ) -> None:
@@ -291,13 +291,9 @@ def _worker_main(
         if record["state"] == "succeeded":
             head = heads.get(attempt)
             if head is None:
-                head = heads[attempt] = protocol.dump_json(
-                    {"attempt": attempt, "state": "succeeded"}
-                )
+                head = heads[attempt] = protocol.dump_json(protocol.outcome_header(attempt, record))
         else:
-            header: dict[str, Any] = {"attempt": attempt}
-            header.update({k: v for k, v in record.items() if v is not None})
-            head = protocol.dump_json(header)
+            head = protocol.dump_json(protocol.outcome_header(attempt, record))
         # Appended with the burst, before the burst is reported (durable before reported).
         records.append(encode(index, head, payload))
         mark(slot, 0, index, attempt, 0)
@@ -349,7 +345,9 @@ def _events(done: list[tuple[int, int]], running: Sequence[int] = ()) -> bytes:
 class Supervisor:
     """Runs the inputs of one batch on a pool of forked workers."""
 
-    def __init__(self, storage_url: str, store: FileStore, manifest: dict[str, Any]) -> None:
+    def __init__(
+        self, storage_url: str, store: FileStore, manifest: protocol.BatchManifest
+    ) -> None:
         self.url, self.store, self.manifest = storage_url, store, manifest
         self.group_id: str = manifest["group_id"]
         self.total: int = manifest["total"]
@@ -403,7 +401,7 @@ class Supervisor:
         self.pending = deque(i for i in range(self.total) if not done[i])
         self.own_log = results_log.open_log(self.results_dir / f"supervisor-{os.getpid()}.log")
 
-    def mark_done(self, index: int, state: str) -> None:
+    def mark_done(self, index: int, state: protocol.InputState) -> None:
         if self.done[index]:
             return
         letter = ord(state[0])
@@ -414,20 +412,22 @@ class Supervisor:
         if state == "failed" and self.fail_fast and not self.stopping:
             self.stop("fail_fast", f"input {index} failed", kill=self.cancel_running_on_fail)
 
-    def write_member(self, index: int, state: str, error: str, phase: str | None) -> None:
-        header = {"state": state, "attempt": 0, "error": error}
-        if phase:
-            header["phase"] = phase
+    def write_member(
+        self, index: int, state: protocol.InputState, error: str, phase: str | None
+    ) -> None:
+        header = protocol.ended_header(state, 0, error, phase)
         payload = cloudpickle.dumps(
             protocol.result_payload(success=False, phase=phase, error=error, error_type="")
         )
         results_log.append(self.own_log, index, header, payload)
         self.mark_done(index, state)
 
-    def stop(self, reason: str, detail: str, *, kill: bool, phase: str | None = None) -> None:
+    def stop(
+        self, reason: protocol.StopReason, detail: str, *, kill: bool, phase: str | None = None
+    ) -> None:
         """Stop launching inputs; record why. With ``kill``, end running workers too."""
         self.stopping = True
-        record = {"reason": reason, "detail": detail, "phase": phase}
+        record = protocol.stop_record(reason, detail, phase)
         atomic_write(
             self.store.root / protocol.group_stop_key(self.group_id), protocol.dump_json(record)
         )
@@ -652,7 +652,7 @@ class Supervisor:
             self.start_failures = 0
         if not held:
             return
-        recorded: dict[int, str] = {}
+        recorded: dict[int, protocol.InputState] = {}
         held_indices = {i for i, _ in held}
         with contextlib.suppress(FileNotFoundError), open(w.results, "rb") as f:
             for index, head, _, _ in results_log.scan(f.read())[0]:
@@ -868,7 +868,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     # Who drives the batch now (for people and tests; liveness is the lock, not this).
     atomic_write(group_dir / "supervisor.json", protocol.dump_json({"pid": os.getpid()}))
-    manifest = protocol.load_json(store.read(protocol.group_manifest_key(group)))
+    manifest = protocol.load_manifest(store.read(protocol.group_manifest_key(group)))
     sup = Supervisor(storage_url, store, manifest)
     sup.load_done()
     if not sup.pending:

@@ -122,6 +122,9 @@ def _remove_when_gone(scratch: Path) -> None:
             devnull = os.open(os.devnull, os.O_RDWR)
             for fd in (0, 1, 2):
                 os.dup2(devnull, fd)
+            # Hold nothing of the job's (its log, a GPU lease) while waiting for it.
+            os.closerange(3, read_end)
+            os.closerange(read_end + 1, 1 << 16)
             while os.read(read_end, 1):
                 pass
             for entry in os.scandir(scratch):

@@ -105,13 +105,18 @@ class Worker:
 
     def __init__(self, store: RunnerStore, group_id: str, name: str, workdir: Path) -> None:
         self.store, self.group_id, self.name, self.workdir = store, group_id, name, workdir
-        self.manifest: dict[str, Any] = {}
+        self._manifest: protocol.BatchManifest | None = None
         self.book: PoolBook | None = None
         self.fn: Any = None
         self.stop_checked = 0.0
         self.listed = 0.0
 
     # -- storage views -------------------------------------------------------------------
+
+    @property
+    def manifest(self) -> protocol.BatchManifest:
+        assert self._manifest is not None
+        return self._manifest
 
     @property
     def options(self) -> PoolOptions:
@@ -146,22 +151,22 @@ class Worker:
             return Claim(index, number, "?", 0.0)
         return parse_claim(index, number, data)
 
-    def check_stop(self, *, force: bool = False) -> dict[str, Any] | None:
+    def check_stop(self, *, force: bool = False) -> protocol.StopRecord | None:
         """The stop record (read at most every :data:`STOP_EVERY` seconds)."""
         book = self.book
         assert book is not None
         if book.stop is None and (force or time.monotonic() - self.stop_checked >= STOP_EVERY):
             self.stop_checked = time.monotonic()
             with contextlib.suppress(FileNotFoundError, ValueError):
-                book.learn_stop(protocol.load_json(self.store.read(self.stop_key)))
+                book.learn_stop(protocol.load_stop(self.store.read(self.stop_key)))
         return book.stop
 
     @property
     def stop_key(self) -> str:
         return protocol.group_stop_key(self.group_id)
 
-    def write_stop(self, reason: str, detail: str, phase: str | None) -> None:
-        record = {"reason": reason, "detail": detail, "phase": phase}
+    def write_stop(self, reason: protocol.StopReason, detail: str, phase: str | None) -> None:
+        record = protocol.stop_record(reason, detail, phase)
         self.store.create_if_absent(self.stop_key, protocol.dump_json(record))
         self.check_stop(force=True)
 
@@ -169,7 +174,7 @@ class Worker:
 
     def run(self) -> int:
         """Take and run inputs until none is left; the process exit status."""
-        self.manifest = protocol.load_json(
+        self._manifest = protocol.load_manifest(
             self.store.read(protocol.group_manifest_key(self.group_id))
         )
         options = PoolOptions.from_manifest(self.manifest)
@@ -344,8 +349,7 @@ class Worker:
     ) -> None:
         """Write the input's outcome (first one stands); stop the batch on a final
         failure with ``fail_fast``."""
-        header: dict[str, Any] = {"attempt": attempt, "claim": number, "worker": self.name}
-        header.update({k: v for k, v in record.items() if v is not None})
+        header = protocol.outcome_header(attempt, record, claim=number, worker=self.name)
         if output:
             header["output"] = output[-OUTPUT_TAIL:].decode(errors="replace")
         key = protocol.group_outcome_key(self.group_id, index)

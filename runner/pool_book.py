@@ -13,9 +13,7 @@ claim's lease ran out (its worker died): claim ``n + 1`` takes it over, unless i
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from runner import protocol
 
@@ -47,10 +45,12 @@ class PoolOptions:
     max_claims: int = 3
 
     @classmethod
-    def from_manifest(cls, manifest: Mapping[str, Any]) -> PoolOptions:
+    def from_manifest(cls, manifest: protocol.BatchManifest) -> PoolOptions:
         options = manifest["options"]
         retries = int(options["retries"])
-        gke = manifest.get("gke") or {}
+        gke = manifest.get("gke")
+        lease_s = gke.get("lease_s") if gke is not None else None
+        max_claims = gke.get("max_claims") if gke is not None else None
         return cls(
             total=int(manifest["total"]),
             chunk_size=max(1, int(manifest["chunk_size"])),
@@ -58,8 +58,8 @@ class PoolOptions:
             retries=retries,
             fail_fast=bool(options["fail_fast"]),
             cancel_running_on_fail=bool(options["cancel_running_on_fail"]),
-            lease_s=float(gke.get("lease_s") or protocol.POOL_LEASE_SECONDS),
-            max_claims=int(gke.get("max_claims") or retries + 1 + protocol.POOL_MAX_CLAIMS_EXTRA),
+            lease_s=float(lease_s or protocol.POOL_LEASE_SECONDS),
+            max_claims=int(max_claims or retries + 1 + protocol.POOL_MAX_CLAIMS_EXTRA),
         )
 
 
@@ -74,7 +74,7 @@ class Claim:
     expires: float
 
 
-def stop_kills(stop: Mapping[str, Any], options: PoolOptions) -> bool:
+def stop_kills(stop: protocol.StopRecord, options: PoolOptions) -> bool:
     """Whether a stop record ends running inputs too (else they finish first)."""
     reason = stop.get("reason")
     return reason != "fail_fast" or options.cancel_running_on_fail
@@ -91,7 +91,7 @@ class PoolBook:
         self.options = options
         self.outcomes: dict[int, str] = {}
         self.claims: dict[int, Claim] = {}
-        self.stop: dict[str, Any] | None = None
+        self.stop: protocol.StopRecord | None = None
         self.changes = 0
         """How many facts were learned: a follower's measure of progress."""
         n_chunks = -(-options.total // options.chunk_size)
@@ -134,9 +134,9 @@ class PoolBook:
         self.changes += 1
         return True
 
-    def learn_stop(self, record: Mapping[str, Any]) -> None:
+    def learn_stop(self, record: protocol.StopRecord) -> None:
         if self.stop is None:
-            self.stop = dict(record)
+            self.stop = record.copy()  # a copy: the caller's may change
 
     # -- reading -----------------------------------------------------------------------
 

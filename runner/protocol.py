@@ -3,7 +3,8 @@
 Both sides import this module (the runner never imports ``kinetic``), so it
 uses the standard library only. It defines where a job's objects live in
 storage, what the job spec says, and what the result payload and the final
-record hold.
+record hold; and for batches, the typed records (manifest, map options, outcome
+header, stop record, summary) whose keys are named here and nowhere else.
 
 Object layout (keys relative to the bucket or local storage root)::
 
@@ -19,7 +20,7 @@ Object layout (keys relative to the bucket or local storage root)::
 from __future__ import annotations
 
 import json
-from typing import Any, Final, NotRequired, TypedDict
+from typing import Any, Final, Literal, NotRequired, TypedDict, cast
 
 FORMAT: Final = 1
 
@@ -113,7 +114,7 @@ class DebugSpec(TypedDict):
 class FinalRecord(TypedDict):
     """The runner's last word on a job: small JSON, readable without unpickling."""
 
-    state: str  # "succeeded" | "failed"
+    state: Literal["succeeded", "failed"]
     phase: str | None
     error: str | None
     error_type: str | None
@@ -173,6 +174,187 @@ def result_payload(
 #   _groups/{group_id}/results/{index:07d}.res   the outcome: JSON header line + pickle
 #   _groups/{group_id}/logs/{index}.txt           the input's output
 
+# The records of a batch. Every key of these JSON objects is named here, once: readers
+# and writers in both packages go through these types (mypy checks each key).
+
+InputMode = Literal["auto", "single", "args", "kwargs"]
+"""How each input becomes a call (see ``kinetic._core.inputs.to_call``)."""
+INPUT_MODES: Final[tuple[InputMode, ...]] = ("auto", "single", "args", "kwargs")
+
+InputState = Literal["succeeded", "failed", "cancelled"]
+"""The final state of one input of a batch."""
+INPUT_STATES: Final[tuple[InputState, ...]] = ("succeeded", "failed", "cancelled")
+
+StopReason = Literal["cancelled", "fail_fast", "failed"]
+"""Why a batch stopped: ``cancel()``; a final failure with ``fail_fast``; the batch
+could not run at all (its function, context or workers), each input failing with it."""
+
+BatchEngine = Literal["pool", "pod_per_input"]
+"""What runs a GKE batch (:data:`ENGINE_POOL`, :data:`ENGINE_POD_PER_INPUT`)."""
+
+
+class MapOptionsRecord(TypedDict):
+    """The manifest's ``options``: how the batch runs (``run_async_map``'s arguments)."""
+
+    input_mode: InputMode
+    max_concurrent: int
+    """Inputs running at once: the caller's value, or the backend's default."""
+    retries: int
+    fail_fast: bool
+    cancel_running_on_fail: bool
+
+
+class BatchHandleRecord(TypedDict):
+    """The manifest's ``handle``: the fields every input's ``JobHandle`` shares."""
+
+    backend: str
+    project: str
+    bucket_name: str
+    cluster_name: str
+    zone: str
+    namespace: str
+    image_uri: str
+    accelerator: str
+    func_name: str
+    created_at: str
+    debug: bool
+
+
+class GKEBatchRecord(TypedDict):
+    """The manifest's ``gke``: what the pods of a GKE batch run with."""
+
+    image: str
+    namespace: str
+    accelerator: str
+    """The accelerator's name, with ``:spot`` when it runs on spot nodes."""
+    fuse_buckets: list[str]
+    """Buckets mounted read-only (GCS FUSE) in every pod."""
+    engine: NotRequired[BatchEngine]
+    """Absent in batches recorded before pools existed: one Job per input."""
+    lease_s: NotRequired[float]
+    max_claims: NotRequired[int]
+
+
+class BatchManifest(TypedDict):
+    """``manifest.json``: the commit point of a batch, written once, never rewritten."""
+
+    format: int
+    group_id: str
+    group_kind: Literal["map"]
+    name: str | None
+    tags: dict[str, str]
+    func_name: str
+    total: int
+    chunk_size: int
+    n_chunks: int
+    delivery: str
+    created_at: str
+    options: MapOptionsRecord
+    spec: JobSpec
+    """The spec every input runs with (its ``job_id`` is the group id)."""
+    handle: BatchHandleRecord
+    gke: NotRequired[GKEBatchRecord]
+
+
+class RecordingRecord(TypedDict):
+    """``recording.json``: who records the batch (written before anything else)."""
+
+    pid: int
+    host: str
+    started_at: str
+
+
+class OutcomeHeader(TypedDict):
+    """The JSON header of one input's outcome (a results log record, or a ``.res``
+    object): readable without unpickling the payload after it. Absent keys are None."""
+
+    state: InputState
+    attempt: NotRequired[int]
+    phase: NotRequired[str]
+    error: NotRequired[str]
+    error_type: NotRequired[str]
+    claim: NotRequired[int]
+    """Pool batches: the number of the claim the input ran under."""
+    worker: NotRequired[str]
+    """Pool batches: the worker that ran it."""
+    output: NotRequired[str]
+    """Pool batches: the tail of the input's output."""
+
+
+class StopRecord(TypedDict):
+    """``stop.json``: the batch stopped; no input without an outcome starts any more."""
+
+    reason: StopReason
+    detail: str
+    phase: str | None
+    """With reason ``failed``: the phase every input fails in."""
+
+
+class BatchSummary(TypedDict):
+    """``summary.json``: the inputs' states, kept after cleanup deleted the results.
+
+    ``states`` maps input indices (decimal strings) to states; ``others``, when
+    present, is the state of every input not in ``states``.
+    """
+
+    states: dict[str, InputState]
+    others: NotRequired[InputState]
+
+
+def as_input_state(value: object) -> InputState:
+    """``value`` if it is an input's final state; any other value counts as ``failed``."""
+    for state in INPUT_STATES:
+        if value == state:
+            return state
+    return "failed"
+
+
+def outcome_header(attempt: int, record: FinalRecord, **extra: str | int | None) -> OutcomeHeader:
+    """The header of an input's outcome from the runner's final record: the attempt,
+    the record's keys that are set, then ``extra`` (pool batches: ``claim``, ``worker``)."""
+    header: dict[str, Any] = {"attempt": attempt, **extra}
+    header.update({k: v for k, v in record.items() if v is not None})
+    return cast(OutcomeHeader, header)
+
+
+def cancelled_header() -> OutcomeHeader:
+    """The header of an input cancelled on its own (not by the batch's stop)."""
+    return ended_header("cancelled", 0, "cancelled")
+
+
+def ended_header(
+    state: InputState, attempt: int, error: str, phase: str | None = None
+) -> OutcomeHeader:
+    """The header of an input ended by whoever drives the batch, not by its own run
+    (a dead worker or pod, a cancel): ``phase`` only when given."""
+    header: OutcomeHeader = {"state": state, "attempt": attempt, "error": error}
+    if phase:
+        header["phase"] = phase
+    return header
+
+
+def stop_record(reason: StopReason, detail: str, phase: str | None = None) -> StopRecord:
+    return {"reason": reason, "detail": detail, "phase": phase}
+
+
+def load_manifest(data: bytes) -> BatchManifest:
+    """A batch's manifest from its bytes (written by the submitting side, trusted).
+
+    :raises ValueError: when ``data`` is not JSON.
+    """
+    return cast(BatchManifest, load_json(data))
+
+
+def load_stop(data: bytes) -> StopRecord:
+    """A batch's stop record from its bytes. :raises ValueError: when not JSON."""
+    return cast(StopRecord, load_json(data))
+
+
+def load_summary(data: bytes) -> BatchSummary:
+    """A batch's summary from its bytes. :raises ValueError: when not JSON."""
+    return cast(BatchSummary, load_json(data))
+
+
 DELIVERY = "at-least-once"
 """An input whose worker or supervisor died mid-run is run again when the batch resumes."""
 
@@ -216,9 +398,34 @@ def group_logs_prefix(group_id: str) -> str:
     return f"_groups/{group_id}/logs/"
 
 
+_INDEX_DIGITS: Final = 8
+"""Hex digits of the input index at the end of a member's job id."""
+_ATTEMPT_SEP: Final = "-a"
+"""Between a member's job id and the number of a retry (:func:`member_attempt_id`)."""
+_HEX: Final = frozenset("0123456789abcdef")
+
+
 def member_job_id(group_id: str, index: int) -> str:
     """The job id of input ``index`` of a batch: stable, and a valid job id."""
-    return f"job-{group_id.removeprefix('grp-')}{index:08x}"
+    return f"job-{group_id.removeprefix('grp-')}{index:0{_INDEX_DIGITS}x}"
+
+
+def attempt_in_group(attempt_id: str, group_id: str) -> bool:
+    """Whether ``attempt_id`` is the id of an attempt of an input of ``group_id``: a
+    member's job id (:func:`member_job_id`) or a retry's (:func:`member_attempt_id`).
+
+    Exact for group ids of any length: a batch whose id merely starts with the same
+    digits is not taken for this one.
+    """
+    head = member_job_id(group_id, 0)[:-_INDEX_DIGITS]
+    if not attempt_id.startswith(head):
+        return False
+    index, sep, attempt = attempt_id[len(head) :].partition(_ATTEMPT_SEP)
+    return (
+        len(index) == _INDEX_DIGITS
+        and _HEX.issuperset(index)
+        and (not sep or (attempt.isascii() and attempt.isdigit()))
+    )
 
 
 def parse_member_job_id(job_id: str) -> tuple[str, int] | None:
@@ -240,7 +447,7 @@ def member_attempt_id(group_id: str, index: int, attempt: int) -> str:
     distinct Kubernetes Job whose creation is idempotent (same name on resume).
     """
     base = member_job_id(group_id, index)
-    return base if attempt == 0 else f"{base}-a{attempt}"
+    return base if attempt == 0 else f"{base}{_ATTEMPT_SEP}{attempt}"
 
 
 def group_outcome_key(group_id: str, index: int) -> str:
@@ -253,13 +460,13 @@ def group_member_logs_key(group_id: str, index: int) -> str:
     return f"_groups/{group_id}/logs/{index}.txt"
 
 
-def encode_outcome(header: dict[str, Any], payload: bytes) -> bytes:
+def encode_outcome(header: OutcomeHeader, payload: bytes) -> bytes:
     """One input's outcome object: a JSON header line (state, phase, error, attempt),
     then the pickled result payload. The header is readable without unpickling."""
     return dump_json(header) + b"\n" + payload
 
 
-def decode_outcome(data: bytes) -> tuple[dict[str, Any], bytes]:
+def decode_outcome(data: bytes) -> tuple[OutcomeHeader, bytes]:
     """Split an outcome object into its header and payload.
 
     :raises ValueError: when ``data`` is not an outcome object.
@@ -268,7 +475,7 @@ def decode_outcome(data: bytes) -> tuple[dict[str, Any], bytes]:
     header = load_json(head)
     if not sep or not isinstance(header, dict) or "state" not in header:
         raise ValueError("not a batch outcome object")
-    return header, payload
+    return cast(OutcomeHeader, header), payload
 
 
 # --- Batches run by a worker pool on GKE (one Kubernetes Job for the whole batch) ----
@@ -306,11 +513,12 @@ class ClaimRecord(TypedDict):
     """Wall-clock time (seconds since the epoch) after which the claim is void."""
 
 
-def batch_engine(manifest: dict[str, Any]) -> str:
+def batch_engine(manifest: BatchManifest) -> BatchEngine:
     """The engine that runs a recorded GKE batch (batches recorded before pools existed
     ran one Job per input)."""
-    gke = manifest.get("gke") or {}
-    return str(gke.get("engine") or ENGINE_POD_PER_INPUT)
+    gke = manifest.get("gke")
+    engine = gke.get("engine") if gke is not None else None
+    return ENGINE_POOL if engine == ENGINE_POOL else ENGINE_POD_PER_INPUT
 
 
 def group_claims_prefix(group_id: str) -> str:

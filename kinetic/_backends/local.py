@@ -47,7 +47,14 @@ from kinetic._backends._process import (
 from kinetic._backends.base import JobRef, StatusCallback, logs_once_over
 from kinetic._backends.local_batch import LocalBatches, event_chunks
 from kinetic._backends.local_launcher import spawn_via_launcher
-from kinetic._core.status import JobStatus, StatusReport, status_from_local_records
+from kinetic._core.status import (
+    GPU_WAIT_REASON,
+    JobStatus,
+    StatusReport,
+    settled_input_report,
+    status_from_local_records,
+    unsettled_input_report,
+)
 from kinetic._exceptions import ObjectNotFoundError
 from kinetic._storage.local import LocalStorage
 from runner import protocol
@@ -293,23 +300,23 @@ class LocalBackend:
 
     async def _member_status(self, job: JobRef) -> StatusReport:
         group_id, index = str(job.group_id), _index(job)
+        header: protocol.OutcomeHeader | None
         try:
             header, _ = await self.batches.read_member(group_id, index)
         except ObjectNotFoundError:
             header = None
-        if header is not None:
-            return member_report(header)
-        stop = await self.batches.read_json(protocol.group_stop_key(group_id))
-        if stop is not None:
-            return stopped_report(stop)
-        if not await self.storage.exists(protocol.group_manifest_key(group_id)):
-            return StatusReport(JobStatus.NOT_FOUND, reason="no records for this batch")
-        running = await anyio.to_thread.run_sync(self.batches.supervisor_running, group_id)
-        if running and await self.storage.exists(group_wait_key(group_id)):
-            return StatusReport(
-                JobStatus.PENDING, reason="waiting for GPUs: other jobs hold all of them"
-            )
-        return StatusReport(JobStatus.RUNNING if running else JobStatus.PENDING)
+        stop = None if header is not None else await self.batches.read_stop(group_id)
+        settled = settled_input_report(header, stop)
+        if settled is not None:
+            return settled
+        recorded = await self.storage.exists(protocol.group_manifest_key(group_id))
+        running = recorded and await anyio.to_thread.run_sync(
+            self.batches.supervisor_running, group_id
+        )
+        waiting = running and await self.storage.exists(group_wait_key(group_id))
+        return unsettled_input_report(
+            recorded=recorded, running=running, waiting=GPU_WAIT_REASON if waiting else None
+        )
 
     async def _member_event(self, job: JobRef) -> None:
         """Return once input ``job`` may have changed state (its batch reported, or ended)."""
@@ -330,34 +337,9 @@ class LocalBackend:
         if await self.batches.load_many(group_id, [index]):
             return  # already finished
         if not await self.batches.send(group_id, f"c {index}"):
-            header = {"state": "cancelled", "attempt": 0, "error": "cancelled"}
+            header = protocol.cancelled_header()
             payload = protocol.result_payload(success=False, error="cancelled")
             await self.batches.record_member(group_id, index, header, cloudpickle.dumps(payload))
-
-
-def member_report(header: dict[str, Any]) -> StatusReport:
-    """The status a batch input's result header stands for."""
-    state = header.get("state")
-    if state == "succeeded":
-        return StatusReport(JobStatus.SUCCEEDED)
-    if state == "cancelled":
-        return StatusReport(JobStatus.FAILED, reason="cancelled", cancelled=True)
-    return StatusReport(
-        JobStatus.FAILED, reason=str(header.get("error") or "failed"), phase=header.get("phase")
-    )
-
-
-def stopped_report(stop: dict[str, Any]) -> StatusReport:
-    """The status of an input that never ran because its batch stopped."""
-    if stop.get("reason") == "failed":  # the function itself could not be set up
-        return StatusReport(
-            JobStatus.FAILED, reason=str(stop.get("detail")), phase=stop.get("phase")
-        )
-    return StatusReport(
-        JobStatus.FAILED,
-        reason=f"not run: the batch stopped ({stop.get('reason')}: {stop.get('detail')})",
-        cancelled=True,
-    )
 
 
 def _gpu_wait_reason(record: dict[str, Any]) -> str:

@@ -16,7 +16,7 @@ from array import array
 from collections.abc import AsyncIterator, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 import anyio
 import anyio.abc
@@ -29,20 +29,27 @@ from runner import _results_log as results_log
 from runner import protocol
 from runner.batch import socket_address
 
+Loaded: TypeAlias = dict[int, tuple[protocol.OutcomeHeader, bytes]]
+"""Outcomes read in one pass: input index -> its header and its (pickled) payload."""
+
 
 @dataclass
 class BatchEvents:
     """What one read of the supervisor's stream (or of the records) taught us."""
 
-    done: list[tuple[int, str]] = field(default_factory=list)
-    """(index, state) in completion order; state is succeeded/failed/cancelled."""
+    done: list[tuple[int, protocol.InputState]] = field(default_factory=list)
+    """(index, state) in completion order."""
     running: list[int] = field(default_factory=list)
     snapshot_complete: bool = False
-    stop: dict[str, Any] | None = None
+    stop: protocol.StopRecord | None = None
     """The batch's stop record, once it stopped and nothing of it runs any more."""
 
 
-_STATE = {b"s": "succeeded", b"f": "failed", b"c": "cancelled"}
+_STATE: dict[bytes, protocol.InputState] = {
+    b"s": "succeeded",
+    b"f": "failed",
+    b"c": "cancelled",
+}
 
 
 class _LogIndex:
@@ -96,7 +103,7 @@ class _LogIndex:
                 self.state[index] = _state_letter(head)
                 self.order.append(index)
 
-    def load(self, indices: list[int]) -> dict[int, tuple[dict[str, Any], bytes]]:
+    def load(self, indices: list[int]) -> Loaded:
         """The records of ``indices`` that have one: each log read once, in one span
         where its records lie close together. Headers are shared: do not mutate them.
         Blocking."""
@@ -104,7 +111,7 @@ class _LogIndex:
         for index in indices:
             if self.has(index):
                 by_file.setdefault(self.file[index] - 1, []).append(index)
-        out: dict[int, tuple[dict[str, Any], bytes]] = {}
+        out: Loaded = {}
         for number, wanted in by_file.items():
             try:
                 fd = os.open(self.paths[number], os.O_RDONLY)
@@ -134,7 +141,11 @@ class _LogIndex:
 
 _ACK_TIMEOUT = 10.0  # seconds a command waits for the supervisor to act on it
 _SPAN = 1 << 20  # read a log's records in one span unless it holds this much more
-_STATES = {ord("s"): "succeeded", ord("f"): "failed", ord("c"): "cancelled"}
+_STATES: dict[int, protocol.InputState] = {
+    ord("s"): "succeeded",
+    ord("f"): "failed",
+    ord("c"): "cancelled",
+}
 
 
 def _state_letter(head: bytes) -> int:
@@ -169,7 +180,9 @@ class LocalBatches:
         from kinetic._backends.local_gpus import apply_job_env
 
         # The inputs' environment is their pods' (a GPU batch: each worker leases its GPUs).
-        manifest = await self.read_json(protocol.group_manifest_key(group_id))
+        manifest: protocol.BatchManifest | None = await self.read_json(
+            protocol.group_manifest_key(group_id)
+        )
         handle = manifest.get("handle") if isinstance(manifest, dict) else None
         accelerator = handle.get("accelerator") if isinstance(handle, dict) else None
         env = dict(self._env)
@@ -248,7 +261,7 @@ class LocalBatches:
 
     async def read_states(
         self, group_id: str, known: Collection[int], since: int = 0
-    ) -> tuple[list[tuple[int, str]], int]:
+    ) -> tuple[list[tuple[int, protocol.InputState]], int]:
         """(index, state) of the inputs recorded after the first ``since`` (in the order
         recorded) that are not in ``known``; and the count recorded so far (the next
         ``since``: a follower that keeps it reads each record once)."""
@@ -261,7 +274,7 @@ class LocalBatches:
         """Drop what was learnt of a batch's logs (after they were deleted)."""
         self._indexes.pop(group_id, None)
 
-    async def read_member(self, group_id: str, index: int) -> tuple[dict[str, Any], bytes]:
+    async def read_member(self, group_id: str, index: int) -> tuple[protocol.OutcomeHeader, bytes]:
         """The header and payload of input ``index``'s result.
 
         :raises ObjectNotFoundError: when it has none yet.
@@ -273,13 +286,11 @@ class LocalBatches:
             )
         return loaded[index]
 
-    async def load_many(
-        self, group_id: str, indices: list[int]
-    ) -> dict[int, tuple[dict[str, Any], bytes]]:
+    async def load_many(self, group_id: str, indices: list[int]) -> Loaded:
         """Headers and payloads of the given inputs that have results, in one worker
         thread: each log read once (a span of it) for all of them."""
 
-        def _load() -> dict[int, tuple[dict[str, Any], bytes]]:
+        def _load() -> Loaded:
             index = self._index(group_id)
             if not all(index.has(i) for i in indices):
                 self._scan_sync(group_id)
@@ -288,7 +299,7 @@ class LocalBatches:
         return await anyio.to_thread.run_sync(_load)
 
     async def record_member(
-        self, group_id: str, index: int, header: dict[str, Any], payload: bytes
+        self, group_id: str, index: int, header: protocol.OutcomeHeader, payload: bytes
     ) -> None:
         """Append an outcome for an input on this process's own log (no supervisor runs)."""
         path = self.storage.path_for(
@@ -333,6 +344,11 @@ class LocalBatches:
             return protocol.load_json(await self.storage.read(key))
         except ObjectNotFoundError:
             return None
+
+    async def read_stop(self, group_id: str) -> protocol.StopRecord | None:
+        """The batch's stop record, or None while it has none."""
+        stop: protocol.StopRecord | None = await self.read_json(protocol.group_stop_key(group_id))
+        return stop
 
 
 def parse_events(lines: list[bytes], events: BatchEvents) -> None:

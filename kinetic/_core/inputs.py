@@ -3,11 +3,22 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from kinetic._exceptions import ConfigError
+from runner import protocol
+from runner.protocol import INPUT_MODES
 
-INPUT_MODES = ("auto", "single", "args", "kwargs")
+__all__ = [
+    "INPUT_MODES",
+    "MapOptions",
+    "check_input_mode",
+    "check_map_options",
+    "chunk_size",
+    "to_call",
+]
 
 
 def to_call(item: Any, mode: str, index: int) -> tuple[tuple[Any, ...], dict[str, Any]]:
@@ -43,6 +54,17 @@ def to_call(item: Any, mode: str, index: int) -> tuple[tuple[Any, ...], dict[str
     return (item,), {}
 
 
+def check_input_mode(input_mode: object) -> protocol.InputMode:
+    """``input_mode`` if it is one of :data:`INPUT_MODES`.
+
+    :raises ConfigError: for anything else.
+    """
+    for mode in INPUT_MODES:
+        if input_mode == mode:
+            return mode
+    raise ConfigError(f"input_mode must be one of {', '.join(INPUT_MODES)}; got {input_mode!r}")
+
+
 def check_map_options(
     *,
     input_mode: object,
@@ -57,8 +79,7 @@ def check_map_options(
 
     :raises ConfigError: naming the offending option.
     """
-    if input_mode not in INPUT_MODES:
-        raise ConfigError(f"input_mode must be one of {', '.join(INPUT_MODES)}; got {input_mode!r}")
+    check_input_mode(input_mode)
     if max_concurrent is not None and (
         not isinstance(max_concurrent, int)
         or isinstance(max_concurrent, bool)
@@ -82,6 +103,55 @@ def check_map_options(
         or not all(isinstance(k, str) and isinstance(v, str) for k, v in tags.items())
     ):
         raise ConfigError("tags must be a dict of strings to strings")
+
+
+@dataclass(frozen=True)
+class MapOptions:
+    """``run_async_map``'s options, validated once (at construction) and passed whole.
+
+    :ivar input_mode: how each input becomes a call (:func:`to_call`).
+    :ivar max_concurrent: inputs running at once; None: the backend's default.
+    :ivar retries: extra attempts of a failed input.
+    :ivar fail_fast: stop launching inputs after the first final failure.
+    :ivar cancel_running_on_fail: with ``fail_fast``, also end the running inputs.
+    :ivar name: a label kept in the manifest.
+    :ivar tags: labels kept in the manifest (a read-only copy of what was given).
+    :raises ConfigError: naming the first invalid option (:func:`check_map_options`).
+    """
+
+    input_mode: protocol.InputMode = "auto"
+    max_concurrent: int | None = None
+    retries: int = 0
+    fail_fast: bool = False
+    cancel_running_on_fail: bool = False
+    name: str | None = None
+    tags: Mapping[str, str] = field(default_factory=dict, hash=False)
+
+    def __post_init__(self) -> None:
+        check_map_options(
+            input_mode=self.input_mode,
+            max_concurrent=self.max_concurrent,
+            retries=self.retries,
+            fail_fast=self.fail_fast,
+            cancel_running_on_fail=self.cancel_running_on_fail,
+            name=self.name,
+            tags=self.tags,
+        )
+        # Frozen all the way down: the caller's dict may change after submission.
+        object.__setattr__(self, "tags", MappingProxyType(dict(self.tags or {})))
+
+    def record(self, default_concurrency: int) -> protocol.MapOptionsRecord:
+        """The manifest's ``options``, with ``max_concurrent`` resolved against the
+        backend's ``default_concurrency``."""
+        return {
+            "input_mode": self.input_mode,
+            "max_concurrent": (
+                self.max_concurrent if self.max_concurrent is not None else default_concurrency
+            ),
+            "retries": self.retries,
+            "fail_fast": self.fail_fast,
+            "cancel_running_on_fail": self.cancel_running_on_fail,
+        }
 
 
 def chunk_size(n_inputs: int, *, target_chunks: int = 64, max_size: int = 2048) -> int:

@@ -46,7 +46,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kinetic._core import k8s_status
-from kinetic._core.status import JobStatus
+from kinetic._core.status import START_PHASE, JobStatus, could_not_start, start_grace_left
+from runner import protocol
 from runner.pool_book import (
     Claim,
     Exit,
@@ -187,8 +188,8 @@ class FollowDecision:
 
     state: FollowState
     running: list[int] = field(default_factory=list)
-    stopped: dict[str, Any] | None = None
-    fail: dict[str, Any] | None = None
+    stopped: protocol.StopRecord | None = None
+    fail: protocol.StopRecord | None = None
     create_job: bool = False
     wait: float = MIN_POLL
 
@@ -205,9 +206,9 @@ def look_due(state: FollowState, *, now: float, stopped: bool) -> bool:
     return since >= BUSY_LOOK
 
 
-def failure(detail: str, phase: str) -> dict[str, Any]:
+def failure(detail: str, phase: str) -> protocol.StopRecord:
     """The stop record of a pool that cannot run its inputs: each fails with ``detail``."""
-    return {"reason": "failed", "detail": detail, "phase": phase}
+    return protocol.stop_record("failed", detail, phase)
 
 
 def follow_step(
@@ -251,7 +252,7 @@ def follow_step(
     if book.stop is not None:
         idle = new.looked_since_stop and seen is not None and seen.active == 0
         if idle:
-            return FollowDecision(state=new, stopped=dict(book.stop), wait=poll)
+            return FollowDecision(state=new, stopped=book.stop.copy(), wait=poll)
         return FollowDecision(state=new, running=running, wait=min(poll, STOPPED_LOOK))
     if seen is None or view is None:
         return FollowDecision(state=new, running=running, wait=poll)
@@ -269,10 +270,9 @@ def follow_step(
     if seen.stuck is not None and seen.started == 0:
         since = new.stuck_since if new.stuck_since is not None else now
         new = replace(new, stuck_since=since)
-        if now - since >= start_grace:
-            detail = f"the worker pool could not start within {start_grace:g}s: {seen.stuck}"
-            return FollowDecision(state=new, fail=failure(detail, k8s_status.START_PHASE))
-        return FollowDecision(
-            state=new, running=running, wait=min(poll, max(MIN_POLL, start_grace - (now - since)))
-        )
+        left_s = start_grace_left(stuck_since=since, now=now, grace=start_grace)
+        if left_s <= 0:
+            detail = could_not_start(seen.stuck, start_grace, subject="the worker pool")
+            return FollowDecision(state=new, fail=failure(detail, START_PHASE))
+        return FollowDecision(state=new, running=running, wait=min(poll, max(MIN_POLL, left_s)))
     return FollowDecision(state=replace(new, stuck_since=None), running=running, wait=poll)

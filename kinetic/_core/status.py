@@ -1,11 +1,24 @@
-"""Job status values and the pure rules that derive them from a job's records."""
+"""Job status values and the pure rules that derive them from a job's records.
+
+Besides single jobs, the rules for the inputs of a batch, the same on every backend:
+an input's outcome settles it (:func:`input_report`); without one, its batch's stop
+record does (:func:`stopped_report`: it never ran); else it is pending or running, as
+the backend sees it (:func:`unsettled_input_report`). And one rule for a job that
+cannot start (:func:`start_grace_left`, :func:`start_failure`): it fails after a grace
+time, with one wording everywhere.
+"""
 
 from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
+
+from runner import protocol
+
+START_PHASE: Final = "start"
+"""The phase of a job that failed because it could not start (``start_grace``)."""
 
 
 class JobStatus(enum.Enum):
@@ -90,3 +103,86 @@ def describe_exit(exit_code: int | None) -> str:
     if exit_code > 128:
         return f"the runner process was killed by signal {exit_code - 128} before writing a result"
     return f"the runner process exited with status {exit_code} without writing a result"
+
+
+# --- batch inputs -------------------------------------------------------------------
+
+NO_BATCH_REASON: Final = "no records for this batch"
+GPU_WAIT_REASON: Final = "waiting for GPUs: other jobs hold all of them"
+
+
+def input_report(header: protocol.OutcomeHeader) -> StatusReport:
+    """The status a batch input's outcome header stands for."""
+    state = header.get("state")
+    if state == "succeeded":
+        return StatusReport(JobStatus.SUCCEEDED)
+    if state == "cancelled":
+        return StatusReport(JobStatus.FAILED, reason="cancelled", cancelled=True)
+    return StatusReport(
+        JobStatus.FAILED, reason=str(header.get("error") or "failed"), phase=header.get("phase")
+    )
+
+
+def stopped_report(stop: protocol.StopRecord) -> StatusReport:
+    """The status of an input that never ran because its batch stopped: failed with the
+    batch's failure when the batch could not run (reason ``failed``), else cancelled."""
+    if stop.get("reason") == "failed":  # the function itself could not be set up
+        return StatusReport(
+            JobStatus.FAILED, reason=str(stop.get("detail")), phase=stop.get("phase")
+        )
+    return StatusReport(
+        JobStatus.FAILED,
+        reason=f"not run: the batch stopped ({stop.get('reason')}: {stop.get('detail')})",
+        cancelled=True,
+    )
+
+
+def settled_input_report(
+    header: protocol.OutcomeHeader | None, stop: protocol.StopRecord | None
+) -> StatusReport | None:
+    """The status a batch input's records settle: its outcome (``header``) wins, then its
+    batch's stop record (an input without an outcome in a stopped batch never runs);
+    None when neither exists. A backend reads ``stop`` only when ``header`` is None."""
+    if header is not None:
+        return input_report(header)
+    if stop is not None:
+        return stopped_report(stop)
+    return None
+
+
+def unsettled_input_report(
+    *, recorded: bool, running: bool, waiting: str | None = None
+) -> StatusReport:
+    """The status of a batch input its records do not settle (:func:`settled_input_report`).
+
+    :param recorded: the batch's manifest exists (else the input is NOT_FOUND).
+    :param running: the backend sees the input, or its batch's engine, at work.
+    :param waiting: why a running batch cannot start the input yet (it is then PENDING
+        with that reason), or None.
+    """
+    if not recorded:
+        return StatusReport(JobStatus.NOT_FOUND, reason=NO_BATCH_REASON)
+    if running and waiting is not None:
+        return StatusReport(JobStatus.PENDING, reason=waiting)
+    return StatusReport(JobStatus.RUNNING if running else JobStatus.PENDING)
+
+
+# --- jobs that cannot start -----------------------------------------------------------
+
+
+def start_grace_left(*, stuck_since: float, now: float, grace: float) -> float:
+    """Seconds a job unable to start since ``stuck_since`` may still wait (monotonic
+    times); at 0 or less it has waited its ``grace`` out and fails (:func:`start_failure`)."""
+    return grace - (now - stuck_since)
+
+
+def could_not_start(why: object, grace: float, *, subject: str = "the job") -> str:
+    """The reason given when ``subject`` could not start within ``grace`` seconds (``why``:
+    what kept it, as the cluster reports it)."""
+    return f"{subject} could not start within {grace:g}s: {why}"
+
+
+def start_failure(why: object, grace: float) -> StatusReport:
+    """The status of a job (or batch input) that could not start within ``grace``
+    seconds: FAILED in phase :data:`START_PHASE`."""
+    return StatusReport(JobStatus.FAILED, reason=could_not_start(why, grace), phase=START_PHASE)

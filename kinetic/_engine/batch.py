@@ -34,9 +34,8 @@ import anyio.lowlevel
 import anyio.to_thread
 
 from kinetic._backends.base import Backend
-from kinetic._backends.local import stopped_report
-from kinetic._core.status import JobStatus
-from kinetic._engine.batch_runner import BatchRunner, runner_for
+from kinetic._core.status import JobStatus, stopped_report
+from kinetic._engine.batch_runner import BatchRunner, Loaded, runner_for
 from kinetic._engine.handle import JobHandle
 from kinetic._engine.outcome import CARRY_LIMIT, CleanupTally, KnownOutcome
 from kinetic._engine.results import load_payload, unwrap
@@ -52,8 +51,8 @@ from runner import protocol
 _WRITE_CONCURRENCY = 16
 _STEP_BUDGET = 0.001
 """Seconds of the caller's loop one step of ``as_completed`` may hold before yielding it."""
-_CODES = {"succeeded": 1, "failed": 2, "cancelled": 3}
-_NAMES = ("", "succeeded", "failed", "cancelled")
+_CODES: dict[str, int] = {"succeeded": 1, "failed": 2, "cancelled": 3}
+_NAMES: tuple[protocol.InputState | None, ...] = (None, *protocol.INPUT_STATES)
 _LOAD_BATCH = 4096  # results() reads and decodes outcomes this many at a time
 
 
@@ -80,9 +79,9 @@ class _States(Collection[int]):
     def __iter__(self) -> Iterator[int]:
         return (i for i, code in enumerate(self.codes) if code)
 
-    def get(self, index: int) -> str | None:
+    def get(self, index: int) -> protocol.InputState | None:
         code = self.codes[index] if 0 <= index < len(self.codes) else 0
-        return _NAMES[code] or None
+        return _NAMES[code]
 
     def set(self, index: int, state: str) -> bool:
         """Record ``index``'s state; False when it had one already (or is out of range)."""
@@ -94,8 +93,15 @@ class _States(Collection[int]):
         self.succeeded += code == 1
         return True
 
-    def items(self) -> Iterator[tuple[int, str]]:
-        return ((i, _NAMES[code]) for i, code in enumerate(self.codes) if code)
+    def items(self) -> Iterator[tuple[int, protocol.InputState]]:
+        return ((i, _state(code)) for i, code in enumerate(self.codes) if code)
+
+
+def _state(code: int) -> protocol.InputState:
+    """The state of a non-zero code of :class:`_States`."""
+    state = _NAMES[code]
+    assert state is not None
+    return state
 
 
 class BatchHandle:
@@ -111,16 +117,16 @@ class BatchHandle:
         self,
         *,
         backend: Backend,
-        manifest: dict[str, Any],
+        manifest: protocol.BatchManifest,
         submission_failures: Mapping[int, Exception] | None = None,
     ) -> None:
         self._backend = backend
         self._runner: BatchRunner = runner_for(backend)
         self._manifest = manifest
-        self.group_id: str = manifest["group_id"]
-        self.name: str | None = manifest.get("name")
-        self.tags: dict[str, str] = dict(manifest.get("tags") or {})
-        self._total: int = manifest["total"]
+        self.group_id = manifest["group_id"]
+        self.name = manifest.get("name")
+        self.tags = dict(manifest.get("tags") or {})
+        self._total = manifest["total"]
         self._job_cache: dict[int, JobHandle] = {}
         self._submission_failures = dict(submission_failures or {})
         # Per input compactly: nothing is built per input until asked (jobs, statuses).
@@ -224,7 +230,7 @@ class BatchHandle:
         codes = self._states.codes
         return [i for i in range(self.total) if not codes[i]]
 
-    def _settle_stopped(self, stop: dict[str, Any] | None) -> None:
+    def _settle_stopped(self, stop: protocol.StopRecord | None) -> None:
         """Inputs without a result in a stopped batch never ran: they are cancelled."""
         if stop is None:
             return
@@ -307,9 +313,7 @@ class BatchHandle:
             # Thousands of handles take milliseconds to build: not on the caller's loop.
             yield await anyio.to_thread.run_sync(self._carrying_handles, chunk, loaded)
 
-    def _carrying_handles(
-        self, chunk: list[int], loaded: dict[int, tuple[dict[str, Any], bytes]]
-    ) -> list[JobHandle]:
+    def _carrying_handles(self, chunk: list[int], loaded: Loaded) -> list[JobHandle]:
         outcomes = self._outcomes(chunk, loaded)
         jobs: list[JobHandle] = []
         for index in chunk:
@@ -393,9 +397,7 @@ class BatchHandle:
         loaded = await self._runner.load_many(self.group_id, wanted) if wanted else {}
         return await anyio.to_thread.run_sync(self._decode_loaded, indices, loaded)
 
-    def _decode_loaded(
-        self, indices: list[int], loaded: dict[int, tuple[dict[str, Any], bytes]]
-    ) -> list[tuple[int, bool, Any]]:
+    def _decode_loaded(self, indices: list[int], loaded: Loaded) -> list[tuple[int, bool, Any]]:
         out: list[tuple[int, bool, Any]] = []
         for index in indices:
             read = loaded.get(index)
@@ -421,16 +423,14 @@ class BatchHandle:
                 out.append((index, False, exc))
         return out
 
-    async def _read_outcomes(self, indices: list[int]) -> dict[int, tuple[dict[str, Any], bytes]]:
+    async def _read_outcomes(self, indices: list[int]) -> Loaded:
         """Headers and payloads of the given finished inputs, read in one pass."""
         wanted = [
             i for i in indices if i not in self._submission_failures and i not in self._reasons
         ]
         return await self._runner.load_many(self.group_id, wanted) if wanted else {}
 
-    def _outcomes(
-        self, indices: list[int], loaded: dict[int, tuple[dict[str, Any], bytes]]
-    ) -> dict[int, KnownOutcome]:
+    def _outcomes(self, indices: list[int], loaded: Loaded) -> dict[int, KnownOutcome]:
         """The outcomes of finished inputs from what :meth:`_read_outcomes` read. An input
         recorded as done whose payload is not (yet) readable has none. CPU: in a thread."""
         out: dict[int, KnownOutcome] = {}
@@ -478,12 +478,12 @@ class BatchHandle:
             return
         await self._refresh()
         if self._accounted() < self.total:
-            record = {"reason": "cancelled", "detail": "the batch was cancelled", "phase": None}
+            record = protocol.stop_record("cancelled", "the batch was cancelled")
             await self._backend.storage.write(
                 protocol.group_stop_key(self.group_id), protocol.dump_json(record)
             )
 
-    def _summary(self) -> dict[str, Any]:
+    def _summary(self) -> protocol.BatchSummary:
         """Each input's final state, for after cleanup: once all are accounted for, the
         inputs that did not succeed and ``"others": "succeeded"`` (a million successes
         make a few bytes, not a 20 MB map)."""
@@ -492,10 +492,10 @@ class BatchHandle:
             return {"states": {str(i): s for i, s in states.items()}}
         codes = states.codes
         succeeded = _CODES["succeeded"]
-        others = {str(i): _NAMES[c] for i, c in enumerate(codes) if c and c != succeeded}
+        others = {str(i): _state(c) for i, c in enumerate(codes) if c and c != succeeded}
         return {"states": others, "others": "succeeded"}
 
-    def _restore_summary(self, summary: dict[str, Any]) -> None:
+    def _restore_summary(self, summary: protocol.BatchSummary) -> None:
         """Take the states a cleaned-up batch left in its summary (see :meth:`_summary`)."""
         for key, state in summary.get("states", {}).items():
             self._record(int(key), state)
@@ -569,7 +569,7 @@ def _deadline(timeout: float | None) -> float | None:
     return None if timeout is None else time.monotonic() + timeout
 
 
-def member_job(manifest: dict[str, Any], index: int) -> JobHandle:
+def member_job(manifest: protocol.BatchManifest, index: int) -> JobHandle:
     """The handle of input ``index`` of the batch ``manifest`` describes."""
     group_id = manifest["group_id"]
     job_id = protocol.member_job_id(group_id, index)

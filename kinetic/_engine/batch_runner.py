@@ -25,11 +25,10 @@ import anyio
 import anyio.to_thread
 
 from kinetic._backends.local import LocalBackend
-from kinetic._backends.local_batch import BatchEvents, LocalBatches, event_chunks
+from kinetic._backends.local_batch import BatchEvents, Loaded, LocalBatches, event_chunks
 from kinetic._storage.base import Storage
-from runner import protocol
 
-__all__ = ["BatchEvents", "BatchRunner", "LocalBatchRunner", "runner_for"]
+__all__ = ["BatchEvents", "BatchRunner", "Loaded", "LocalBatchRunner", "runner_for"]
 
 
 class BatchRunner(Protocol):
@@ -54,9 +53,7 @@ class BatchRunner(Protocol):
         ``running`` is the whole set of running inputs."""
         ...
 
-    async def load_many(
-        self, group_id: str, indices: list[int]
-    ) -> dict[int, tuple[dict[str, Any], bytes]]:
+    async def load_many(self, group_id: str, indices: list[int]) -> Loaded:
         """Headers and payloads of the given inputs that have outcomes."""
         ...
 
@@ -99,7 +96,7 @@ class LocalBatchRunner:
             # No supervisor is listening: learn from the records it (or another) left.
             done, seen = await batches.read_states(group_id, known, seen)
             yield BatchEvents(done=done)
-            stop = await batches.read_json(protocol.group_stop_key(group_id))
+            stop = await batches.read_stop(group_id)
             running = await anyio.to_thread.run_sync(batches.supervisor_running, group_id)
             if stop is not None and not running:
                 yield BatchEvents(stop=stop)
@@ -124,14 +121,12 @@ class LocalBatchRunner:
         heard = {i for i, _ in out.done}
         recorded, _ = await batches.read_states(group_id, known)
         out.done.extend((i, state) for i, state in recorded if i not in heard)
-        stop = await batches.read_json(protocol.group_stop_key(group_id))
+        stop = await batches.read_stop(group_id)
         if stop is not None and not batches.supervisor_running(group_id):
             out.stop = stop
         return out
 
-    async def load_many(
-        self, group_id: str, indices: list[int]
-    ) -> dict[int, tuple[dict[str, Any], bytes]]:
+    async def load_many(self, group_id: str, indices: list[int]) -> Loaded:
         return await self.batches.load_many(group_id, indices)
 
     async def cancel(self, group_id: str) -> bool:

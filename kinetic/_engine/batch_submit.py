@@ -13,7 +13,7 @@ import hashlib
 import os
 import socket
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,7 @@ from kinetic._core.accelerators import AcceleratorConfig
 from kinetic._core.config import Settings, capture_env
 from kinetic._core.ids import check_group_id, new_group_id
 from kinetic._core.image_spec import JobImage
-from kinetic._core.inputs import check_map_options, chunk_size, to_call
+from kinetic._core.inputs import MapOptions, chunk_size, to_call
 from kinetic._core.records import utcnow_iso
 from kinetic._engine import runtime, targets
 from kinetic._engine.batch import BatchHandle
@@ -128,37 +128,23 @@ async def submit_batch(
     fn: Callable[..., Any],
     inputs: Iterable[Any],
     opts: RunOptions,
+    map_opts: MapOptions,
     *,
-    input_mode: str = "auto",
-    max_concurrent: int | None = None,
-    retries: int = 0,
-    fail_fast: bool = False,
-    cancel_running_on_fail: bool = False,
-    name: str | None = None,
-    tags: Mapping[str, str] | None = None,
     prefix_args: tuple[Any, ...] = (),
     pod_per_input: bool = False,
 ) -> BatchHandle:
     """Record a batch durably, start running it, and return its handle.
 
+    :param map_opts: ``run_async_map``'s options, validated when they were built.
     :param pod_per_input: on GKE, run each input in its own Kubernetes Job (pod) instead
         of on a pool of worker pods (the default); no effect on the local backend.
 
-    :raises ConfigError: for invalid options, empty inputs or inputs that do not fit
-        ``input_mode`` — nothing is written.
+    :raises ConfigError: for an invalid ``pod_per_input``, empty inputs or inputs that do
+        not fit ``input_mode`` — nothing is written.
     :raises SerializationError: naming an input that cannot be pickled — nothing is written.
     :raises BackendError: for a backend that cannot run batches (nothing is written), or
         when launching failed (the batch is recorded: ``attach_batch`` resumes it).
     """
-    check_map_options(
-        input_mode=input_mode,
-        max_concurrent=max_concurrent,
-        retries=retries,
-        fail_fast=fail_fast,
-        cancel_running_on_fail=cancel_running_on_fail,
-        name=name,
-        tags=tags,
-    )
     if not isinstance(pod_per_input, bool):
         raise ConfigError(f"pod_per_input must be True or False, got {pod_per_input!r}")
     if opts.volumes:
@@ -184,14 +170,16 @@ async def submit_batch(
     group_id = new_group_id()
     storage = backend.storage
     # Recorded first, so attach_batch in another process can wait for this submission.
-    recording = {"pid": os.getpid(), "host": socket.gethostname(), "started_at": utcnow_iso()}
+    recording: protocol.RecordingRecord = {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "started_at": utcnow_iso(),
+    }
     await storage.write(protocol.group_recording_key(group_id), protocol.dump_json(recording))
     try:
         manifest = await _record(
-            fn, items, opts, group_id, settings, accel, backend, image,
-            input_mode=input_mode, max_concurrent=max_concurrent, retries=retries,
-            fail_fast=fail_fast, cancel_running_on_fail=cancel_running_on_fail,
-            name=name, tags=tags, prefix_args=prefix_args, pod_per_input=pod_per_input,
+            fn, items, opts, map_opts, group_id, settings, accel, backend, image,
+            prefix_args=prefix_args, pod_per_input=pod_per_input,
         )  # fmt: skip
     except BaseException:
         with anyio.CancelScope(shield=True):
@@ -260,11 +248,15 @@ async def attach_batch(
     deadline = time.monotonic() + timeout
     while True:
         try:
-            manifest = protocol.load_json(await storage.read(protocol.group_manifest_key(group_id)))
+            manifest = protocol.load_manifest(
+                await storage.read(protocol.group_manifest_key(group_id))
+            )
             break
         except ObjectNotFoundError:
             pass
-        recording = await _read_json(storage, protocol.group_recording_key(group_id))
+        recording: protocol.RecordingRecord | None = await _read_json(
+            storage, protocol.group_recording_key(group_id)
+        )
         if recording is None:
             raise JobNotFoundError(f"no batch {group_id!r} in {storage.url}")
         # The pid says something only on the machine that recorded the batch.
@@ -277,7 +269,9 @@ async def attach_batch(
             )
         await anyio.sleep(interval)
     handle = BatchHandle(backend=target, manifest=manifest)
-    summary = await _read_json(storage, protocol.group_summary_key(group_id))
+    summary: protocol.BatchSummary | None = await _read_json(
+        storage, protocol.group_summary_key(group_id)
+    )
     if summary is not None:
         handle._restore_summary(summary)
     return handle
@@ -306,22 +300,16 @@ async def _record(
     fn: Callable[..., Any],
     items: list[Any],
     opts: RunOptions,
+    map_opts: MapOptions,
     group_id: str,
     settings: Settings,
     accel: AcceleratorConfig,
     backend: Backend,
     image: JobImage,
     *,
-    input_mode: str,
-    max_concurrent: int | None,
-    retries: int,
-    fail_fast: bool,
-    cancel_running_on_fail: bool,
-    name: str | None,
-    tags: Mapping[str, str] | None,
     prefix_args: tuple[Any, ...],
     pod_per_input: bool = False,
-) -> dict[str, Any]:
+) -> protocol.BatchManifest:
     """Pickle and store everything of a batch; the manifest, written last, is returned.
 
     :raises ConfigError, DataError, SerializationError: before anything but the
@@ -339,6 +327,7 @@ async def _record(
     )
     # Every input is looked at: large batches take milliseconds, so not on the loop.
     # Plain scalar inputs (the usual large batch) hold no Data: nothing to look for.
+    input_mode = map_opts.input_mode
     plain = input_mode in ("auto", "single") and not prefix_args
     plain = plain and await anyio.to_thread.run_sync(_all_plain, items)
     calls = await anyio.to_thread.run_sync(_to_calls, items, input_mode, prefix_args, plain)
@@ -356,55 +345,48 @@ async def _record(
 
     func_name = getattr(fn, "__name__", type(fn).__name__)
     default_pool = (os.cpu_count() or 1) if local else GKE_DEFAULT_CONCURRENCY
-    pool = max_concurrent if max_concurrent is not None else default_pool
     if isinstance(backend, LocalBackend):
         output_dir = opts.output_dir or _outputs_dir(settings.local_root)
-        location = {"bucket_name": str(backend.storage.root), "cluster_name": "local", "zone": ""}
+        bucket_name, cluster_name, zone = str(backend.storage.root), "local", ""
     else:
         place = targets.target_for(backend).placement(settings, group_id, None)
         output_dir = opts.output_dir or f"gs://{place.bucket_name}/outputs"
-        location = {
-            "bucket_name": place.bucket_name,
-            "cluster_name": place.cluster_name,
-            "zone": place.zone,
-        }
-    manifest: dict[str, Any] = {
+        bucket_name, cluster_name, zone = place.bucket_name, place.cluster_name, place.zone
+    spec: protocol.JobSpec = {
+        "format": protocol.FORMAT,
+        "job_id": group_id,
+        "func_name": func_name,
+        "payload_sha256": hashlib.sha256(fn_bytes).hexdigest(),
+        "context_key": protocol.context_key(archive.sha256),
+        "context_sha256": archive.sha256,
+        "cwd": cwd,
+        "sys_path": sys_path,
+        "env": _captured_env(opts),
+        "output_dir": output_dir,
+        "has_data": data.has_data,
+    }
+    if image.install:
+        spec["install"] = list(image.install)
+    manifest: protocol.BatchManifest = {
         "format": protocol.FORMAT,
         "group_id": group_id,
         "group_kind": "map",
-        "name": name,
-        "tags": dict(tags or {}),
+        "name": map_opts.name,
+        "tags": dict(map_opts.tags),
         "func_name": func_name,
         "total": len(items),
         "chunk_size": size,
         "n_chunks": len(chunks),
         "delivery": protocol.DELIVERY,
         "created_at": utcnow_iso(),
-        "options": {
-            "input_mode": input_mode,
-            "max_concurrent": pool,
-            "retries": retries,
-            "fail_fast": fail_fast,
-            "cancel_running_on_fail": cancel_running_on_fail,
-        },
-        "spec": {
-            "format": protocol.FORMAT,
-            "job_id": group_id,
-            "func_name": func_name,
-            "payload_sha256": hashlib.sha256(fn_bytes).hexdigest(),
-            "context_key": protocol.context_key(archive.sha256),
-            "context_sha256": archive.sha256,
-            "cwd": cwd,
-            "sys_path": sys_path,
-            "env": _captured_env(opts),
-            "output_dir": output_dir,
-            "has_data": data.has_data,
-            **({"install": list(image.install)} if image.install else {}),
-        },
+        "options": map_opts.record(default_pool),
+        "spec": spec,
         "handle": {
             "backend": backend.name,
             "project": settings.project or "",
-            **location,
+            "bucket_name": bucket_name,
+            "cluster_name": cluster_name,
+            "zone": zone,
             "namespace": settings.namespace,
             "image_uri": image.uri,
             "accelerator": accel.name,

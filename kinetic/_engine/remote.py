@@ -14,6 +14,7 @@ from kinetic._backends.base import Backend
 from kinetic._core.config import BACKENDS
 from kinetic._core.functions import check_function
 from kinetic._core.ids import check_job_id
+from kinetic._core.inputs import MapOptions, check_input_mode
 from kinetic._engine import runtime
 from kinetic._engine.batch import BatchHandle, member_job
 from kinetic._engine.batch_submit import submit_batch
@@ -92,18 +93,21 @@ class AsyncRemoteFunction(Generic[P, R]):
         :raises ConfigError: for invalid options or empty inputs; :raises SerializationError:
             naming an input that cannot be pickled. Nothing is left behind in either case.
         """
-        prefix = () if self._instance is _UNBOUND else (self._instance,)
-        return await submit_batch(
-            self.__wrapped__,
-            inputs,
-            self.options,
-            input_mode=input_mode,
+        map_opts = MapOptions(
+            input_mode=check_input_mode(input_mode),
             max_concurrent=max_concurrent,
             retries=retries,
             fail_fast=fail_fast,
             cancel_running_on_fail=cancel_running_on_fail,
             name=name,
-            tags=tags,
+            tags={} if tags is None else tags,
+        )
+        prefix = () if self._instance is _UNBOUND else (self._instance,)
+        return await submit_batch(
+            self.__wrapped__,
+            inputs,
+            self.options,
+            map_opts,
             prefix_args=prefix,
             pod_per_input=pod_per_input,
         )

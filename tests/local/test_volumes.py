@@ -67,9 +67,7 @@ def test_a_missing_mount_path_is_never_created_on_this_machine(dataset: Path) ->
     assert no_scratch_left(str(first["tmp"]))
 
 
-def test_an_existing_directory_is_covered_for_the_job_only(
-    dataset: Path, tmp_path: Path
-) -> None:
+def test_an_existing_directory_is_covered_for_the_job_only(dataset: Path, tmp_path: Path) -> None:
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "precious.txt").write_text("keep")

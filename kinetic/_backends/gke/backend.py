@@ -42,7 +42,7 @@ from kinetic._backends.gke.watch import SharedWatch
 from kinetic._core import k8s_spec, k8s_status
 from kinetic._core.accelerators import AcceleratorConfig
 from kinetic._core.gke_config import GKEOptions
-from kinetic._core.status import JobStatus, StatusReport
+from kinetic._core.status import JobStatus, StatusReport, start_failure, start_grace_left
 from kinetic._exceptions import ObjectNotFoundError
 from kinetic._storage.base import Storage
 from kinetic._storage.gcs import GCSStorage
@@ -262,7 +262,9 @@ class GKEBackend:
                 timeout: float | None = EVENTS_EVERY if podless_since is not None else None
                 if k8s_status.cannot_start(report):
                     stuck_since = stuck_since or now
-                    left = self.options.start_grace - (now - stuck_since)
+                    left = start_grace_left(
+                        stuck_since=stuck_since, now=now, grace=self.options.start_grace
+                    )
                     if left <= 0:
                         report = await self._give_up(job, report)
                     else:
@@ -277,9 +279,9 @@ class GKEBackend:
                 await watch.changed(version, timeout)
 
     async def _give_up(self, job: JobRef, report: StatusReport) -> StatusReport:
-        reason = f"the job could not start within {self.options.start_grace:g}s: {report.reason}"
-        await self._end(job, StatusReport(JobStatus.FAILED, reason=reason), phase="start")
-        return StatusReport(JobStatus.FAILED, reason=reason, phase=k8s_status.START_PHASE)
+        failed = start_failure(report.reason, self.options.start_grace)
+        await self._end(job, StatusReport(JobStatus.FAILED, reason=failed.reason), phase="start")
+        return failed
 
     async def _end(self, job: JobRef, report: StatusReport, *, phase: str | None) -> None:
         """Delete the Job and record the failure (unless the runner recorded an outcome)."""

@@ -45,10 +45,17 @@ import anyio
 import cloudpickle
 
 from kinetic._backends.base import JobRef, StatusCallback
-from kinetic._backends.local import member_report, stopped_report
-from kinetic._backends.local_batch import BatchEvents
+from kinetic._backends.local_batch import BatchEvents, Loaded
 from kinetic._core import accelerators, k8s_spec, k8s_status
-from kinetic._core.status import JobStatus, StatusReport
+from kinetic._core.status import (
+    START_PHASE,
+    JobStatus,
+    StatusReport,
+    settled_input_report,
+    start_failure,
+    start_grace_left,
+    unsettled_input_report,
+)
 from kinetic._exceptions import ObjectNotFoundError
 from kinetic._storage.base import Storage
 from runner import protocol
@@ -96,9 +103,7 @@ class GKEBatches:
     async def snapshot(self, group_id: str, known: Collection[int]) -> BatchEvents:
         return await self.driver(group_id).snapshot(known)
 
-    async def load_many(
-        self, group_id: str, indices: list[int]
-    ) -> dict[int, tuple[dict[str, Any], bytes]]:
+    async def load_many(self, group_id: str, indices: list[int]) -> Loaded:
         return await self.driver(group_id).load_many(indices)
 
     async def cancel(self, group_id: str) -> bool:
@@ -106,7 +111,7 @@ class GKEBatches:
         return True
 
     async def release(self, group_id: str) -> None:
-        namespace = (await self.driver(group_id)._manifest())["gke"]["namespace"]
+        namespace = await self.driver(group_id).namespace()
         await self.backend.client.delete_jobs(namespace, k8s_spec.group_selector(group_id))
 
     # -- one input's handle ---------------------------------------------------------
@@ -116,16 +121,18 @@ class GKEBatches:
         group_id, index = str(job.group_id), _index(job)
         driver = self.driver(group_id)
         loaded = await driver.load_many([index])
-        if index in loaded:
-            return member_report(loaded[index][0])
-        stop = await driver.read_json(protocol.group_stop_key(group_id))
-        if stop is not None:
-            return stopped_report(stop)
-        if not await self.storage.exists(protocol.group_manifest_key(group_id)):
-            return StatusReport(JobStatus.NOT_FOUND, reason="no records for this batch")
-        selector = f"{k8s_spec.group_selector(group_id)},{k8s_spec.GROUP_INDEX_LABEL}={index}"
-        jobs = await self.backend.client.list_objects("jobs", job.namespace, selector)
-        return StatusReport(JobStatus.RUNNING if jobs.get("items") else JobStatus.PENDING)
+        header = loaded[index][0] if index in loaded else None
+        stop = None if header is not None else await driver.read_stop()
+        settled = settled_input_report(header, stop)
+        if settled is not None:
+            return settled
+        recorded = await self.storage.exists(protocol.group_manifest_key(group_id))
+        running = False
+        if recorded:
+            selector = f"{k8s_spec.group_selector(group_id)},{k8s_spec.GROUP_INDEX_LABEL}={index}"
+            jobs = await self.backend.client.list_objects("jobs", job.namespace, selector)
+            running = bool(jobs.get("items"))
+        return unsettled_input_report(recorded=recorded, running=running)
 
     async def member_wait(self, job: JobRef, on_change: StatusCallback | None) -> StatusReport:
         """Drive the batch until input ``job`` is over."""
@@ -162,9 +169,10 @@ class GKEBatches:
         driver = self.driver(group_id)
         if await driver.load_many([index]):
             return
-        header = {"state": "cancelled", "attempt": 0, "error": "cancelled"}
         payload = protocol.result_payload(success=False, error="cancelled")
-        await driver.write_outcome(index, header, bytes(cloudpickle.dumps(payload)))
+        await driver.write_outcome(
+            index, protocol.cancelled_header(), bytes(cloudpickle.dumps(payload))
+        )
         selector = f"{k8s_spec.group_selector(group_id)},{k8s_spec.GROUP_INDEX_LABEL}={index}"
         await _delete(self.backend, job.namespace, selector)
 
@@ -183,15 +191,15 @@ class _Driver:
     def __init__(self, backend: GKEBackend, group_id: str) -> None:
         self.backend = backend
         self.group_id = group_id
-        self.manifest: dict[str, Any] | None = None
-        self.done: dict[int, str] = {}  # index -> final state, in completion order
-        self.outcomes: dict[int, tuple[dict[str, Any], bytes]] = {}
+        self.manifest: protocol.BatchManifest | None = None
+        self.done: dict[int, protocol.InputState] = {}  # index -> final state, in order
+        self.outcomes: Loaded = {}
         self.created: dict[str, tuple[int, float]] = {}  # attempt id -> index, when
         self.handled: set[str] = set()  # attempts whose end was dealt with
         self.attempts: dict[int, int] = {}  # index -> its latest attempt known
         self.alive: set[int] = set()  # inputs running at the last look
         self.stuck: dict[str, float] = {}  # attempt id -> since when it cannot start
-        self.stop: dict[str, Any] | None = None
+        self.stop: protocol.StopRecord | None = None
         self.lock = anyio.Lock()
         self._loaded = False
 
@@ -207,11 +215,28 @@ class _Driver:
         except (ObjectNotFoundError, ValueError):
             return None
 
-    async def _manifest(self) -> dict[str, Any]:
+    async def read_stop(self) -> protocol.StopRecord | None:
+        """The batch's stop record, or None while it has none."""
+        stop: protocol.StopRecord | None = await self.read_json(
+            protocol.group_stop_key(self.group_id)
+        )
+        return stop
+
+    async def _manifest(self) -> protocol.BatchManifest:
         if self.manifest is None:
             key = protocol.group_manifest_key(self.group_id)
-            self.manifest = protocol.load_json(await self.storage.read(key))
+            self.manifest = protocol.load_manifest(await self.storage.read(key))
         return self.manifest
+
+    def _gke(self) -> protocol.GKEBatchRecord:
+        """The manifest's GKE part (read first: :meth:`_manifest`)."""
+        assert self.manifest is not None
+        return self.manifest["gke"]
+
+    async def namespace(self) -> str:
+        """The namespace the batch's Jobs run in."""
+        await self._manifest()
+        return self._gke()["namespace"]
 
     async def _read_outcomes(self, indices: Collection[int]) -> None:
         """Read (into the cache) the outcome objects of ``indices`` that exist."""
@@ -238,19 +263,19 @@ class _Driver:
         except BaseExceptionGroup as group:
             raise _first_error(group) from None
 
-    def _learn(self, index: int, header: dict[str, Any], payload: bytes) -> None:
+    def _learn(self, index: int, header: protocol.OutcomeHeader, payload: bytes) -> None:
         self.outcomes[index] = (header, payload)
         if index not in self.done:
-            self.done[index] = str(header.get("state") or "failed")
+            self.done[index] = protocol.as_input_state(header.get("state"))
 
     async def _scan_outcomes(self) -> None:
         """List the batch's outcome objects and read the ones not cached yet."""
         prefix = protocol.group_results_prefix(self.group_id)
         found: list[int] = []
         async for key in self.storage.list(prefix):
-            name = key.removeprefix(prefix)
-            if name.endswith(".res") and name[:-4].isdigit():
-                found.append(int(name[:-4]))
+            index = protocol.parse_outcome_name(key.removeprefix(prefix))
+            if index is not None:
+                found.append(index)
         await self._read_outcomes(found)
 
     async def _load(self) -> None:
@@ -258,16 +283,18 @@ class _Driver:
             return
         await self._manifest()
         await self._scan_outcomes()
-        self.stop = await self.read_json(protocol.group_stop_key(self.group_id))
+        self.stop = await self.read_stop()
         self._loaded = True
 
-    async def write_outcome(self, index: int, header: dict[str, Any], payload: bytes) -> None:
+    async def write_outcome(
+        self, index: int, header: protocol.OutcomeHeader, payload: bytes
+    ) -> None:
         """Record an outcome the pod could not (it died, or never started)."""
         key = protocol.group_outcome_key(self.group_id, index)
         await self.storage.write(key, protocol.encode_outcome(header, payload))
         self._learn(index, header, payload)
 
-    async def load_many(self, indices: list[int]) -> dict[int, tuple[dict[str, Any], bytes]]:
+    async def load_many(self, indices: list[int]) -> Loaded:
         await self._read_outcomes([i for i in indices if i not in self.outcomes])
         return {i: self.outcomes[i] for i in indices if i in self.outcomes}
 
@@ -275,7 +302,7 @@ class _Driver:
 
     def _manifest_for(self, index: int, attempt: int) -> dict[str, Any]:
         assert self.manifest is not None
-        gke = self.manifest["gke"]
+        gke = self._gke()
         accel = accelerators.parse_accelerator(gke["accelerator"])
         job = k8s_spec.member_job_manifest(
             group_id=self.group_id,
@@ -296,8 +323,7 @@ class _Driver:
 
     async def _create(self, launches: list[tuple[int, int]]) -> None:
         """Create the Jobs of these (index, attempt) pairs, concurrently; 409 is success."""
-        assert self.manifest is not None
-        namespace = self.manifest["gke"]["namespace"]
+        namespace = self._gke()["namespace"]
         limiter = anyio.CapacityLimiter(_IO_CONCURRENCY)
 
         async def one(index: int, attempt: int) -> None:
@@ -330,16 +356,16 @@ class _Driver:
             await self._create(first)
             self.alive.update(i for i, _ in first)
 
-    async def stop_batch(self, reason: str, detail: str, *, kill: bool) -> None:
+    async def stop_batch(self, reason: protocol.StopReason, detail: str, *, kill: bool) -> None:
         """Record ``stop.json`` (nothing new starts); with ``kill``, delete the batch's Jobs."""
-        record = {"reason": reason, "detail": detail, "phase": None}
+        record = protocol.stop_record(reason, detail)
         if self.stop is None:
             self.stop = record
             await self.storage.write(
                 protocol.group_stop_key(self.group_id), protocol.dump_json(record)
             )
         if kill:
-            namespace = (await self._manifest())["gke"]["namespace"]
+            namespace = await self.namespace()
             await _delete(self.backend, namespace, k8s_spec.group_selector(self.group_id))
             self.created.clear()  # deleted, seen by the watch or not: nothing of it runs
 
@@ -354,10 +380,9 @@ class _Driver:
             await self._load()
             await self._scan_outcomes()
             if self.stop is None:
-                self.stop = await self.read_json(protocol.group_stop_key(self.group_id))
-            assert self.manifest is not None
+                self.stop = await self.read_stop()
             listing = await self.backend.client.list_objects(
-                "jobs", self.manifest["gke"]["namespace"], k8s_spec.group_selector(self.group_id)
+                "jobs", self._gke()["namespace"], k8s_spec.group_selector(self.group_id)
             )
             alive: set[int] = set()
             for obj in listing.get("items") or []:
@@ -382,7 +407,7 @@ class _Driver:
         by the next step.
         """
         await self._load()
-        watch = self.backend.cluster.watch((await self._manifest())["gke"]["namespace"])
+        watch = self.backend.cluster.watch(await self.namespace())
         async with watch.subscribe(resume=True):
             while True:
                 version = watch.version
@@ -415,9 +440,7 @@ class _Driver:
                 self.attempts[index] = max(attempt, self.attempts.get(index, 0))
         alive: set[int] = set()
         ended: dict[int, tuple[int, StatusReport]] = {}
-        lost = {
-            a for a in watch.lost if a.startswith(protocol.member_job_id(self.group_id, 0)[:16])
-        }
+        lost = {a for a in watch.lost if protocol.attempt_in_group(a, self.group_id)}
         next_look = RECHECK_EVERY
         for index, (attempt, obj) in latest.items():
             attempt_id = protocol.member_attempt_id(self.group_id, index, attempt)
@@ -435,13 +458,11 @@ class _Driver:
                 ended[index] = (attempt, report)
             elif k8s_status.cannot_start(report):
                 since = self.stuck.setdefault(attempt_id, now)
-                left = self.backend.options.start_grace - (now - since)
+                grace = self.backend.options.start_grace
+                left = start_grace_left(stuck_since=since, now=now, grace=grace)
                 if left <= 0:
-                    reason = f"could not start within {self.backend.options.start_grace:g}s: "
-                    failed = StatusReport(
-                        JobStatus.FAILED, reason=reason + str(report.reason), phase="start"
-                    )
-                    ended[index] = (attempt, failed)  # not retried: it would not start either
+                    # Not retried: it would not start either.
+                    ended[index] = (attempt, start_failure(report.reason, grace))
                 else:
                     alive.add(index)
                     next_look = min(next_look, left)
@@ -475,7 +496,7 @@ class _Driver:
         await self._read_outcomes(list(ended))
         silent = [i for i in ended if i not in self.outcomes]
         if silent and self.stop is None:
-            self.stop = await self.read_json(protocol.group_stop_key(self.group_id))
+            self.stop = await self.read_stop()
         to_kill: list[str] = []
         for index in silent:
             attempt, report = ended[index]
@@ -483,19 +504,19 @@ class _Driver:
             self.handled.add(attempt_id)
             if self.stop is not None:
                 continue  # never retried: settled as cancelled once nothing runs
-            if attempt_id in lost or report.phase == "start":
+            if attempt_id in lost or report.phase == START_PHASE:
                 to_kill.append(attempt_id)  # no replacement pod; no Job left waiting
-            if attempt < retries and report.phase != "start":
+            if attempt < retries and report.phase != START_PHASE:
                 continue  # _launch starts the next attempt
             error = report.reason or "the pod ended without recording an outcome"
             phase = report.phase or "execute"
-            header = {"state": "failed", "attempt": attempt, "error": error, "phase": phase}
+            header = protocol.ended_header("failed", attempt, error, phase)
             payload = protocol.result_payload(
                 success=False, phase=phase, error=error, error_type=""
             )
             await self.write_outcome(index, header, bytes(cloudpickle.dumps(payload)))
         if to_kill:
-            namespace = (await self._manifest())["gke"]["namespace"]
+            namespace = await self.namespace()
             for attempt_id in to_kill:  # rare (failures only): one after the other
                 await _delete(self.backend, namespace, k8s_spec.job_selector(attempt_id))
         for index in ended:

@@ -45,10 +45,9 @@ import cloudpickle
 
 from kinetic._backends.base import JobRef, StatusCallback
 from kinetic._backends.gke.batch import GKEBatches, _first_error
-from kinetic._backends.local import member_report, stopped_report
-from kinetic._backends.local_batch import BatchEvents
+from kinetic._backends.local_batch import BatchEvents, Loaded
 from kinetic._core import accelerators, k8s_spec, pool_plan
-from kinetic._core.status import JobStatus, StatusReport
+from kinetic._core.status import StatusReport, settled_input_report, unsettled_input_report
 from kinetic._exceptions import ObjectNotFoundError
 from kinetic._storage.base import Storage
 from runner import protocol
@@ -95,13 +94,11 @@ class GKEPool:
     async def snapshot(self, group_id: str, known: Collection[int]) -> BatchEvents:
         return await self.follower(group_id).snapshot(known)
 
-    async def load_many(
-        self, group_id: str, indices: list[int]
-    ) -> dict[int, tuple[dict[str, Any], bytes]]:
+    async def load_many(self, group_id: str, indices: list[int]) -> Loaded:
         return await self.follower(group_id).load_many(indices)
 
     async def cancel(self, group_id: str) -> bool:
-        record = {"reason": "cancelled", "detail": "the batch was cancelled", "phase": None}
+        record = protocol.stop_record("cancelled", "the batch was cancelled")
         await self.follower(group_id).stop_pool(record)
         return True
 
@@ -116,17 +113,15 @@ class GKEPool:
         group_id, index = str(job.group_id), _index(job)
         follower = self.follower(group_id)
         loaded = await follower.load_many([index])
-        if index in loaded:
-            return member_report(loaded[index][0])
-        stop = await follower.read_json(protocol.group_stop_key(group_id))
-        if stop is not None:
-            return stopped_report(stop)
-        if not await self.storage.exists(protocol.group_manifest_key(group_id)):
-            return StatusReport(JobStatus.NOT_FOUND, reason="no records for this batch")
-        claim = await follower.latest_claim(index)
-        if claim is not None and claim.expires > time.time():
-            return StatusReport(JobStatus.RUNNING)
-        return StatusReport(JobStatus.PENDING)
+        header = loaded[index][0] if index in loaded else None
+        stop = None if header is not None else await follower.read_stop()
+        settled = settled_input_report(header, stop)
+        if settled is not None:
+            return settled
+        recorded = await self.storage.exists(protocol.group_manifest_key(group_id))
+        claim = await follower.latest_claim(index) if recorded else None
+        running = claim is not None and claim.expires > time.time()
+        return unsettled_input_report(recorded=recorded, running=running)
 
     async def member_wait(self, job: JobRef, on_change: StatusCallback | None) -> StatusReport:
         """Follow the batch until input ``job`` is over."""
@@ -161,7 +156,7 @@ class GKEPool:
         follower = self.follower(group_id)
         if await follower.load_many([index]):
             return
-        header = {"state": "cancelled", "attempt": 0, "error": "cancelled"}
+        header = protocol.cancelled_header()
         payload = bytes(
             cloudpickle.dumps(protocol.result_payload(success=False, error="cancelled"))
         )
@@ -186,10 +181,10 @@ class _Follower:
     def __init__(self, backend: GKEBackend, group_id: str) -> None:
         self.backend = backend
         self.group_id = group_id
-        self.manifest: dict[str, Any] | None = None
+        self.manifest: protocol.BatchManifest | None = None
         self.book: pool_plan.PoolBook | None = None
         self.state = pool_plan.FollowState()
-        self.outcomes: dict[int, tuple[dict[str, Any], bytes]] = {}
+        self.outcomes: Loaded = {}
         self.lock = anyio.Lock()
 
     @property
@@ -202,24 +197,36 @@ class _Follower:
         except (ObjectNotFoundError, ValueError):
             return None
 
+    async def read_stop(self) -> protocol.StopRecord | None:
+        """The batch's stop record, or None while it has none."""
+        stop: protocol.StopRecord | None = await self.read_json(
+            protocol.group_stop_key(self.group_id)
+        )
+        return stop
+
     async def _load(self) -> pool_plan.PoolBook:
         if self.book is None:
             key = protocol.group_manifest_key(self.group_id)
-            self.manifest = protocol.load_json(await self.storage.read(key))
+            self.manifest = protocol.load_manifest(await self.storage.read(key))
             self.book = pool_plan.PoolBook(pool_plan.PoolOptions.from_manifest(self.manifest))
         return self.book
 
     @property
-    def namespace(self) -> str:
+    def gke(self) -> protocol.GKEBatchRecord:
+        """The manifest's GKE part (read first: :meth:`_load`)."""
         assert self.manifest is not None
-        return str(self.manifest["gke"]["namespace"])
+        return self.manifest["gke"]
+
+    @property
+    def namespace(self) -> str:
+        return self.gke["namespace"]
 
     # -- the cluster --------------------------------------------------------------------
 
     def _job_manifest(self) -> dict[str, Any]:
         assert self.manifest is not None
         assert self.book is not None
-        gke = self.manifest["gke"]
+        gke = self.gke
         job = k8s_spec.pool_job_manifest(
             group_id=self.group_id,
             workers=min(self.book.options.workers, self.book.options.total),
@@ -277,7 +284,7 @@ class _Follower:
                 log.warning("batch %s: outcome of input %d is corrupted", self.group_id, index)
                 return
             self.outcomes[index] = (header, payload)
-            book.learn_outcome(index, str(header.get("state") or "failed"))
+            book.learn_outcome(index, protocol.as_input_state(header.get("state")))
 
         try:
             async with anyio.create_task_group() as tg:
@@ -287,7 +294,7 @@ class _Follower:
         except BaseExceptionGroup as group:
             raise _first_error(group) from None
 
-    async def load_many(self, indices: list[int]) -> dict[int, tuple[dict[str, Any], bytes]]:
+    async def load_many(self, indices: list[int]) -> Loaded:
         await self._read_outcomes([i for i in indices if i not in self.outcomes])
         return {i: self.outcomes[i] for i in indices if i in self.outcomes}
 
@@ -352,17 +359,17 @@ class _Follower:
         except BaseExceptionGroup as group:
             raise _first_error(group) from None
         if book.stop is None:
-            stop = await self.read_json(protocol.group_stop_key(self.group_id))
+            stop = await self.read_stop()
             if stop is not None:
                 book.learn_stop(stop)
 
-    async def stop_pool(self, record: dict[str, Any]) -> None:
+    async def stop_pool(self, record: protocol.StopRecord) -> None:
         """Record ``record`` as the stop (unless one stands), then end the pool."""
         book = await self._load()
         key = protocol.group_stop_key(self.group_id)
         if book.stop is None:
             await self.storage.create_if_absent(key, protocol.dump_json(record))
-            stop = await self.read_json(key)
+            stop = await self.read_stop()
             book.learn_stop(stop if stop is not None else record)
         await self.delete_pool()
 
@@ -394,7 +401,8 @@ class _Follower:
 
     def _events(self, known: Collection[int], decision: pool_plan.FollowDecision) -> BatchEvents:
         assert self.book is not None
-        done = [(i, s) for i, s in self.book.outcomes.items() if i not in known]
+        state = protocol.as_input_state
+        done = [(i, state(s)) for i, s in self.book.outcomes.items() if i not in known]
         return BatchEvents(done=done, running=decision.running, stop=decision.stopped)
 
     async def step(self, known: Collection[int]) -> BatchEvents:
@@ -443,7 +451,7 @@ class GKEBatchEngines:
                 data = await self.storage.read(protocol.group_manifest_key(group_id))
             except ObjectNotFoundError:
                 return self.per_input
-            name = self._engines[group_id] = protocol.batch_engine(protocol.load_json(data))
+            name = self._engines[group_id] = protocol.batch_engine(protocol.load_manifest(data))
         return self.pool if name == protocol.ENGINE_POOL else self.per_input
 
     async def launch(self, group_id: str) -> None:
@@ -457,9 +465,7 @@ class GKEBatchEngines:
     async def snapshot(self, group_id: str, known: Collection[int]) -> BatchEvents:
         return await (await self.engine(group_id)).snapshot(group_id, known)
 
-    async def load_many(
-        self, group_id: str, indices: list[int]
-    ) -> dict[int, tuple[dict[str, Any], bytes]]:
+    async def load_many(self, group_id: str, indices: list[int]) -> Loaded:
         return await (await self.engine(group_id)).load_many(group_id, indices)
 
     async def cancel(self, group_id: str) -> bool:

@@ -42,7 +42,7 @@ from kinetic._core import accelerators, k8s_spec, k8s_status, lws_spec, lws_stat
 from kinetic._core.accelerators import AcceleratorConfig
 from kinetic._core.gke_config import GKEOptions
 from kinetic._core.lws_status import GroupReport
-from kinetic._core.status import JobStatus, StatusReport
+from kinetic._core.status import JobStatus, StatusReport, start_failure, start_grace_left
 from kinetic._exceptions import AcceleratorError, ConfigError, ObjectNotFoundError
 from kinetic._storage.gcs import GCSStorage
 from runner import protocol
@@ -299,7 +299,9 @@ class PathwaysBackend:
                         await self._end(job, group)
                 elif k8s_status.cannot_start(report):
                     stuck_since = stuck_since or now
-                    left = self.options.start_grace - (now - stuck_since)
+                    left = start_grace_left(
+                        stuck_since=stuck_since, now=now, grace=self.options.start_grace
+                    )
                     if left <= 0:
                         report = await self._give_up(job, report)
                     else:
@@ -316,8 +318,7 @@ class PathwaysBackend:
                 await watch.changed(version, timeout)
 
     async def _give_up(self, job: JobRef, report: StatusReport) -> StatusReport:
-        reason = f"the job could not start within {self.options.start_grace:g}s: {report.reason}"
-        failed = StatusReport(JobStatus.FAILED, reason=reason, phase=k8s_status.START_PHASE)
+        failed = start_failure(report.reason, self.options.start_grace)
         await self._end(job, GroupReport(failed))
         return failed
 
