@@ -233,7 +233,7 @@ def submit_steps(ns: argparse.Namespace, raw_fn: Any, workdir: Path) -> dict[str
         from kinetic._backends._process import spawn_detached
         from kinetic._engine import packaging
         from kinetic._engine.submit import RunOptions, resolve_target
-        from runner._fs import atomic_write
+        from runner.fs import atomic_write
     except ImportError as exc:
         return {"error": f"internal API changed: {exc}"}
 

@@ -21,8 +21,7 @@ from typing import TYPE_CHECKING, Any
 import cloudpickle
 
 from runner import protocol
-from runner._fs import remove_tree
-from runner._store import RunnerStore, open_store
+from runner.fs import remove_tree
 from runner.job import (
     PhaseError,
     build_failure,
@@ -31,6 +30,7 @@ from runner.job import (
     prepare_workspace,
     verify,
 )
+from runner.store import RunnerStore, open_store
 
 if TYPE_CHECKING:
     from runner.gpu_lease import GpuLease

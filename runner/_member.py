@@ -25,8 +25,8 @@ from pathlib import Path
 import cloudpickle
 
 from runner import protocol
-from runner._store import RunnerStore
 from runner.job import PhaseError, build_failure, build_success, prepare_workspace
+from runner.store import RunnerStore
 
 
 def run_member(store: RunnerStore, group_id: str, index: int, attempt: int, workdir: Path) -> int:

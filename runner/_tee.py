@@ -14,7 +14,7 @@ import tempfile
 import threading
 from collections.abc import Iterator
 
-from runner._store import RunnerStore
+from runner.store import RunnerStore
 
 
 @contextlib.contextmanager

@@ -18,7 +18,7 @@ by the local backend once a batch's inputs are durably recorded. It
    once it reported half of it, so it never waits on the supervisor;
 4. each worker runs its inputs one by one and reports them in bursts (every
    ~2 ms, or once it ran more than it still holds): it appends the burst's
-   outcomes to its results log (:mod:`runner._results_log`) with one ``write``,
+   outcomes to its results log (:mod:`runner.results_log`) with one ``write``,
    then reports them with one message — each outcome durable before it is
    reported;
 5. streams events, coalesced per turn of its loop (``D <state> i,i,…`` for inputs
@@ -68,11 +68,10 @@ from typing import Any
 
 import cloudpickle
 
-from runner import _results_log as results_log
-from runner import gpu_lease, protocol
-from runner._fs import atomic_write, make_private_dirs
-from runner._store import FileStore, open_store
+from runner import gpu_lease, protocol, results_log
+from runner.fs import atomic_write, make_private_dirs
 from runner.job import PhaseError, build_failure, build_success, parse_args, prepare_workspace
+from runner.store import FileStore, open_store
 
 
 def socket_address(storage_url: str, group_id: str) -> bytes:

@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from runner import protocol
-from runner._store import RunnerStore, open_store
-from runner._walk import replace_leaves
+from runner.store import RunnerStore, open_store
+from runner.walk import replace_leaves
 
 FUSE_ROOT = protocol.FUSE_ROOT
 

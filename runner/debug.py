@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from runner._store import RunnerStore
     from runner.protocol import DebugSpec
+    from runner.store import RunnerStore
 
 PHASE = "debug"
 WAIT_ENV = "KINETIC_DEBUG_WAIT_TIMEOUT"

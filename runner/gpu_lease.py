@@ -34,7 +34,7 @@ from collections.abc import Callable, Collection, Mapping, MutableMapping, Seque
 from pathlib import Path
 from typing import Any, Self
 
-from runner._store import RunnerStore
+from runner.store import RunnerStore
 
 __all__ = [
     "REQUEST_ENV",

@@ -18,8 +18,8 @@ from typing import Any
 import cloudpickle
 
 from runner import protocol
-from runner._fs import remove_tree
-from runner._store import RunnerStore
+from runner.fs import remove_tree
+from runner.store import RunnerStore
 
 
 class PhaseError(Exception):
@@ -37,7 +37,7 @@ def prepare_workspace(store: RunnerStore, spec: protocol.JobSpec, workdir: Path)
 
     On the local backend (``KINETIC_CONTEXT_CACHE`` names a shared cache) the archive is
     extracted once per content address and shared read-only; the job's cwd is its own
-    directory of links into it (:mod:`runner._contexts`). Elsewhere (a pod, which runs
+    directory of links into it (:mod:`runner.contexts`). Elsewhere (a pod, which runs
     one job) it is extracted into ``workdir``.
 
     :raises PhaseError: naming the phase (fetch, verify, unpack, install) that failed.
@@ -75,17 +75,17 @@ def _shared_context(
     store: RunnerStore, spec: protocol.JobSpec, cache: Path, root: Path
 ) -> tuple[Path, Path] | None:
     """The shared tree and the job's cwd in ``root``; ``None`` if the cache is unusable."""
-    from runner import _contexts
+    from runner import contexts
 
     try:
-        tree = _contexts.claim(
+        tree = contexts.claim(
             cache, str(spec["context_sha256"]), lambda: _fetch_context(store, spec)
         )
-        return tree, _contexts.link_workspace(tree, root, spec["cwd"])
-    except _contexts.UnpackError as exc:
+        return tree, contexts.link_workspace(tree, root, spec["cwd"])
+    except contexts.UnpackError as exc:
         raise PhaseError("unpack", str(exc)) from exc
     except OSError as exc:
-        _contexts.warn(f"shared context cache unusable ({exc}); unpacking for this job only")
+        contexts.warn(f"shared context cache unusable ({exc}); unpacking for this job only")
         remove_tree(root)
         root.mkdir(parents=True, exist_ok=True)
         return None
@@ -99,7 +99,7 @@ def verify(data: bytes, expected: str, what: str) -> None:
 
 
 def _unpack(archive: bytes, root: Path) -> None:
-    from runner._contexts import UnpackError, extract
+    from runner.contexts import UnpackError, extract
 
     try:
         extract(archive, root)

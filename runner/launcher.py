@@ -54,8 +54,8 @@ from typing import Any
 
 import runner
 from runner import protocol
-from runner._fs import atomic_write, make_private_dirs
 from runner._main import main as runner_main
+from runner.fs import atomic_write, make_private_dirs
 from runner.job import parse_args
 
 PROTOCOL = 1
@@ -324,7 +324,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # What every local job imports after the fork (to claim its shared context): once
     # here, not again in each job; before the launcher notes its loaded code, so an
     # upgrade of it makes the launcher stale too.
-    import runner._contexts  # noqa: F401
+    import runner.contexts  # noqa: F401
 
     launcher = _Launcher(root, tag, lock, listener)
     record = {"pid": os.getpid(), "executable": sys.executable, "protocol": PROTOCOL}

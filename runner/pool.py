@@ -54,8 +54,7 @@ from typing import Any
 import cloudpickle
 
 from runner import protocol
-from runner._fs import remove_tree
-from runner._store import RunnerStore, open_store
+from runner.fs import remove_tree
 from runner.job import PhaseError, build_failure, build_success, parse_args, prepare_workspace
 from runner.pool_book import (
     Claim,
@@ -70,6 +69,7 @@ from runner.pool_book import (
     stop_kills,
     worker_step,
 )
+from runner.store import RunnerStore, open_store
 
 STOP_EVERY = 1.0
 """Seconds between two reads of the stop record (between inputs, and during an input

@@ -163,7 +163,7 @@ def result_payload(
 #   _groups/{group_id}/inputs/{c}.pkl     chunk c of the inputs: [(args, kwargs), ...]
 #   _groups/{group_id}/manifest.json      written once, after every input: the commit point
 #   _groups/{group_id}/results/*.log      appended outcomes, one record per input (see
-#                                         runner/_results_log.py): JSON header + pickle
+#                                         runner/results_log.py): JSON header + pickle
 #   _groups/{group_id}/stop.json          the batch was cancelled or stopped (fail_fast)
 #   _groups/{group_id}/summary.json       states kept after cleanup deleted the results
 #   _groups/{group_id}/logs/worker-{n}.txt   worker output, with input markers

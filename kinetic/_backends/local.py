@@ -15,7 +15,7 @@ exit status as the reason. Waiting uses a pidfd, not a polling loop.
 Contexts: every job and batch supervisor started from this root is told (in
 ``KINETIC_CONTEXT_CACHE``) to share extracted contexts under ``{root}/contexts``: one
 read-only extraction per content address, each job with its own working directory
-(:mod:`runner._contexts`).
+(:mod:`runner.contexts`).
 
 Inputs of a batch (``group_id`` set) are run by the batch supervisor
 (:mod:`runner.batch`, driven through :mod:`kinetic._backends.local_batch`); the
@@ -58,8 +58,8 @@ from kinetic._core.status import (
 from kinetic._exceptions import ObjectNotFoundError
 from kinetic._storage.local import LocalStorage
 from runner import protocol
-from runner._contexts import CACHE_ENV
-from runner._fs import atomic_write
+from runner.contexts import CACHE_ENV
+from runner.fs import atomic_write
 from runner.gpu_lease import group_wait_key, job_gpus_key
 
 _LAUNCH = "launch.json"
@@ -75,7 +75,7 @@ _RUNNER_HOME = os.path.dirname(os.path.dirname(os.path.abspath(runner.__file__))
 def job_environment(context_cache: Path | None = None) -> dict[str, str]:
     """The environment local jobs start with: ours, unbuffered, with ``runner`` importable.
 
-    :param context_cache: where jobs share extracted contexts (:mod:`runner._contexts`).
+    :param context_cache: where jobs share extracted contexts (:mod:`runner.contexts`).
     """
     env = dict(os.environ)
     env["PYTHONUNBUFFERED"] = "1"  # so followed logs arrive as they are printed

@@ -25,8 +25,7 @@ import anyio.to_thread
 from kinetic._backends._process import spawn_detached
 from kinetic._exceptions import BackendError, ObjectNotFoundError
 from kinetic._storage.local import LocalStorage
-from runner import _results_log as results_log
-from runner import protocol
+from runner import protocol, results_log
 from runner.batch import socket_address
 
 Loaded: TypeAlias = dict[int, tuple[protocol.OutcomeHeader, bytes]]

@@ -26,8 +26,8 @@ from kinetic._data.data import Data
 from kinetic._exceptions import DataError
 from kinetic._storage.base import Storage
 from runner import protocol
-from runner._walk import replace_leaves
 from runner.data import FUSE_ROOT, DataRef, cache_key, marker_key
+from runner.walk import replace_leaves
 
 UPLOAD_CONCURRENCY = 16
 

@@ -58,7 +58,7 @@ from tenacity import (
 
 from kinetic._exceptions import ConfigError, KineticError, ObjectNotFoundError, StorageError
 from kinetic._storage.base import DEFAULT_TIMEOUT, TRANSFER_TIMEOUT, check_key
-from runner._fs import make_private_dirs
+from runner.fs import make_private_dirs
 
 __all__ = ["GCSStorage"]
 
@@ -73,7 +73,7 @@ DOWNLOAD_CHUNK = 1024 * 1024
 """Bytes read from the response and written to disk at a time."""
 
 _CONTENT_TYPE = "application/octet-stream"
-_TMP_PREFIX = ".tmp-"  # the prefix runner._fs.iter_files skips
+_TMP_PREFIX = ".tmp-"  # the prefix runner.fs.iter_files skips
 
 
 class GCSStorage:

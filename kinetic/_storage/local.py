@@ -18,7 +18,7 @@ import anyio.to_thread
 
 from kinetic._exceptions import ObjectNotFoundError, StorageError
 from kinetic._storage.base import DEFAULT_TIMEOUT, TRANSFER_TIMEOUT, check_key
-from runner._fs import atomic_copy, atomic_write, iter_files, make_private_dirs
+from runner.fs import atomic_copy, atomic_write, iter_files, make_private_dirs
 
 
 class LocalStorage:

@@ -267,7 +267,7 @@ def test_changed_code_gets_a_fresh_launcher(project: Path, launchers: Path, tmp_
 
     first = run_one()
     assert run_one() == first  # unchanged code: the same launcher serves again
-    fs = site / "runner" / "_fs.py"
+    fs = site / "runner" / "fs.py"
     fs.write_text(fs.read_text() + "\n# upgraded\n")
     second = run_one()
     assert second != first

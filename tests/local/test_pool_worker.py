@@ -21,7 +21,7 @@ import pytest
 
 import kinetic
 from runner import protocol
-from runner._store import FileStore
+from runner.store import FileStore
 
 REPO = Path(__file__).resolve().parents[2]
 GID = "grp-00000000aaaa"

@@ -8,8 +8,7 @@ from pathlib import Path
 from kinetic._backends.local_batch import BatchEvents, _LogIndex, parse_events
 from kinetic._engine.batch import _States
 from kinetic._engine.results import load_payload, unwrap
-from runner import _results_log as results_log
-from runner import protocol
+from runner import protocol, results_log
 from runner.batch import _events, _success
 from runner.job import build_success
 

@@ -160,7 +160,7 @@ def extract(archive: bytes, dest: Path, *, shared: bool = False) -> tuple[int, i
 
 def remove_tree(root: Path) -> None:
     """Delete a (possibly read-only) tree, ignoring errors."""
-    from runner._fs import remove_tree as remove
+    from runner.fs import remove_tree as remove
 
     for dirpath, dirnames, _ in os.walk(root):
         for name in dirnames:
@@ -270,7 +270,7 @@ def _extract_generation(cache: Path, sha: str, fetch: Callable[[], bytes]) -> Pa
             if entry.is_file(follow_symlinks=False)
         ],
     }
-    from runner._fs import atomic_write
+    from runner.fs import atomic_write
 
     atomic_write(cache / f"{gen}.json", json.dumps(meta).encode())
     fd = os.open(cache / f"{gen}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)

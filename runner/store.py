@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any, Protocol
 
-from runner._fs import atomic_copy, atomic_write, iter_files
+from runner.fs import atomic_copy, atomic_write, iter_files
 
 
 class RunnerStore(Protocol):
