@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import contextlib
 import os
 import shutil
 import weakref
@@ -139,6 +140,8 @@ class LocalStorage:
 
     async def delete_prefix(self, prefix: str, *, timeout: float = DEFAULT_TIMEOUT) -> int:
         def _delete_all() -> int:
+            if prefix.endswith("/"):
+                return self._delete_dir(prefix)
             keys = self._list_sync(prefix)
             for key in keys:
                 (self.root / key).unlink(missing_ok=True)
@@ -150,6 +153,29 @@ class LocalStorage:
         n = await self._run(timeout, _delete_all)
         assert isinstance(n, int)
         return n
+
+    def _delete_dir(self, prefix: str) -> int:
+        """Delete the objects under ``prefix`` (a folder: one walk, no key listing)."""
+        directory = self.root / check_key(prefix.rstrip("/"))
+        deleted = 0
+        for dirpath, dirnames, filenames in os.walk(directory, topdown=False):
+            for name in filenames:
+                try:
+                    os.unlink(os.path.join(dirpath, name))
+                except FileNotFoundError:
+                    continue
+                deleted += not name.startswith(".tmp-")  # a write in flight is no object
+            for name in dirnames:
+                path = os.path.join(dirpath, name)
+                with contextlib.suppress(OSError):
+                    if os.path.islink(path):
+                        os.unlink(path)
+                    else:
+                        os.rmdir(path)
+        with contextlib.suppress(OSError):
+            os.rmdir(directory)
+        self._prune_empty_parents(directory)
+        return deleted
 
     def _prune_empty_parents(self, path: Path) -> None:
         """Remove directories left empty up to the root (directories are not objects)."""
