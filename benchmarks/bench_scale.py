@@ -174,6 +174,9 @@ def main() -> None:
     parser.add_argument("--big-trees", nargs="*", default=[], help="trees that run --big")
     parser.add_argument("--timeout", type=float, default=300.0)
     parser.add_argument("--no-write", action="store_true")
+    parser.add_argument(
+        "--results", default="scale", help="results file name (benchmarks/results/NAME.json)"
+    )
     ns = parser.parse_args()
     if ns.child:
         child(int(ns.child[0]), ns.child[1])
@@ -215,7 +218,7 @@ def main() -> None:
     res["machine"]["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
     print(json.dumps(res.get("scale_ratios"), indent=1))
     if not ns.no_write:
-        print(f"wrote {write_results('scale', res)}")
+        print(f"wrote {write_results(ns.results, res)}")
 
 
 if __name__ == "__main__":
