@@ -1,22 +1,46 @@
-"""The narrow interface between job orchestration and the places jobs run.
+"""The narrow interfaces between job orchestration and the places jobs run.
 
-A backend launches a job whose artifacts are already in its storage, observes
-it, and ends it. It never unpickles anything: result payloads are the job
-engine's business. Every method is a coroutine bounded by a timeout (its own
-default or an argument) and raises only Kinetic errors.
+A backend (:class:`Backend`) launches a single job whose artifacts are already in its
+storage, observes it, and ends it. Batches go to its batch engine
+(:class:`BatchRunner`, the backend's ``batch_runner``): it runs a recorded batch,
+reports its progress, and answers for one input of it (:meth:`BatchRunner.input_activity`
+and the methods after it). Whether a handle is a single job or a batch input is decided
+once, by the job engine (:mod:`kinetic._engine.batch_runner`): a backend's single-job
+methods are never given a batch input.
+
+Neither unpickles anything: result payloads are the job engine's business. Every
+method is a coroutine bounded by a timeout (its own default or an argument) and raises
+only Kinetic errors.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Protocol
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection
+from dataclasses import dataclass, field
+from typing import NamedTuple, Protocol, TypeAlias
 
 import anyio
 
 from kinetic._core.status import StatusReport
 from kinetic._storage.base import Storage
+from runner import protocol
 
 StatusCallback = Callable[[StatusReport], Awaitable[None]]
+
+Loaded: TypeAlias = dict[int, tuple[protocol.OutcomeHeader, bytes]]
+"""Outcomes read in one pass: input index -> its header and its (pickled) payload."""
+
+
+@dataclass
+class BatchEvents:
+    """What one look at a batch (its engine's stream, or its records) taught."""
+
+    done: list[tuple[int, protocol.InputState]] = field(default_factory=list)
+    """(index, state) in completion order."""
+    running: list[int] = field(default_factory=list)
+    snapshot_complete: bool = False
+    stop: protocol.StopRecord | None = None
+    """The batch's stop record, once it stopped and nothing of it runs any more."""
 
 
 class JobRef(Protocol):
@@ -39,7 +63,8 @@ class JobRef(Protocol):
 
 
 class Backend(Protocol):
-    """Runs jobs and reports on them."""
+    """Runs single jobs and reports on them (never given a batch input: those go to
+    the backend's ``batch_runner``, a :class:`BatchRunner`, where it has one)."""
 
     @property
     def name(self) -> str:
@@ -106,16 +131,88 @@ class Backend(Protocol):
         ...
 
 
-async def logs_once_over(
-    backend: Backend, job: JobRef, finished: anyio.Event | None
-) -> AsyncIterator[str]:
-    """A batch input's whole output, once the input is over.
+class InputActivity(NamedTuple):
+    """What a batch engine sees of an input its records do not settle yet.
 
-    Batch inputs share workers (locally) or store their output when their pod ends
-    (GKE): there is no live stream of one input, so followers get it in one piece.
+    :ivar running: the input, or its batch's engine, is at work.
+    :ivar waiting: why a running batch cannot start the input yet, or None.
     """
-    if finished is not None:
-        await finished.wait()
-    else:
-        await backend.wait(job)
-    yield await backend.logs(job)
+
+    running: bool
+    waiting: str | None = None
+
+
+class BatchRunner(Protocol):
+    """Runs batches recorded in :attr:`storage`, reports their progress, and answers
+    for one input of them (the input's outcome and the batch's stop record are read
+    with :meth:`load_many` and :meth:`read_stop`; the rest is engine-specific)."""
+
+    @property
+    def storage(self) -> Storage: ...
+
+    async def launch(self, group_id: str) -> None:
+        """Make sure the (durably recorded) batch gets driven. Idempotent."""
+        ...
+
+    def follow(self, group_id: str, known: Collection[int]) -> AsyncIterator[BatchEvents]:
+        """Drive or follow the batch: yield what finished (inputs not in ``known``, a live
+        view of the caller's records), the running inputs, and the stop record once it
+        stopped with nothing left running. Endless: the caller stops iterating when
+        every input is accounted for. Cancelling it never affects the batch."""
+        ...
+
+    async def snapshot(self, group_id: str, known: Collection[int]) -> BatchEvents:
+        """One look at the batch, without driving it. ``snapshot_complete`` means
+        ``running`` is the whole set of running inputs."""
+        ...
+
+    async def load_many(self, group_id: str, indices: list[int]) -> Loaded:
+        """Headers and payloads of the given inputs that have outcomes."""
+        ...
+
+    async def cancel(self, group_id: str) -> bool:
+        """Stop the batch: no queued input starts, running ones end.
+
+        :returns: True when the engine settled it (every input accounted for);
+            False when nothing drove it and the caller must record the stop.
+        """
+        ...
+
+    async def release(self, group_id: str) -> None:
+        """Free the compute objects a finished batch leaves behind (cleanup)."""
+        ...
+
+    # -- one input (``job``: a handle with ``group_id`` and ``group_index`` set) ------
+
+    async def read_stop(self, group_id: str) -> protocol.StopRecord | None:
+        """The batch's stop record, or None while it has none."""
+        ...
+
+    async def input_activity(self, job: JobRef) -> InputActivity:
+        """Whether the input (of a recorded batch, without an outcome) is at work."""
+        ...
+
+    async def input_changed(self, job: JobRef) -> None:
+        """Return once the input may have changed state (driving its batch, where the
+        engine is driven by its consumers). Cancelling it never affects the batch."""
+        ...
+
+    async def input_logs(self, job: JobRef) -> str:
+        """The input's output so far (or all of it, once it ended)."""
+        ...
+
+    async def cancel_input(self, job: JobRef) -> None:
+        """End the input, which has no outcome yet: record it cancelled (unless an
+        outcome stands meanwhile) and stop its run."""
+        ...
+
+
+def input_index(job: JobRef) -> int:
+    """The index of batch input ``job`` in its batch.
+
+    :raises ValueError: when ``job`` has none.
+    """
+    index = job.group_index
+    if index is None:
+        raise ValueError(f"job {job.job_id} belongs to a batch but has no index")
+    return index

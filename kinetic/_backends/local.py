@@ -17,9 +17,9 @@ Contexts: every job and batch supervisor started from this root is told (in
 read-only extraction per content address, each job with its own working directory
 (:mod:`runner.contexts`).
 
-Inputs of a batch (``group_id`` set) are run by the batch supervisor
-(:mod:`runner.batch`, driven through :mod:`kinetic._backends.local_batch`); the
-same methods answer for them from the batch's records and event stream.
+Batches are run by a batch supervisor (:mod:`runner.batch`), driven through
+:attr:`LocalBackend.batch_runner` (:mod:`kinetic._backends.local_batch`), which also
+answers for their inputs: the methods here are for single jobs only.
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ from typing import Any
 
 import anyio
 import anyio.to_thread
-import cloudpickle
 
 import runner
 from kinetic._backends._process import (
@@ -44,23 +43,16 @@ from kinetic._backends._process import (
     spawn_detached,
     wait_exit,
 )
-from kinetic._backends.base import JobRef, StatusCallback, logs_once_over
-from kinetic._backends.local_batch import LocalBatches, event_chunks
+from kinetic._backends.base import JobRef, StatusCallback
+from kinetic._backends.local_batch import LocalBatches, LocalBatchRunner
 from kinetic._backends.local_launcher import spawn_via_launcher
-from kinetic._core.status import (
-    GPU_WAIT_REASON,
-    JobStatus,
-    StatusReport,
-    settled_input_report,
-    status_from_local_records,
-    unsettled_input_report,
-)
+from kinetic._core.status import JobStatus, StatusReport, status_from_local_records
 from kinetic._exceptions import ObjectNotFoundError
 from kinetic._storage.local import LocalStorage
 from runner import protocol
 from runner.contexts import CACHE_ENV
 from runner.fs import atomic_write
-from runner.gpu_lease import group_wait_key, job_gpus_key
+from runner.gpu_lease import job_gpus_key
 
 _LAUNCH = "launch.json"
 _EXIT = "exit_code"
@@ -99,6 +91,7 @@ class LocalBackend:
         # Extracted contexts, shared read-only by the jobs (and batches) of this root.
         self.contexts = self.root / "contexts"
         self.batches = LocalBatches(self.storage, job_environment(self.contexts))
+        self.batch_runner = LocalBatchRunner(self.batches)
 
     def __repr__(self) -> str:
         return f"LocalBackend({str(self.root)!r})"
@@ -156,8 +149,6 @@ class LocalBackend:
         return None if launch is None else ProcessRef.from_dict(launch)
 
     async def status(self, job: JobRef) -> StatusReport:
-        if job.group_id is not None:
-            return await self._member_status(job)
         final = await self._read_json(protocol.final_key(job.job_id))
         if final is not None:
             return status_from_local_records(
@@ -195,9 +186,6 @@ class LocalBackend:
             last = report.status
             if report.status.is_terminal:
                 return report
-            if job.group_id is not None:
-                await self._member_event(job)
-                continue
             ref = await self._process(job)
             if ref is None:
                 # Recorded but not launched yet (another process is launching it).
@@ -206,14 +194,11 @@ class LocalBackend:
                 await wait_exit(ref)
 
     async def logs(self, job: JobRef, *, tail: int | None = None) -> str:
-        if job.group_id is not None:
-            text = await self.batches.member_logs(job.group_id, _index(job))
-        else:
-            try:
-                data = await self.storage.read(protocol.logs_key(job.job_id))
-            except ObjectNotFoundError:
-                return ""
-            text = data.decode(errors="replace")
+        try:
+            data = await self.storage.read(protocol.logs_key(job.job_id))
+        except ObjectNotFoundError:
+            return ""
+        text = data.decode(errors="replace")
         if tail is not None:
             lines = text.splitlines(keepends=True)
             text = "".join(lines[-tail:]) if tail > 0 else ""
@@ -222,10 +207,6 @@ class LocalBackend:
     async def follow_logs(
         self, job: JobRef, finished: anyio.Event | None = None
     ) -> AsyncIterator[str]:
-        if job.group_id is not None:
-            async for text in logs_once_over(self, job, finished):
-                yield text
-            return
         path = self.storage.path_for(protocol.logs_key(job.job_id))
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         offset = 0
@@ -251,9 +232,6 @@ class LocalBackend:
                     await anyio.sleep(_LOG_POLL)
 
     async def cancel(self, job: JobRef) -> None:
-        if job.group_id is not None:
-            await self._member_cancel(job)
-            return
         if await self.storage.exists(protocol.final_key(job.job_id)):
             return  # already over: nothing to cancel, and its record must stay truthful
         await self.storage.write(self._key(job, _CANCEL), protocol.dump_json({"cancelled": True}))
@@ -269,16 +247,11 @@ class LocalBackend:
 
     async def read_result(self, job: JobRef) -> bytes:
         """The job's result payload. :raises ObjectNotFoundError: when there is none."""
-        if job.group_id is None:
-            return await self.storage.read(protocol.result_key(job.job_id))
-        _, payload = await self.batches.read_member(job.group_id, _index(job))
-        return payload
+        return await self.storage.read(protocol.result_key(job.job_id))
 
     async def delete_objects(self, job: JobRef) -> None:
-        """Delete what the job stored (a batch input: its result only)."""
-        # A batch input's result is a record in a shared log: it goes with its batch's cleanup.
-        if job.group_id is None:
-            await self.storage.delete_prefix(f"{job.job_id}/")
+        """Delete what the job stored."""
+        await self.storage.delete_prefix(f"{job.job_id}/")
 
     async def list_job_ids(self) -> list[str]:
         def _scan() -> list[str]:
@@ -296,63 +269,11 @@ class LocalBackend:
     async def aclose(self) -> None:
         return None
 
-    # -- batch inputs ------------------------------------------------------------------
-
-    async def _member_status(self, job: JobRef) -> StatusReport:
-        group_id, index = str(job.group_id), _index(job)
-        header: protocol.OutcomeHeader | None
-        try:
-            header, _ = await self.batches.read_member(group_id, index)
-        except ObjectNotFoundError:
-            header = None
-        stop = None if header is not None else await self.batches.read_stop(group_id)
-        settled = settled_input_report(header, stop)
-        if settled is not None:
-            return settled
-        recorded = await self.storage.exists(protocol.group_manifest_key(group_id))
-        running = recorded and await anyio.to_thread.run_sync(
-            self.batches.supervisor_running, group_id
-        )
-        waiting = running and await self.storage.exists(group_wait_key(group_id))
-        return unsettled_input_report(
-            recorded=recorded, running=running, waiting=GPU_WAIT_REASON if waiting else None
-        )
-
-    async def _member_event(self, job: JobRef) -> None:
-        """Return once input ``job`` may have changed state (its batch reported, or ended)."""
-        group_id, index = str(job.group_id), _index(job)
-        stream = await self.batches.connect(group_id)
-        if stream is None:
-            if not await anyio.to_thread.run_sync(self.batches.supervisor_running, group_id):
-                await self.batches.launch(group_id)  # resume a batch nobody drives
-            await anyio.sleep(_LOG_POLL)
-            return
-        async with stream:
-            async for events in event_chunks(stream):
-                if any(i == index for i, _ in events.done):
-                    return
-
-    async def _member_cancel(self, job: JobRef) -> None:
-        group_id, index = str(job.group_id), _index(job)
-        if await self.batches.load_many(group_id, [index]):
-            return  # already finished
-        if not await self.batches.send(group_id, f"c {index}"):
-            header = protocol.cancelled_header()
-            payload = protocol.result_payload(success=False, error="cancelled")
-            await self.batches.record_member(group_id, index, header, cloudpickle.dumps(payload))
-
 
 def _gpu_wait_reason(record: dict[str, Any]) -> str:
     machine = ", ".join(str(gpu) for gpu in record.get("machine") or ())
     count = record.get("count")
     return f"waiting for {count} GPU(s): other jobs hold this machine's GPUs ({machine})"
-
-
-def _index(job: JobRef) -> int:
-    index = job.group_index
-    if index is None:
-        raise ValueError(f"job {job.job_id} belongs to a batch but has no index")
-    return index
 
 
 def _read_from(path: Path, offset: int) -> bytes:

@@ -14,35 +14,35 @@ import os
 import sys
 from array import array
 from collections.abc import AsyncIterator, Collection
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeAlias
+from typing import Any
 
 import anyio
 import anyio.abc
 import anyio.to_thread
+import cloudpickle
 
 from kinetic._backends._process import spawn_detached
+from kinetic._backends.base import BatchEvents, InputActivity, JobRef, Loaded, input_index
+from kinetic._core.status import GPU_WAIT_REASON
 from kinetic._exceptions import BackendError, ObjectNotFoundError
 from kinetic._storage.local import LocalStorage
 from runner import protocol, results_log
 from runner.batch import socket_address
+from runner.gpu_lease import group_wait_key
 
-Loaded: TypeAlias = dict[int, tuple[protocol.OutcomeHeader, bytes]]
-"""Outcomes read in one pass: input index -> its header and its (pickled) payload."""
+__all__ = [
+    "BatchEvents",
+    "Loaded",
+    "LocalBatchRunner",
+    "LocalBatches",
+    "check_batch_backend_ready",
+    "event_chunks",
+    "parse_events",
+]
 
-
-@dataclass
-class BatchEvents:
-    """What one read of the supervisor's stream (or of the records) taught us."""
-
-    done: list[tuple[int, protocol.InputState]] = field(default_factory=list)
-    """(index, state) in completion order."""
-    running: list[int] = field(default_factory=list)
-    snapshot_complete: bool = False
-    stop: protocol.StopRecord | None = None
-    """The batch's stop record, once it stopped and nothing of it runs any more."""
-
+_POLL = 0.1
+"""Seconds an input's waiter sleeps when no supervisor answers (one is being started)."""
 
 _STATE: dict[bytes, protocol.InputState] = {
     b"s": "succeeded",
@@ -376,6 +376,124 @@ async def event_chunks(stream: anyio.abc.SocketStream) -> AsyncIterator[BatchEve
         events = BatchEvents()
         parse_events(lines, events)
         yield events
+
+
+class LocalBatchRunner:
+    """The local supervisor engine, as a :class:`~kinetic._backends.base.BatchRunner`:
+    events come from its socket while it runs, from its results logs otherwise, and a
+    batch nobody drives gets a new supervisor."""
+
+    def __init__(self, batches: LocalBatches) -> None:
+        self.batches = batches
+
+    @property
+    def storage(self) -> LocalStorage:
+        return self.batches.storage
+
+    async def launch(self, group_id: str) -> None:
+        await self.batches.launch(group_id)
+
+    async def follow(self, group_id: str, known: Collection[int]) -> AsyncIterator[BatchEvents]:
+        batches = self.batches
+        seen = 0  # records already read (each is read once, however long this follows)
+        while True:
+            stream = await batches.connect(group_id)
+            if stream is not None:
+                async with stream:
+                    async for events in event_chunks(stream):
+                        yield events
+                continue  # the supervisor ended: read what it left behind
+            # No supervisor is listening: learn from the records it (or another) left.
+            done, seen = await batches.read_states(group_id, known, seen)
+            yield BatchEvents(done=done)
+            stop = await batches.read_stop(group_id)
+            running = await anyio.to_thread.run_sync(batches.supervisor_running, group_id)
+            if stop is not None and not running:
+                yield BatchEvents(stop=stop)
+                continue
+            if not running:
+                # Unfinished and nobody drives it: resume (a duplicate supervisor exits at once).
+                await batches.launch(group_id)
+            await anyio.sleep(0.02)  # let the supervisor start listening
+
+    async def snapshot(self, group_id: str, known: Collection[int]) -> BatchEvents:
+        batches = self.batches
+        out = BatchEvents()
+        stream = await batches.connect(group_id)
+        if stream is not None:
+            out.snapshot_complete = True  # a supervisor answers: its view replaces ours
+            async with stream:
+                async for events in event_chunks(stream):
+                    out.running.extend(events.running)
+                    out.done.extend(events.done)
+                    if events.snapshot_complete:
+                        return out
+        heard = {i for i, _ in out.done}
+        recorded, _ = await batches.read_states(group_id, known)
+        out.done.extend((i, state) for i, state in recorded if i not in heard)
+        stop = await batches.read_stop(group_id)
+        if stop is not None and not batches.supervisor_running(group_id):
+            out.stop = stop
+        return out
+
+    async def load_many(self, group_id: str, indices: list[int]) -> Loaded:
+        return await self.batches.load_many(group_id, indices)
+
+    async def cancel(self, group_id: str) -> bool:
+        batches = self.batches
+        if not await batches.send(group_id, "C"):
+            return False
+        # Wait for the supervisor to finish stopping, so statuses are settled on return.
+        stream = await batches.connect(group_id)
+        if stream is not None:
+            async with stream:
+                async for _ in event_chunks(stream):
+                    pass
+        return True
+
+    async def release(self, group_id: str) -> None:
+        return None  # the supervisor and its workers exit by themselves
+
+    # -- one input ----------------------------------------------------------------------
+
+    async def read_stop(self, group_id: str) -> protocol.StopRecord | None:
+        return await self.batches.read_stop(group_id)
+
+    async def input_activity(self, job: JobRef) -> InputActivity:
+        """Running while a supervisor holds the batch; waiting while it waits for GPUs."""
+        group_id = str(job.group_id)
+        batches = self.batches
+        if not await anyio.to_thread.run_sync(batches.supervisor_running, group_id):
+            return InputActivity(running=False)
+        waiting = await self.storage.exists(group_wait_key(group_id))
+        return InputActivity(running=True, waiting=GPU_WAIT_REASON if waiting else None)
+
+    async def input_changed(self, job: JobRef) -> None:
+        """Return once the supervisor reported the input done, or ended (a batch nobody
+        drives gets a supervisor)."""
+        group_id, index = str(job.group_id), input_index(job)
+        batches = self.batches
+        stream = await batches.connect(group_id)
+        if stream is None:
+            if not await anyio.to_thread.run_sync(batches.supervisor_running, group_id):
+                await batches.launch(group_id)  # resume a batch nobody drives
+            await anyio.sleep(_POLL)
+            return
+        async with stream:
+            async for events in event_chunks(stream):
+                if any(i == index for i, _ in events.done):
+                    return
+
+    async def input_logs(self, job: JobRef) -> str:
+        return await self.batches.member_logs(str(job.group_id), input_index(job))
+
+    async def cancel_input(self, job: JobRef) -> None:
+        """Tell the supervisor (it ends the input's run); without one, record it."""
+        group_id, index = str(job.group_id), input_index(job)
+        if not await self.batches.send(group_id, f"c {index}"):
+            header = protocol.cancelled_header()
+            payload = protocol.result_payload(success=False, error="cancelled")
+            await self.batches.record_member(group_id, index, header, cloudpickle.dumps(payload))
 
 
 def check_batch_backend_ready() -> None:

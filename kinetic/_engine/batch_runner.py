@@ -1,162 +1,146 @@
-"""What a :class:`~kinetic._engine.batch.BatchHandle` needs from the engine running its batch.
+"""What the job engine needs from the engine running a batch, and one input of a batch
+answered over it.
 
-:class:`BatchRunner` is the narrow interface; two engines implement it:
+:class:`~kinetic._backends.base.BatchRunner` is the narrow interface (a backend's
+``batch_runner``); two backends implement it:
 
-* :class:`LocalBatchRunner` wraps the local backend's detached supervisor
-  (:class:`~kinetic._backends.local_batch.LocalBatches`), unchanged: events come
-  from its socket while it runs, from its results logs otherwise, and a batch
-  nobody drives gets a new supervisor.
-* :class:`kinetic._backends.gke.pool.GKEBatchEngines` (the GKE backend's
-  ``batches``) hands each batch to the engine its manifest names: a worker pool on one
-  Kubernetes Job that needs no client (:mod:`kinetic._backends.gke.pool`, the
-  default), or one Job per input driven inside the consumer's awaits
-  (:mod:`kinetic._backends.gke.batch`, ``pod_per_input=True``).
+* the local backend's :class:`~kinetic._backends.local_batch.LocalBatchRunner` wraps
+  its detached supervisor: events come from its socket while it runs, from its results
+  logs otherwise, and a batch nobody drives gets a new supervisor.
+* the GKE backend's :class:`~kinetic._backends.gke.pool.GKEBatchEngines` hands each
+  batch to the engine its manifest names: a worker pool on one Kubernetes Job that
+  needs no client (:mod:`kinetic._backends.gke.pool`, the default), or one Job per
+  input driven inside the consumer's awaits (:mod:`kinetic._backends.gke.batch`,
+  ``pod_per_input=True``).
 
 Both follow the same storage protocol for the stop marker (``stop.json``): once a
 batch stopped and nothing of it runs, every input without an outcome never ran.
+
+:class:`BatchInput` answers what a :class:`~kinetic._engine.handle.JobHandle` asks of
+one input — status, waiting, logs, cancel, result — once for every engine, with the
+rules of :mod:`kinetic._core.status`: the input's outcome settles it, then its batch's
+stop record; otherwise its engine says whether it is at work.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Collection
-from typing import Any, Protocol
+from collections.abc import AsyncIterator
+from typing import Any
 
 import anyio
-import anyio.to_thread
 
-from kinetic._backends.local import LocalBackend
-from kinetic._backends.local_batch import BatchEvents, Loaded, LocalBatches, event_chunks
-from kinetic._storage.base import Storage
+from kinetic._backends.base import (
+    BatchEvents,
+    BatchRunner,
+    InputActivity,
+    JobRef,
+    Loaded,
+    StatusCallback,
+    input_index,
+)
+from kinetic._backends.local_batch import LocalBatchRunner
+from kinetic._core.status import StatusReport, settled_input_report, unsettled_input_report
+from kinetic._exceptions import BackendError, ObjectNotFoundError
+from runner import protocol
 
-__all__ = ["BatchEvents", "BatchRunner", "Loaded", "LocalBatchRunner", "runner_for"]
-
-
-class BatchRunner(Protocol):
-    """Runs batches recorded in :attr:`storage` and reports their progress."""
-
-    @property
-    def storage(self) -> Storage: ...
-
-    async def launch(self, group_id: str) -> None:
-        """Make sure the (durably recorded) batch gets driven. Idempotent."""
-        ...
-
-    def follow(self, group_id: str, known: Collection[int]) -> AsyncIterator[BatchEvents]:
-        """Drive or follow the batch: yield what finished (inputs not in ``known``, a live
-        view of the caller's records), the running inputs, and the stop record once it
-        stopped with nothing left running. Endless: the caller stops iterating when
-        every input is accounted for. Cancelling it never affects the batch."""
-        ...
-
-    async def snapshot(self, group_id: str, known: Collection[int]) -> BatchEvents:
-        """One look at the batch, without driving it. ``snapshot_complete`` means
-        ``running`` is the whole set of running inputs."""
-        ...
-
-    async def load_many(self, group_id: str, indices: list[int]) -> Loaded:
-        """Headers and payloads of the given inputs that have outcomes."""
-        ...
-
-    async def cancel(self, group_id: str) -> bool:
-        """Stop the batch: no queued input starts, running ones end.
-
-        :returns: True when the engine settled it (every input accounted for);
-            False when nothing drove it and the caller must record the stop.
-        """
-        ...
-
-    async def release(self, group_id: str) -> None:
-        """Free the compute objects a finished batch leaves behind (cleanup)."""
-        ...
-
-
-class LocalBatchRunner:
-    """The local supervisor engine, as a :class:`BatchRunner`."""
-
-    def __init__(self, batches: LocalBatches) -> None:
-        self.batches = batches
-
-    @property
-    def storage(self) -> Storage:
-        return self.batches.storage
-
-    async def launch(self, group_id: str) -> None:
-        await self.batches.launch(group_id)
-
-    async def follow(self, group_id: str, known: Collection[int]) -> AsyncIterator[BatchEvents]:
-        batches = self.batches
-        seen = 0  # records already read (each is read once, however long this follows)
-        while True:
-            stream = await batches.connect(group_id)
-            if stream is not None:
-                async with stream:
-                    async for events in event_chunks(stream):
-                        yield events
-                continue  # the supervisor ended: read what it left behind
-            # No supervisor is listening: learn from the records it (or another) left.
-            done, seen = await batches.read_states(group_id, known, seen)
-            yield BatchEvents(done=done)
-            stop = await batches.read_stop(group_id)
-            running = await anyio.to_thread.run_sync(batches.supervisor_running, group_id)
-            if stop is not None and not running:
-                yield BatchEvents(stop=stop)
-                continue
-            if not running:
-                # Unfinished and nobody drives it: resume (a duplicate supervisor exits at once).
-                await batches.launch(group_id)
-            await anyio.sleep(0.02)  # let the supervisor start listening
-
-    async def snapshot(self, group_id: str, known: Collection[int]) -> BatchEvents:
-        batches = self.batches
-        out = BatchEvents()
-        stream = await batches.connect(group_id)
-        if stream is not None:
-            out.snapshot_complete = True  # a supervisor answers: its view replaces ours
-            async with stream:
-                async for events in event_chunks(stream):
-                    out.running.extend(events.running)
-                    out.done.extend(events.done)
-                    if events.snapshot_complete:
-                        return out
-        heard = {i for i, _ in out.done}
-        recorded, _ = await batches.read_states(group_id, known)
-        out.done.extend((i, state) for i, state in recorded if i not in heard)
-        stop = await batches.read_stop(group_id)
-        if stop is not None and not batches.supervisor_running(group_id):
-            out.stop = stop
-        return out
-
-    async def load_many(self, group_id: str, indices: list[int]) -> Loaded:
-        return await self.batches.load_many(group_id, indices)
-
-    async def cancel(self, group_id: str) -> bool:
-        batches = self.batches
-        if not await batches.send(group_id, "C"):
-            return False
-        # Wait for the supervisor to finish stopping, so statuses are settled on return.
-        stream = await batches.connect(group_id)
-        if stream is not None:
-            async with stream:
-                async for _ in event_chunks(stream):
-                    pass
-        return True
-
-    async def release(self, group_id: str) -> None:
-        return None  # the supervisor and its workers exit by themselves
+__all__ = [
+    "BatchEvents",
+    "BatchInput",
+    "BatchRunner",
+    "Loaded",
+    "LocalBatchRunner",
+    "runner_for",
+]
 
 
 def runner_for(backend: Any) -> BatchRunner:
-    """The batch engine of ``backend``: the local supervisor, or the GKE backend's
-    ``batches`` (which picks the pool or the per-input engine per batch).
+    """The batch engine of ``backend`` (its ``batch_runner``).
 
     :raises BackendError: for a backend that cannot run batches.
     """
-    if isinstance(backend, LocalBackend):
-        return LocalBatchRunner(backend.batches)
-    batches = getattr(backend, "batches", None)
-    if batches is None:
-        from kinetic._exceptions import BackendError
-
+    runner: BatchRunner | None = getattr(backend, "batch_runner", None)
+    if runner is None:
         raise BackendError(f"batches are not available on the {backend.name} backend yet")
-    runner: BatchRunner = batches
     return runner
+
+
+class BatchInput:
+    """One input of a batch (``job``: its handle), answered over its batch's engine.
+
+    The methods mirror a backend's single-job methods, without the job argument.
+    """
+
+    def __init__(self, runner: BatchRunner, job: JobRef) -> None:
+        self.runner = runner
+        self.job = job
+        self.group_id = str(job.group_id)
+        self.index = input_index(job)
+
+    async def status(self) -> StatusReport:
+        """The input's status: its outcome, else its batch's stop record, else whether
+        its engine is at work on it (NOT_FOUND when the batch has no records)."""
+        loaded = await self.runner.load_many(self.group_id, [self.index])
+        header = loaded[self.index][0] if self.index in loaded else None
+        stop = None if header is not None else await self.runner.read_stop(self.group_id)
+        settled = settled_input_report(header, stop)
+        if settled is not None:
+            return settled
+        recorded = await self.runner.storage.exists(protocol.group_manifest_key(self.group_id))
+        activity = await self.runner.input_activity(self.job) if recorded else InputActivity(False)
+        return unsettled_input_report(
+            recorded=recorded, running=activity.running, waiting=activity.waiting
+        )
+
+    async def wait(self, on_change: StatusCallback | None = None) -> StatusReport:
+        """Wait (driving the batch where its engine needs it) until the input is over.
+
+        ``on_change`` is awaited with each new status, the first included. Cancelling
+        the wait does not affect the input.
+        """
+        last = None
+        while True:
+            report = await self.status()
+            if on_change is not None and report.status != last:
+                await on_change(report)
+            last = report.status
+            if report.status.is_terminal:
+                return report
+            await self.runner.input_changed(self.job)
+
+    async def logs(self, *, tail: int | None = None) -> str:
+        """The input's output so far (the last ``tail`` lines when given)."""
+        text = await self.runner.input_logs(self.job)
+        if tail is not None:
+            lines = text.splitlines(keepends=True)
+            text = "".join(lines[-tail:]) if tail > 0 else ""
+        return text
+
+    async def follow_logs(self, finished: anyio.Event | None = None) -> AsyncIterator[str]:
+        """The input's whole output, once the input is over.
+
+        Batch inputs share workers (locally, and in a GKE pool) or store their output
+        when their pod ends (GKE, one Job per input): there is no live stream of one
+        input, so followers get it in one piece.
+        """
+        if finished is not None:
+            await finished.wait()
+        else:
+            await self.wait()
+        yield await self.logs()
+
+    async def cancel(self) -> None:
+        """End the input unless it has an outcome. Idempotent."""
+        if await self.runner.load_many(self.group_id, [self.index]):
+            return  # already over: its outcome stands
+        await self.runner.cancel_input(self.job)
+
+    async def read_result(self) -> bytes:
+        """The input's result payload. :raises ObjectNotFoundError: when it has none."""
+        loaded = await self.runner.load_many(self.group_id, [self.index])
+        if self.index not in loaded:
+            key = protocol.group_outcome_key(self.group_id, self.index)
+            raise ObjectNotFoundError(key, self.runner.storage.url)
+        return loaded[self.index][1]
+
+    async def delete_objects(self) -> None:
+        """Nothing: an input's objects go with its batch's cleanup."""

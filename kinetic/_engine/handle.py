@@ -4,6 +4,11 @@ A handle is plain data (see :class:`~kinetic._core.records.JobRecord`); the
 backend and storage it talks to are found from its fields, so a handle made
 in one process works in another. Cancelling an awaited method never cancels
 the job itself: only :meth:`JobHandle.cancel` does.
+
+A handle is a single job or an input of a batch (``group_id`` set): that is decided
+here, once (:meth:`JobHandle._target`). A single job is answered by its backend's
+single-job methods; a batch input by its batch's engine
+(:class:`~kinetic._engine.batch_runner.BatchInput`).
 """
 
 from __future__ import annotations
@@ -13,15 +18,16 @@ import inspect
 import logging
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 import anyio.to_thread
 
-from kinetic._backends.base import Backend
+from kinetic._backends.base import Backend, JobRef, StatusCallback
 from kinetic._core.records import JobRecord
 from kinetic._core.status import JobStatus, StatusReport
 from kinetic._engine import runtime
+from kinetic._engine.batch_runner import BatchInput, runner_for
 from kinetic._engine.outcome import KnownOutcome
 from kinetic._engine.results import load_payload, unwrap
 from kinetic._exceptions import (
@@ -43,6 +49,54 @@ logger = logging.getLogger("kinetic")
 StatusChangeCallback = Callable[[JobStatus], Awaitable[None] | None]
 
 
+class _Target(Protocol):
+    """What a handle's methods ask of the job it names: a backend's single-job methods
+    (:class:`_SingleJob`) or a batch input's (:class:`BatchInput`)."""
+
+    async def status(self) -> StatusReport: ...
+
+    async def wait(self, on_change: StatusCallback | None = None) -> StatusReport: ...
+
+    async def logs(self, *, tail: int | None = None) -> str: ...
+
+    def follow_logs(self, finished: anyio.Event | None = None) -> AsyncIterator[str]: ...
+
+    async def cancel(self) -> None: ...
+
+    async def read_result(self) -> bytes: ...
+
+    async def delete_objects(self) -> None: ...
+
+
+class _SingleJob:
+    """A single job, answered by its backend."""
+
+    def __init__(self, backend: Backend, job: JobRef) -> None:
+        self.backend = backend
+        self.job = job
+
+    async def status(self) -> StatusReport:
+        return await self.backend.status(self.job)
+
+    async def wait(self, on_change: StatusCallback | None = None) -> StatusReport:
+        return await self.backend.wait(self.job, on_change)
+
+    async def logs(self, *, tail: int | None = None) -> str:
+        return await self.backend.logs(self.job, tail=tail)
+
+    def follow_logs(self, finished: anyio.Event | None = None) -> AsyncIterator[str]:
+        return self.backend.follow_logs(self.job, finished)
+
+    async def cancel(self) -> None:
+        await self.backend.cancel(self.job)
+
+    async def read_result(self) -> bytes:
+        return await self.backend.read_result(self.job)
+
+    async def delete_objects(self) -> None:
+        await self.backend.delete_objects(self.job)
+
+
 class JobHandle(JobRecord):
     """A submitted job. Fields as :class:`JobRecord`; methods are coroutines."""
 
@@ -59,39 +113,47 @@ class JobHandle(JobRecord):
             cluster=self.cluster_name,
         )
 
+    def _target(self) -> _Target:
+        """Where this handle's questions go: its backend for a single job, its batch's
+        engine for a batch input (the one place that tells them apart)."""
+        backend = self._backend()
+        if self.group_id is None:
+            return _SingleJob(backend, self)
+        return BatchInput(runner_for(backend), self)
+
     async def status(self) -> JobStatus:
         """The job's current status."""
-        return (await self._backend().status(self)).status
+        return (await self._target().status()).status
 
     async def status_report(self) -> StatusReport:
         """The status with its details: why it failed, or why it is stuck pending."""
-        return await self._backend().status(self)
+        return await self._target().status()
 
     async def logs(self, follow: bool = False) -> str | None:
         """The job's output so far; with ``follow=True``, print it as it comes until the
         job ends, and return None."""
-        backend = self._backend()
+        target = self._target()
         if not follow:
-            return await backend.logs(self)
-        async for chunk in backend.follow_logs(self):
+            return await target.logs()
+        async for chunk in target.follow_logs():
             sys.stdout.write(chunk)
             sys.stdout.flush()
         return None
 
-    async def _print_logs(self, finished: anyio.Event) -> None:
-        async for chunk in self._backend().follow_logs(self, finished):
+    async def _print_logs(self, target: _Target, finished: anyio.Event) -> None:
+        async for chunk in target.follow_logs(finished):
             sys.stdout.write(chunk)
             sys.stdout.flush()
 
     async def iter_logs(self) -> AsyncIterator[str]:
         """Yield the job's output in chunks from its start until it ends."""
         # An async generator: the backend is looked up on the loop, not by the caller.
-        async for chunk in self._backend().follow_logs(self):
+        async for chunk in self._target().follow_logs():
             yield chunk
 
     async def tail(self, n: int = 100) -> str:
         """The last ``n`` lines of the job's output."""
-        return await self._backend().logs(self, tail=n)
+        return await self._target().logs(tail=n)
 
     async def result(
         self,
@@ -128,7 +190,7 @@ class JobHandle(JobRecord):
             cleanup = not self.debug
         if self._outcome is not None and not stream_logs and on_status_change is None:
             return await self._outcome.take(cleanup)
-        backend = self._backend()
+        target = self._target()
 
         async def notify(report: StatusReport) -> None:
             if on_status_change is None:
@@ -145,15 +207,15 @@ class JobHandle(JobRecord):
             if stream_logs:
                 finished = anyio.Event()
                 async with anyio.create_task_group() as tg:
-                    tg.start_soon(self._print_logs, finished)
-                    report = await backend.wait(self, notify)
+                    tg.start_soon(self._print_logs, target, finished)
+                    report = await target.wait(notify)
                     finished.set()
             else:
-                report = await backend.wait(self, notify)
+                report = await target.wait(notify)
         if scope.cancelled_caught or report is None:
             raise JobTimeoutError(f"timed out after {timeout}s waiting for job {self.job_id}")
 
-        value = await self._collect(report)
+        value = await self._collect(target, report)
         if cleanup:
             try:
                 await self.cleanup(k8s=True, gcs=True, cleanup_timeout=cleanup_timeout)
@@ -161,15 +223,14 @@ class JobHandle(JobRecord):
                 logger.warning("could not clean up job %s after collecting its result", self.job_id)
         return value
 
-    async def _collect(self, report: StatusReport) -> Any:
+    async def _collect(self, target: _Target, report: StatusReport) -> Any:
         if report.status is JobStatus.NOT_FOUND:
             raise JobNotFoundError(f"job {self.job_id} not found in {self.bucket_name}")
         if report.cancelled:
             # Whatever payload a cancelled batch input left, its outcome is the cancellation.
             raise self._no_result_error(report)
-        backend = self._backend()
         try:
-            data = await backend.read_result(self)
+            data = await target.read_result()
         except ObjectNotFoundError:
             raise self._no_result_error(report) from None
         payload = await anyio.to_thread.run_sync(load_payload, data, self.job_id)
@@ -240,9 +301,9 @@ class JobHandle(JobRecord):
         :param cleanup_poll_interval: accepted for compatibility; nothing is polled.
         :raises JobTimeoutError: when it did not finish within ``cleanup_timeout``.
         """
-        backend = self._backend()
+        target = self._target()
         async with _bounded_cleanup(self.job_id, cleanup_timeout):
-            await backend.cancel(self)
+            await target.cancel()
 
     async def cleanup(
         self,
@@ -259,12 +320,12 @@ class JobHandle(JobRecord):
         :param cleanup_poll_interval: accepted for compatibility; nothing is polled.
         :raises JobTimeoutError: when they did not finish within ``cleanup_timeout``.
         """
-        backend = self._backend()
+        target = self._target()
         async with _bounded_cleanup(self.job_id, cleanup_timeout):
             if k8s:
-                await backend.cancel(self)
+                await target.cancel()
             if gcs:
-                await backend.delete_objects(self)
+                await target.delete_objects()
 
 
 @contextlib.asynccontextmanager

@@ -21,10 +21,11 @@ stuck for ``start_grace`` seconds ends it: the Job is deleted and a final record
 Likewise a job whose pod vanished before finishing is ended (Kubernetes would
 otherwise start a replacement pod: Kinetic never retries behind the user's back).
 
-Batches go to :class:`~kinetic._backends.gke.pool.GKEBatchEngines`: one Job whose
-pods are a worker pool (:mod:`kinetic._backends.gke.pool`, the default), or one Job
-per input (:mod:`kinetic._backends.gke.batch`, ``pod_per_input=True``); the methods
-of their inputs' handles go there too.
+Batches go to :attr:`GKEBackend.batch_runner`, a
+:class:`~kinetic._backends.gke.pool.GKEBatchEngines`: one Job whose pods are a worker
+pool (:mod:`kinetic._backends.gke.pool`, the default), or one Job per input
+(:mod:`kinetic._backends.gke.batch`, ``pod_per_input=True``). It answers for their
+inputs too: the methods here are for single jobs only.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from typing import Any
 
 import anyio
 
-from kinetic._backends.base import JobRef, StatusCallback, logs_once_over
+from kinetic._backends.base import JobRef, StatusCallback
 from kinetic._backends.gke.client import KubeClient
 from kinetic._backends.gke.pool import GKEBatchEngines
 from kinetic._backends.gke.watch import SharedWatch
@@ -103,6 +104,7 @@ class GKEBackend:
         self.storage = storage or GCSStorage(bucket)
         self._pending_specs: dict[str, dict[str, Any]] = {}
         self.batches = GKEBatchEngines(self)
+        self.batch_runner = self.batches
 
     def __repr__(self) -> str:
         return f"GKEBackend({self.bucket!r}, namespace={self.namespace!r})"
@@ -183,8 +185,6 @@ class GKEBackend:
         return list(listing.get("items") or [])
 
     async def status(self, job: JobRef) -> StatusReport:
-        if job.group_id is not None:
-            return await self.batches.member_status(job)
         k8s_job = await self.client.get_job(job.namespace, job.k8s_name)
         pods = (
             await self.client.list_objects("pods", job.namespace, k8s_spec.job_selector(job.job_id))
@@ -219,8 +219,6 @@ class GKEBackend:
         )
 
     async def wait(self, job: JobRef, on_change: StatusCallback | None = None) -> StatusReport:
-        if job.group_id is not None:
-            return await self.batches.member_wait(job, on_change)
         watch = self.cluster.watch(job.namespace)
         last: StatusReport | None = None
         stuck_since: float | None = None
@@ -299,12 +297,6 @@ class GKEBackend:
             return None
 
     async def logs(self, job: JobRef, *, tail: int | None = None) -> str:
-        if job.group_id is not None:
-            member_text = await self.batches.member_logs(job)
-            if tail is not None:
-                lines = member_text.splitlines(keepends=True)
-                member_text = "".join(lines[-tail:]) if tail > 0 else ""
-            return member_text
         pods = (
             await self.client.list_objects("pods", job.namespace, k8s_spec.job_selector(job.job_id))
         )["items"]
@@ -362,10 +354,6 @@ class GKEBackend:
     async def follow_logs(
         self, job: JobRef, finished: anyio.Event | None = None
     ) -> AsyncIterator[str]:
-        if job.group_id is not None:
-            async for text in logs_once_over(self, job, finished):
-                yield text
-            return
         pod: dict[str, Any] | None = None
         said: str | None = None
         while True:
@@ -433,9 +421,6 @@ class GKEBackend:
         A job that has not recorded an outcome gets a cancel record first, so every
         process reports it FAILED (cancelled).
         """
-        if job.group_id is not None:
-            await self.batches.member_cancel(job)
-            return
         if not await self.storage.exists(protocol.final_key(job.job_id)):
             await self.storage.write(
                 f"{job.job_id}/{CANCEL_KEY}", protocol.dump_json({"cancelled": True})
@@ -444,17 +429,10 @@ class GKEBackend:
 
     async def read_result(self, job: JobRef) -> bytes:
         """The job's result payload. :raises ObjectNotFoundError: when there is none."""
-        if job.group_id is not None:
-            return await self.batches.member_result(job)
         return await self.storage.read(protocol.result_key(job.job_id))
 
     async def delete_objects(self, job: JobRef) -> None:
-        """Delete the job's objects (``{job_id}/``); shared context archives stay.
-
-        A batch input's objects go with its batch's cleanup.
-        """
-        if job.group_id is not None:
-            return
+        """Delete the job's objects (``{job_id}/``); shared context archives stay."""
         await self.storage.delete_prefix(f"{job.job_id}/")
 
     async def list_job_ids(self) -> list[str]:

@@ -8,16 +8,21 @@ Submission recorded the batch (function, input chunks, manifest) and the first
 ``max_concurrent`` Jobs were created (:meth:`GKEBatches.launch`). From then on a
 :class:`_Driver` advances the batch *while someone awaits it*: each
 :meth:`_Driver.step` subscribes to the namespace's shared watch (no per-job
-polling), and on every change
+polling), and on every change it is a thin loop around the pure decisions of
+:mod:`kinetic._core.batch_plan`:
 
-1. looks at the batch's Jobs (label ``group-id``) and their pods in the watch's copy;
-2. for each input whose latest attempt ended, reads its outcome object
-   (``_groups/{gid}/results/{index:07d}.res``, written by the pod's runner);
-3. an attempt that ended without an outcome (a failed non-final attempt, a pod
-   killed or deleted) is retried as a new Job (``kinetic-{member job id}-a{n}``)
-   while ``retries`` allow, else the driver records the failure with its reason;
-4. creates Jobs for queued inputs until ``max_concurrent`` are alive;
-5. returns what finished since the caller last looked.
+1. it gathers a :class:`~kinetic._core.batch_plan.BatchSnapshot`: the batch's Jobs
+   (label ``group-id``) and their pods in the watch's copy, the outcomes and the stop
+   record it read from storage;
+2. it takes :func:`~kinetic._core.batch_plan.step`; when the step needs storage read
+   first (the outcome objects ``_groups/{gid}/results/{index:07d}.res`` of inputs whose
+   latest attempt ended, written by their pods' runners; the stop record), it reads
+   them and takes the step again;
+3. it performs the step's actions in order: record a failure (an attempt that ended
+   without an outcome once ``retries`` are spent), delete an attempt's Job, stop the
+   batch (``fail_fast``), create Jobs (retries as ``kinetic-{member job id}-a{n}``,
+   queued inputs up to ``max_concurrent`` alive);
+4. it returns what finished since the caller last looked.
 
 Budget per input: one Kubernetes write (creating its Job; names are
 deterministic, so a ``409`` on resume means "already created") and two storage
@@ -38,24 +43,15 @@ whose Job was deleted while it ran is run again.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Collection
+from collections.abc import AsyncIterator, Callable, Collection, Iterable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import cloudpickle
 
-from kinetic._backends.base import JobRef, StatusCallback
-from kinetic._backends.local_batch import BatchEvents, Loaded
-from kinetic._core import accelerators, k8s_spec, k8s_status
-from kinetic._core.status import (
-    START_PHASE,
-    JobStatus,
-    StatusReport,
-    settled_input_report,
-    start_failure,
-    start_grace_left,
-    unsettled_input_report,
-)
+from kinetic._backends.base import BatchEvents, InputActivity, JobRef, Loaded, input_index
+from kinetic._core import accelerators, batch_plan, k8s_spec, k8s_status
 from kinetic._exceptions import ObjectNotFoundError
 from kinetic._storage.base import Storage
 from runner import protocol
@@ -67,14 +63,11 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _IO_CONCURRENCY = 16
-UNSEEN_GRACE = 30.0
-"""Seconds a Job we created may stay unseen by the watch before it is created again."""
-RECHECK_EVERY = 30.0
-"""Seconds between two looks at the batch when the watch reports nothing."""
 
 
 class GKEBatches:
-    """The GKE batch engine of one backend (a :class:`~kinetic._engine.batch_runner.BatchRunner`)."""
+    """The per-input batch engine of one backend (a
+    :class:`~kinetic._backends.base.BatchRunner`)."""
 
     def __init__(self, backend: GKEBackend) -> None:
         self.backend = backend
@@ -114,91 +107,61 @@ class GKEBatches:
         namespace = await self.driver(group_id).namespace()
         await self.backend.client.delete_jobs(namespace, k8s_spec.group_selector(group_id))
 
-    # -- one input's handle ---------------------------------------------------------
+    # -- one input (see kinetic._backends.base.BatchRunner) ----------------------------
 
-    async def member_status(self, job: JobRef) -> StatusReport:
-        """The status of one input (its outcome, the stop record, or its Jobs)."""
-        group_id, index = str(job.group_id), _index(job)
-        driver = self.driver(group_id)
-        loaded = await driver.load_many([index])
-        header = loaded[index][0] if index in loaded else None
-        stop = None if header is not None else await driver.read_stop()
-        settled = settled_input_report(header, stop)
-        if settled is not None:
-            return settled
-        recorded = await self.storage.exists(protocol.group_manifest_key(group_id))
-        running = False
-        if recorded:
-            selector = f"{k8s_spec.group_selector(group_id)},{k8s_spec.GROUP_INDEX_LABEL}={index}"
-            jobs = await self.backend.client.list_objects("jobs", job.namespace, selector)
-            running = bool(jobs.get("items"))
-        return unsettled_input_report(recorded=recorded, running=running)
+    async def read_stop(self, group_id: str) -> protocol.StopRecord | None:
+        return await self.driver(group_id).read_stop()
 
-    async def member_wait(self, job: JobRef, on_change: StatusCallback | None) -> StatusReport:
-        """Drive the batch until input ``job`` is over."""
+    async def input_activity(self, job: JobRef) -> InputActivity:
+        """Running while a Job of the input exists."""
+        jobs = await self.backend.client.list_objects("jobs", job.namespace, _input_selector(job))
+        return InputActivity(running=bool(jobs.get("items")))
+
+    async def input_changed(self, job: JobRef) -> None:
+        """Drive the batch until an input finished, or it stopped."""
         driver = self.driver(str(job.group_id))
-        last: StatusReport | None = None
-        while True:
-            report = await self.member_status(job)
-            if on_change is not None and report != last:
-                await on_change(report)
-            last = report
-            if report.status.is_terminal:
-                return report
-            await driver.step(set(driver.done))
+        await driver.step(set(driver.done))
 
-    async def member_logs(self, job: JobRef) -> str:
+    async def input_logs(self, job: JobRef) -> str:
         """The input's stored output, else its live pod's."""
-        group_id, index = str(job.group_id), _index(job)
+        group_id, index = str(job.group_id), input_index(job)
         try:
             data = await self.storage.read(protocol.group_member_logs_key(group_id, index))
             return data.decode(errors="replace")
         except ObjectNotFoundError:
             pass
-        selector = f"{k8s_spec.group_selector(group_id)},{k8s_spec.GROUP_INDEX_LABEL}={index}"
-        pods = (await self.backend.client.list_objects("pods", job.namespace, selector))["items"]
-        pod = k8s_status.newest(pods)
+        listing = await self.backend.client.list_objects(
+            "pods", job.namespace, _input_selector(job)
+        )
+        pod = k8s_status.newest(listing["items"])
         if pod is None:
             return ""
         text = await self.backend.client.pod_log(job.namespace, pod["metadata"]["name"])
         return text or ""
 
-    async def member_cancel(self, job: JobRef) -> None:
-        """Record the input cancelled (unless it has an outcome) and delete its Jobs."""
-        group_id, index = str(job.group_id), _index(job)
-        driver = self.driver(group_id)
-        if await driver.load_many([index]):
-            return
+    async def cancel_input(self, job: JobRef) -> None:
+        """Record the input cancelled and delete its Jobs."""
+        driver = self.driver(str(job.group_id))
         payload = protocol.result_payload(success=False, error="cancelled")
         await driver.write_outcome(
-            index, protocol.cancelled_header(), bytes(cloudpickle.dumps(payload))
+            input_index(job), protocol.cancelled_header(), bytes(cloudpickle.dumps(payload))
         )
-        selector = f"{k8s_spec.group_selector(group_id)},{k8s_spec.GROUP_INDEX_LABEL}={index}"
-        await _delete(self.backend, job.namespace, selector)
-
-    async def member_result(self, job: JobRef) -> bytes:
-        """The input's result payload. :raises ObjectNotFoundError: when it has none."""
-        group_id, index = str(job.group_id), _index(job)
-        loaded = await self.driver(group_id).load_many([index])
-        if index not in loaded:
-            raise ObjectNotFoundError(protocol.group_outcome_key(group_id, index), self.storage.url)
-        return loaded[index][1]
+        await _delete(self.backend, job.namespace, _input_selector(job))
 
 
 class _Driver:
-    """Advances one batch on the cluster; see the module docstring."""
+    """Advances one batch on the cluster; see the module docstring. The decisions are
+    :func:`kinetic._core.batch_plan.step`'s; this gathers what it looks at and performs
+    what it decides."""
 
     def __init__(self, backend: GKEBackend, group_id: str) -> None:
         self.backend = backend
         self.group_id = group_id
         self.manifest: protocol.BatchManifest | None = None
+        self.options: batch_plan.BatchOptions | None = None
         self.done: dict[int, protocol.InputState] = {}  # index -> final state, in order
         self.outcomes: Loaded = {}
-        self.created: dict[str, tuple[int, float]] = {}  # attempt id -> index, when
-        self.handled: set[str] = set()  # attempts whose end was dealt with
-        self.attempts: dict[int, int] = {}  # index -> its latest attempt known
-        self.alive: set[int] = set()  # inputs running at the last look
-        self.stuck: dict[str, float] = {}  # attempt id -> since when it cannot start
+        self.state = batch_plan.EngineState()
         self.stop: protocol.StopRecord | None = None
         self.lock = anyio.Lock()
         self._loaded = False
@@ -209,23 +172,17 @@ class _Driver:
     def storage(self) -> Storage:
         return self.backend.storage
 
-    async def read_json(self, key: str) -> Any:
-        try:
-            return protocol.load_json(await self.storage.read(key))
-        except (ObjectNotFoundError, ValueError):
-            return None
-
     async def read_stop(self) -> protocol.StopRecord | None:
         """The batch's stop record, or None while it has none."""
-        stop: protocol.StopRecord | None = await self.read_json(
-            protocol.group_stop_key(self.group_id)
-        )
-        return stop
+        return await read_stop(self.storage, self.group_id)
 
     async def _manifest(self) -> protocol.BatchManifest:
         if self.manifest is None:
             key = protocol.group_manifest_key(self.group_id)
             self.manifest = protocol.load_manifest(await self.storage.read(key))
+            self.options = batch_plan.BatchOptions.from_manifest(
+                self.manifest, start_grace=self.backend.options.start_grace
+            )
         return self.manifest
 
     def _gke(self) -> protocol.GKEBatchRecord:
@@ -238,30 +195,10 @@ class _Driver:
         await self._manifest()
         return self._gke()["namespace"]
 
-    async def _read_outcomes(self, indices: Collection[int]) -> None:
+    async def _read_outcomes(self, indices: Iterable[int]) -> None:
         """Read (into the cache) the outcome objects of ``indices`` that exist."""
-        limiter = anyio.CapacityLimiter(_IO_CONCURRENCY)
-
-        async def one(index: int) -> None:
-            async with limiter:
-                try:
-                    data = await self.storage.read(protocol.group_outcome_key(self.group_id, index))
-                except ObjectNotFoundError:
-                    return
-            try:
-                header, payload = protocol.decode_outcome(data)
-            except ValueError:
-                log.warning("batch %s: outcome of input %d is corrupted", self.group_id, index)
-                return
-            self._learn(index, header, payload)
-
-        try:
-            async with anyio.create_task_group() as tg:
-                for index in indices:
-                    if index not in self.outcomes:
-                        tg.start_soon(one, index)
-        except BaseExceptionGroup as group:
-            raise _first_error(group) from None
+        wanted = [i for i in indices if i not in self.outcomes]
+        await read_outcomes(self.storage, self.group_id, wanted, self._learn)
 
     def _learn(self, index: int, header: protocol.OutcomeHeader, payload: bytes) -> None:
         self.outcomes[index] = (header, payload)
@@ -295,7 +232,7 @@ class _Driver:
         self._learn(index, header, payload)
 
     async def load_many(self, indices: list[int]) -> Loaded:
-        await self._read_outcomes([i for i in indices if i not in self.outcomes])
+        await self._read_outcomes(indices)
         return {i: self.outcomes[i] for i in indices if i in self.outcomes}
 
     # -- the cluster ------------------------------------------------------------------
@@ -321,40 +258,59 @@ class _Driver:
             job = k8s_spec.with_gcs_fuse(job, gke["fuse_buckets"])
         return job
 
-    async def _create(self, launches: list[tuple[int, int]]) -> None:
-        """Create the Jobs of these (index, attempt) pairs, concurrently; 409 is success."""
+    async def _create(self, launches: list[batch_plan.Launch]) -> None:
+        """Create the Jobs of ``launches``, concurrently; 409 is success. The state
+        already counts them (the step's); what could not be created it forgets."""
         namespace = self._gke()["namespace"]
         limiter = anyio.CapacityLimiter(_IO_CONCURRENCY)
+        failed: list[str] = []
 
-        async def one(index: int, attempt: int) -> None:
-            attempt_id = protocol.member_attempt_id(self.group_id, index, attempt)
-            self.created[attempt_id] = (index, anyio.current_time())
-            self.attempts[index] = max(attempt, self.attempts.get(index, 0))
+        async def one(launch: batch_plan.Launch) -> None:
             async with limiter:
                 try:
-                    await self.backend.client.create_job(
-                        namespace, self._manifest_for(index, attempt), exist_ok=True
-                    )
+                    manifest = self._manifest_for(launch.index, launch.attempt)
+                    await self.backend.client.create_job(namespace, manifest, exist_ok=True)
                 except BaseException:
-                    self.created.pop(attempt_id, None)
+                    failed.append(
+                        protocol.member_attempt_id(self.group_id, launch.index, launch.attempt)
+                    )
                     raise
 
         try:
             async with anyio.create_task_group() as tg:
-                for index, attempt in launches:
-                    tg.start_soon(one, index, attempt)
-        except BaseExceptionGroup as group:
-            raise _first_error(group) from None  # one Kinetic error, not a group of the same
+                for launch in launches:
+                    tg.start_soon(one, launch)
+        except BaseException as exc:
+            self.state = self.state.launch_failed(launches, failed)
+            if isinstance(exc, BaseExceptionGroup):
+                raise _first_error(exc) from None  # one Kinetic error, not a group of the same
+            raise
+
+    async def _perform(self, plan: batch_plan.BatchStep) -> None:
+        """Do what a step decided, in order (its launches together, last)."""
+        self.state = plan.state  # the step's bookkeeping precedes its requests
+        for action in plan.actions:
+            if isinstance(action, batch_plan.GiveUp):
+                payload = bytes(cloudpickle.dumps(action.payload()))
+                await self.write_outcome(action.index, action.header(), payload)
+            elif isinstance(action, batch_plan.DeleteAttempt):  # rare: one after the other
+                selector = k8s_spec.job_selector(action.attempt_id)
+                await _delete(self.backend, await self.namespace(), selector)
+            elif isinstance(action, batch_plan.StopBatch):
+                await self.stop_batch(action.reason, action.detail, kill=action.kill)
+        if plan.launches:
+            await self._create(plan.launches)
 
     async def start_fresh(self) -> None:
         """Create the first ``max_concurrent`` Jobs of a batch that was just recorded."""
         async with self.lock:
-            manifest = await self._manifest()
+            await self._manifest()
+            assert self.options is not None
             self._loaded = True  # fresh: no outcomes, no stop record, no Jobs yet
-            limit = max(1, int(manifest["options"]["max_concurrent"]))
-            first = [(i, 0) for i in range(min(limit, int(manifest["total"])))]
-            await self._create(first)
-            self.alive.update(i for i, _ in first)
+            snap = batch_plan.BatchSnapshot()
+            await self._perform(
+                batch_plan.step(snap, self.state, self.options, anyio.current_time())
+            )
 
     async def stop_batch(self, reason: protocol.StopReason, detail: str, *, kill: bool) -> None:
         """Record ``stop.json`` (nothing new starts); with ``kill``, delete the batch's Jobs."""
@@ -367,12 +323,13 @@ class _Driver:
         if kill:
             namespace = await self.namespace()
             await _delete(self.backend, namespace, k8s_spec.group_selector(self.group_id))
-            self.created.clear()  # deleted, seen by the watch or not: nothing of it runs
+            self.state = self.state.killed()  # seen by the watch or not: nothing of it runs
 
     def _events(self, known: Collection[int]) -> BatchEvents:
         done = [(i, s) for i, s in self.done.items() if i not in known]
-        stop = self.stop if self.stop is not None and not self.alive else None
-        return BatchEvents(done=done, running=sorted(self.alive), stop=stop)
+        alive = self.state.alive
+        stop = self.stop if self.stop is not None and not alive else None
+        return BatchEvents(done=done, running=sorted(alive), stop=stop)
 
     async def snapshot(self, known: Collection[int]) -> BatchEvents:
         """One look without driving: outcomes in storage, the stop record, live Jobs."""
@@ -384,16 +341,8 @@ class _Driver:
             listing = await self.backend.client.list_objects(
                 "jobs", self._gke()["namespace"], k8s_spec.group_selector(self.group_id)
             )
-            alive: set[int] = set()
-            for obj in listing.get("items") or []:
-                labels = (obj.get("metadata") or {}).get("labels") or {}
-                index = int(labels.get(k8s_spec.GROUP_INDEX_LABEL, -1))
-                self.created.pop(str(labels.get(k8s_spec.JOB_ID_LABEL)), None)
-                over = k8s_status.job_conditions_report(obj) is not None
-                if index >= 0 and index not in self.done and not over:
-                    alive.add(index)
-            alive.update(i for i, _ in self.created.values() if i not in self.done)
-            self.alive = alive
+            jobs = listing.get("items") or []
+            self.state = batch_plan.seen_in_listing(self.state, self.group_id, jobs, self.done)
             events = self._events(known)
             events.snapshot_complete = True
             return events
@@ -422,140 +371,90 @@ class _Driver:
                         return events
                 await watch.changed(version, timeout)
 
+    def _look(self, watch: SharedWatch) -> batch_plan.BatchSnapshot:
+        """What the watch's copy and this driver's cache of storage show now."""
+        objects = watch.objects
+        return batch_plan.BatchSnapshot(
+            attempts=batch_plan.cluster_attempts(
+                self.group_id, objects["jobs"].values(), objects["pods"].values(), watch.lost
+            ),
+            lost=frozenset(a for a in watch.lost if protocol.attempt_in_group(a, self.group_id)),
+            done=self.done,
+            stop=self.stop,
+        )
+
     async def _reconcile(self, watch: SharedWatch) -> float:
-        """One pass of the module docstring's steps 1-4; the seconds until the next look."""
-        assert self.manifest is not None
-        options = self.manifest["options"]
-        retries, total = int(options["retries"]), int(self.manifest["total"])
+        """One decision, and what it takes; the seconds until the next look."""
+        assert self.options is not None
         now = anyio.current_time()
-        latest: dict[int, tuple[int, dict[str, Any]]] = {}
-        for obj in watch.objects["jobs"].values():
-            labels = (obj.get("metadata") or {}).get("labels") or {}
-            if labels.get(k8s_spec.GROUP_ID_LABEL) != self.group_id:
-                continue
-            index = int(labels.get(k8s_spec.GROUP_INDEX_LABEL, -1))
-            attempt = int(labels.get(k8s_spec.ATTEMPT_LABEL, 0))
-            if index >= 0 and (index not in latest or attempt > latest[index][0]):
-                latest[index] = (attempt, obj)
-                self.attempts[index] = max(attempt, self.attempts.get(index, 0))
-        alive: set[int] = set()
-        ended: dict[int, tuple[int, StatusReport]] = {}
-        lost = {a for a in watch.lost if protocol.attempt_in_group(a, self.group_id)}
-        next_look = RECHECK_EVERY
-        for index, (attempt, obj) in latest.items():
-            attempt_id = protocol.member_attempt_id(self.group_id, index, attempt)
-            self.created.pop(attempt_id, None)
-            if index in self.done or attempt_id in self.handled:
-                continue
-            report = k8s_status.status_from_k8s(
-                final=None,
-                cancelled=False,
-                job=obj,
-                pods=watch.pods(attempt_id),
-                lost_pod=watch.lost.get(attempt_id),
+        snap = self._look(watch)  # the cluster once: storage is read below as asked
+        plan = batch_plan.step(snap, self.state, self.options, now)
+        while plan.need is not None:
+            await self._read_outcomes(plan.need.outcomes)
+            if plan.need.stop and self.stop is None:
+                self.stop = await self.read_stop()
+            snap = replace(
+                snap,
+                done=self.done,
+                stop=self.stop,
+                read=snap.read | set(plan.need.outcomes),
+                stop_read=snap.stop_read or plan.need.stop,
             )
-            if report.status.is_terminal:
-                ended[index] = (attempt, report)
-            elif k8s_status.cannot_start(report):
-                since = self.stuck.setdefault(attempt_id, now)
-                grace = self.backend.options.start_grace
-                left = start_grace_left(stuck_since=since, now=now, grace=grace)
-                if left <= 0:
-                    # Not retried: it would not start either.
-                    ended[index] = (attempt, start_failure(report.reason, grace))
-                else:
-                    alive.add(index)
-                    next_look = min(next_look, left)
-            else:
-                self.stuck.pop(attempt_id, None)
-                alive.add(index)
-        for attempt_id, (index, when) in list(self.created.items()):
-            if now - when > UNSEEN_GRACE:
-                self.created.pop(attempt_id)  # never seen: create it again (409 if it exists)
-            else:
-                alive.add(index)
-                next_look = min(next_look, UNSEEN_GRACE)
-        # An input seen running before whose Jobs are all gone (deleted): it ended too.
-        for index in self.alive - alive - set(latest) - set(self.done):
-            gone = StatusReport(JobStatus.FAILED, reason="its Kubernetes Job was deleted")
-            ended.setdefault(index, (self.attempts.get(index, 0), gone))
-        self.alive = alive
-        if ended:
-            await self._settle_ended(ended, retries, lost)
-        if self.stop is None:
-            await self._launch(total)
-        return next_look
+            plan = batch_plan.step(snap, self.state, self.options, now)
+        await self._perform(plan)
+        return plan.wait
 
-    async def _settle_ended(
-        self,
-        ended: dict[int, tuple[int, StatusReport]],
-        retries: int,
-        lost: set[str],
-    ) -> None:
-        """Outcomes of ended attempts; record the failure of those that wrote none."""
-        await self._read_outcomes(list(ended))
-        silent = [i for i in ended if i not in self.outcomes]
-        if silent and self.stop is None:
-            self.stop = await self.read_stop()
-        to_kill: list[str] = []
-        for index in silent:
-            attempt, report = ended[index]
-            attempt_id = protocol.member_attempt_id(self.group_id, index, attempt)
-            self.handled.add(attempt_id)
-            if self.stop is not None:
-                continue  # never retried: settled as cancelled once nothing runs
-            if attempt_id in lost or report.phase == START_PHASE:
-                to_kill.append(attempt_id)  # no replacement pod; no Job left waiting
-            if attempt < retries and report.phase != START_PHASE:
-                continue  # _launch starts the next attempt
-            error = report.reason or "the pod ended without recording an outcome"
-            phase = report.phase or "execute"
-            header = protocol.ended_header("failed", attempt, error, phase)
-            payload = protocol.result_payload(
-                success=False, phase=phase, error=error, error_type=""
-            )
-            await self.write_outcome(index, header, bytes(cloudpickle.dumps(payload)))
-        if to_kill:
-            namespace = await self.namespace()
-            for attempt_id in to_kill:  # rare (failures only): one after the other
-                await _delete(self.backend, namespace, k8s_spec.job_selector(attempt_id))
-        for index in ended:
-            if self.done.get(index) == "failed" and self._fail_fast() and self.stop is None:
-                kill = bool((await self._manifest())["options"]["cancel_running_on_fail"])
-                await self.stop_batch("fail_fast", f"input {index} failed", kill=kill)
 
-    def _fail_fast(self) -> bool:
-        assert self.manifest is not None
-        return bool(self.manifest["options"]["fail_fast"])
+def _input_selector(job: JobRef) -> str:
+    """The label selector of the Jobs (and pods) of batch input ``job``."""
+    group = k8s_spec.group_selector(str(job.group_id))
+    return f"{group},{k8s_spec.GROUP_INDEX_LABEL}={input_index(job)}"
 
-    async def _launch(self, total: int) -> None:
-        """Create Jobs for queued inputs (retries first) up to ``max_concurrent`` alive."""
-        assert self.manifest is not None
-        room = max(1, int(self.manifest["options"]["max_concurrent"])) - len(self.alive)
-        if room <= 0:
+
+async def read_stop(storage: Storage, group_id: str) -> protocol.StopRecord | None:
+    """The batch's stop record, or None while it has none (or it is being written)."""
+    try:
+        data = await storage.read(protocol.group_stop_key(group_id))
+        stop: protocol.StopRecord = protocol.load_json(data)
+    except (ObjectNotFoundError, ValueError):
+        return None
+    return stop
+
+
+async def read_outcomes(
+    storage: Storage,
+    group_id: str,
+    indices: Collection[int],
+    learn: Callable[[int, protocol.OutcomeHeader, bytes], None],
+) -> None:
+    """Read the outcome objects of ``indices`` that exist, a few at a time, and hand
+    each to ``learn``; a corrupted one is logged and skipped.
+
+    :raises KineticError: the first error of a read (itself, not an exception group).
+    """
+    limiter = anyio.CapacityLimiter(_IO_CONCURRENCY)
+
+    async def one(index: int) -> None:
+        async with limiter:
+            try:
+                data = await storage.read(protocol.group_outcome_key(group_id, index))
+            except ObjectNotFoundError:
+                return
+        try:
+            header, payload = protocol.decode_outcome(data)
+        except ValueError:
+            log.warning("batch %s: outcome of input %d is corrupted", group_id, index)
             return
-        retry: list[tuple[int, int]] = []
-        fresh: list[tuple[int, int]] = []
-        for index in range(total):
-            if index in self.done or index in self.alive:
-                continue
-            if index in self.attempts:  # it ran and ended without an outcome: retry
-                retry.append((index, self.attempts[index] + 1))
-            else:
-                fresh.append((index, 0))
-            if len(fresh) >= room:
-                break
-        launches = (retry + fresh)[:room]
-        if launches:
-            await self._create(launches)
-            self.alive.update(i for i, _ in launches)
+        learn(index, header, payload)
 
-
-def _index(job: JobRef) -> int:
-    index = job.group_index
-    if index is None:
-        raise ValueError(f"job {job.job_id} belongs to a batch but has no index")
-    return index
+    if not indices:
+        return
+    try:
+        async with anyio.create_task_group() as tg:
+            for index in indices:
+                tg.start_soon(one, index)
+    except BaseExceptionGroup as group:
+        raise _first_error(group) from None
 
 
 async def _delete(backend: GKEBackend, namespace: str, selector: str) -> None:

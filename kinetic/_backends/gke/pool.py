@@ -43,11 +43,9 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import cloudpickle
 
-from kinetic._backends.base import JobRef, StatusCallback
-from kinetic._backends.gke.batch import GKEBatches, _first_error
-from kinetic._backends.local_batch import BatchEvents, Loaded
+from kinetic._backends.base import BatchEvents, InputActivity, JobRef, Loaded, input_index
+from kinetic._backends.gke.batch import GKEBatches, _first_error, read_outcomes, read_stop
 from kinetic._core import accelerators, k8s_spec, pool_plan
-from kinetic._core.status import StatusReport, settled_input_report, unsettled_input_report
 from kinetic._exceptions import ObjectNotFoundError
 from kinetic._storage.base import Storage
 from runner import protocol
@@ -62,7 +60,7 @@ _IO_CONCURRENCY = 16
 
 class GKEPool:
     """The worker-pool batch engine of one backend (a
-    :class:`~kinetic._engine.batch_runner.BatchRunner`)."""
+    :class:`~kinetic._backends.base.BatchRunner`)."""
 
     def __init__(self, backend: GKEBackend) -> None:
         self.backend = backend
@@ -106,39 +104,24 @@ class GKEPool:
         follower = self.follower(group_id)
         await follower.delete_pool()
 
-    # -- one input's handle ---------------------------------------------------------
+    # -- one input (see kinetic._backends.base.BatchRunner) ----------------------------
 
-    async def member_status(self, job: JobRef) -> StatusReport:
-        """The input's outcome, else the stop record, else whether a live claim holds it."""
-        group_id, index = str(job.group_id), _index(job)
-        follower = self.follower(group_id)
-        loaded = await follower.load_many([index])
-        header = loaded[index][0] if index in loaded else None
-        stop = None if header is not None else await follower.read_stop()
-        settled = settled_input_report(header, stop)
-        if settled is not None:
-            return settled
-        recorded = await self.storage.exists(protocol.group_manifest_key(group_id))
-        claim = await follower.latest_claim(index) if recorded else None
-        running = claim is not None and claim.expires > time.time()
-        return unsettled_input_report(recorded=recorded, running=running)
+    async def read_stop(self, group_id: str) -> protocol.StopRecord | None:
+        return await self.follower(group_id).read_stop()
 
-    async def member_wait(self, job: JobRef, on_change: StatusCallback | None) -> StatusReport:
-        """Follow the batch until input ``job`` is over."""
+    async def input_activity(self, job: JobRef) -> InputActivity:
+        """Running while a live claim holds the input."""
+        claim = await self.follower(str(job.group_id)).latest_claim(input_index(job))
+        return InputActivity(running=claim is not None and claim.expires > time.time())
+
+    async def input_changed(self, job: JobRef) -> None:
+        """Follow the batch until an input finished, or it stopped."""
         follower = self.follower(str(job.group_id))
-        last: StatusReport | None = None
-        while True:
-            report = await self.member_status(job)
-            if on_change is not None and report != last:
-                await on_change(report)
-            last = report
-            if report.status.is_terminal:
-                return report
-            await follower.step(set(follower.outcomes))
+        await follower.step(set(follower.outcomes))
 
-    async def member_logs(self, job: JobRef) -> str:
+    async def input_logs(self, job: JobRef) -> str:
         """The input's output: kept in its outcome, else read from its worker's pod log."""
-        group_id, index = str(job.group_id), _index(job)
+        group_id, index = str(job.group_id), input_index(job)
         follower = self.follower(group_id)
         loaded = await follower.load_many([index])
         if index in loaded:
@@ -149,28 +132,17 @@ class GKEPool:
         text = await self.backend.client.pod_log(job.namespace, claim.worker)
         return _input_section(text or "", index)
 
-    async def member_cancel(self, job: JobRef) -> None:
-        """Record the input cancelled unless it has an outcome; its worker ends it at its
+    async def cancel_input(self, job: JobRef) -> None:
+        """Record the input cancelled unless an outcome stands; its worker ends it at its
         next lease renewal (a pod runs many inputs: it is not deleted)."""
-        group_id, index = str(job.group_id), _index(job)
-        follower = self.follower(group_id)
-        if await follower.load_many([index]):
-            return
+        group_id, index = str(job.group_id), input_index(job)
         header = protocol.cancelled_header()
         payload = bytes(
             cloudpickle.dumps(protocol.result_payload(success=False, error="cancelled"))
         )
         key = protocol.group_outcome_key(group_id, index)
         await self.storage.create_if_absent(key, protocol.encode_outcome(header, payload))
-        follower.forget(index)  # read back whichever outcome stood
-
-    async def member_result(self, job: JobRef) -> bytes:
-        """The input's result payload. :raises ObjectNotFoundError: when it has none."""
-        group_id, index = str(job.group_id), _index(job)
-        loaded = await self.follower(group_id).load_many([index])
-        if index not in loaded:
-            raise ObjectNotFoundError(protocol.group_outcome_key(group_id, index), self.storage.url)
-        return loaded[index][1]
+        self.follower(group_id).forget(index)  # read back whichever outcome stood
 
 
 class _Follower:
@@ -191,18 +163,9 @@ class _Follower:
     def storage(self) -> Storage:
         return self.backend.storage
 
-    async def read_json(self, key: str) -> Any:
-        try:
-            return protocol.load_json(await self.storage.read(key))
-        except (ObjectNotFoundError, ValueError):
-            return None
-
     async def read_stop(self) -> protocol.StopRecord | None:
         """The batch's stop record, or None while it has none."""
-        stop: protocol.StopRecord | None = await self.read_json(
-            protocol.group_stop_key(self.group_id)
-        )
-        return stop
+        return await read_stop(self.storage, self.group_id)
 
     async def _load(self) -> pool_plan.PoolBook:
         if self.book is None:
@@ -269,30 +232,14 @@ class _Follower:
 
     async def _read_outcomes(self, indices: Collection[int]) -> None:
         """Read (into the cache) the outcome objects of ``indices`` that exist."""
-        limiter = anyio.CapacityLimiter(_IO_CONCURRENCY)
         book = await self._load()
 
-        async def one(index: int) -> None:
-            async with limiter:
-                try:
-                    data = await self.storage.read(protocol.group_outcome_key(self.group_id, index))
-                except ObjectNotFoundError:
-                    return
-            try:
-                header, payload = protocol.decode_outcome(data)
-            except ValueError:
-                log.warning("batch %s: outcome of input %d is corrupted", self.group_id, index)
-                return
+        def learn(index: int, header: protocol.OutcomeHeader, payload: bytes) -> None:
             self.outcomes[index] = (header, payload)
             book.learn_outcome(index, protocol.as_input_state(header.get("state")))
 
-        try:
-            async with anyio.create_task_group() as tg:
-                for index in indices:
-                    if index not in self.outcomes:
-                        tg.start_soon(one, index)
-        except BaseExceptionGroup as group:
-            raise _first_error(group) from None
+        wanted = [i for i in indices if i not in self.outcomes]
+        await read_outcomes(self.storage, self.group_id, wanted, learn)
 
     async def load_many(self, indices: list[int]) -> Loaded:
         await self._read_outcomes([i for i in indices if i not in self.outcomes])
@@ -474,27 +421,20 @@ class GKEBatchEngines:
     async def release(self, group_id: str) -> None:
         await (await self.engine(group_id)).release(group_id)
 
-    async def member_status(self, job: JobRef) -> StatusReport:
-        return await (await self.engine(str(job.group_id))).member_status(job)
+    async def read_stop(self, group_id: str) -> protocol.StopRecord | None:
+        return await (await self.engine(group_id)).read_stop(group_id)
 
-    async def member_wait(self, job: JobRef, on_change: StatusCallback | None) -> StatusReport:
-        return await (await self.engine(str(job.group_id))).member_wait(job, on_change)
+    async def input_activity(self, job: JobRef) -> InputActivity:
+        return await (await self.engine(str(job.group_id))).input_activity(job)
 
-    async def member_logs(self, job: JobRef) -> str:
-        return await (await self.engine(str(job.group_id))).member_logs(job)
+    async def input_changed(self, job: JobRef) -> None:
+        await (await self.engine(str(job.group_id))).input_changed(job)
 
-    async def member_cancel(self, job: JobRef) -> None:
-        await (await self.engine(str(job.group_id))).member_cancel(job)
+    async def input_logs(self, job: JobRef) -> str:
+        return await (await self.engine(str(job.group_id))).input_logs(job)
 
-    async def member_result(self, job: JobRef) -> bytes:
-        return await (await self.engine(str(job.group_id))).member_result(job)
-
-
-def _index(job: JobRef) -> int:
-    index = job.group_index
-    if index is None:
-        raise ValueError(f"job {job.job_id} belongs to a batch but has no index")
-    return index
+    async def cancel_input(self, job: JobRef) -> None:
+        await (await self.engine(str(job.group_id))).cancel_input(job)
 
 
 def _input_section(text: str, index: int) -> str:
