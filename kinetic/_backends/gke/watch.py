@@ -75,6 +75,9 @@ class SharedWatch:
         self.namespace = namespace
         self.selector = selector
         self.objects: dict[str, dict[str, dict[str, Any]]] = {kind: {} for kind in KINDS}
+        # The same objects by job id (kind -> job id -> name -> object): every waiter
+        # looks up its own job at every change, which must not scan the namespace.
+        self._by_job: dict[str, dict[str, dict[str, dict[str, Any]]]] = {k: {} for k in KINDS}
         self.lost: dict[str, str] = {}
         self.error: BaseException | None = None
         self.version = 0
@@ -134,14 +137,30 @@ class SharedWatch:
 
     def job(self, job_id: str) -> dict[str, Any] | None:
         """The job's Job as last seen, or None."""
-        for obj in self.objects["jobs"].values():
-            if k8s_status.job_id_of(obj) == job_id:
-                return obj
-        return None
+        found = self._by_job["jobs"].get(job_id)
+        return next(iter(found.values())) if found else None
 
     def pods(self, job_id: str) -> list[dict[str, Any]]:
         """The job's pods as last seen."""
-        return [p for p in self.objects["pods"].values() if k8s_status.job_id_of(p) == job_id]
+        return list(self._by_job["pods"].get(job_id, {}).values())
+
+    def _put(self, kind: str, obj: dict[str, Any]) -> None:
+        name = obj["metadata"]["name"]
+        self._drop(kind, name)
+        self.objects[kind][name] = obj
+        job_id = k8s_status.job_id_of(obj)
+        if job_id is not None:
+            self._by_job[kind].setdefault(job_id, {})[name] = obj
+
+    def _drop(self, kind: str, name: str) -> dict[str, Any] | None:
+        old = self.objects[kind].pop(name, None)
+        job_id = None if old is None else k8s_status.job_id_of(old)
+        if job_id is not None:
+            same_job = self._by_job[kind].get(job_id, {})
+            same_job.pop(name, None)
+            if not same_job:
+                self._by_job[kind].pop(job_id, None)
+        return old
 
     # -- driving ----------------------------------------------------------------------
 
@@ -183,7 +202,9 @@ class SharedWatch:
             for name, old in self.objects["pods"].items():
                 if name not in fresh:
                     self._forget_pod(old)
-        self.objects[kind] = fresh
+        self.objects[kind], self._by_job[kind] = {}, {}
+        for obj in fresh.values():
+            self._put(kind, obj)
         self._rv[kind] = (listing.get("metadata") or {}).get("resourceVersion")
         self._synced[kind] = True
         self.error = None
@@ -237,11 +258,10 @@ class SharedWatch:
             self._rv[kind] = rv
         if kind_of_event == "BOOKMARK":
             return
-        name = obj["metadata"]["name"]
         if kind_of_event == "DELETED":
-            self.objects[kind].pop(name, None)
+            self._drop(kind, obj["metadata"]["name"])
             if kind == "pods":
                 self._forget_pod(obj)
         else:
-            self.objects[kind][name] = obj
+            self._put(kind, obj)
         self._notify()
