@@ -102,6 +102,20 @@ def timed(call: Callable[[], object]) -> float:
     return time.perf_counter() - start
 
 
+def warm_addresses(projects: dict[str, Path], local_root: Path) -> dict[str, float]:
+    """Per project, the median time of ``context_archive`` after one call (seconds)."""
+    from kinetic._engine.packaging import context_archive
+
+    out: dict[str, float] = {}
+    for name, project in projects.items():
+        root = project.resolve()
+        context_archive(root, exclude=(local_root,))
+        out[name] = median(
+            [timed(lambda r=root: context_archive(r, exclude=(local_root,))) for _ in range(9)]
+        )
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=7, help="timed calls per project")
@@ -144,26 +158,14 @@ def main() -> None:
                     timed(lambda j=jobs[name]: j.run_async().result())
                 )
         local_root = Path(os.environ["KINETIC_LOCAL_ROOT"])
-        address: dict[str, float] = {}
-        for name in names:
-            root = projects[name].resolve()
-            context_archive(root, exclude=(local_root,))
-            address[name] = median(
-                [timed(lambda r=root: context_archive(r, exclude=(local_root,))) for _ in range(9)]
-            )
+        address = warm_addresses(projects, local_root)
         # The same without the watch: a new process's first job, or a tree inotify
         # cannot vouch for, takes the stat walk (one stat per file).
         from kinetic._engine.packaging import _forget_watches
 
         os.environ["KINETIC_NO_WATCH"] = "1"
         _forget_watches()
-        walked: dict[str, float] = {}
-        for name in names:
-            root = projects[name].resolve()
-            context_archive(root, exclude=(local_root,))
-            walked[name] = median(
-                [timed(lambda r=root: context_archive(r, exclude=(local_root,))) for _ in range(9)]
-            )
+        walked = warm_addresses(projects, local_root)
         del os.environ["KINETIC_NO_WATCH"]
         _forget_watches()
         files = {

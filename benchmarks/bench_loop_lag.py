@@ -103,19 +103,30 @@ async def _with_heartbeat(work: Callable[[], Awaitable[int]]) -> dict[str, Any]:
     }
 
 
-def concurrent_jobs(ns: argparse.Namespace, fn: Any) -> list[dict[str, Any]]:
+def concurrent_jobs(
+    ns: argparse.Namespace, fn: Any, jobs: int | None = None
+) -> list[dict[str, Any]]:
+    """``jobs`` (default ``--jobs``) concurrent single jobs beside the heartbeat, after one
+    warm job (context archive stored, launcher started, cluster client connected)."""
+    count = ns.jobs if jobs is None else jobs
+
     async def one(i: int) -> None:
         job = await fn.run_async(i)
         value = await job.result()
         assert value == i, (value, i)
 
     async def work() -> int:
-        await asyncio.gather(*(one(i) for i in range(ns.jobs)))
-        return ns.jobs
+        await asyncio.gather(*(one(i) for i in range(count)))
+        return int(count)
 
     async def main() -> list[dict[str, Any]]:
-        await one(-1)  # warm: context archive stored, launcher (if any) started
-        return [await _with_heartbeat(work) for _ in range(ns.rounds)]
+        from kinetic._engine import runtime
+
+        try:
+            await one(-1)
+            return [await _with_heartbeat(work) for _ in range(ns.rounds)]
+        finally:
+            await runtime.aclose_backends()
 
     return asyncio.run(main())
 
@@ -141,30 +152,12 @@ def gke_jobs(ns: argparse.Namespace, mod: Any) -> list[dict[str, Any]]:
     from bench_cluster import testbed_target
 
     from kinetic import aio
-    from kinetic._engine import runtime
 
     _, image, cluster, _ = testbed_target("lag")
     fn = aio.run(
         backend="gke", project="kb", cluster=cluster, container_image=image, accelerator="cpu"
     )(mod.noop)
-
-    async def one(i: int) -> None:
-        job = await fn.run_async(i)
-        value = await job.result()
-        assert value == i, (value, i)
-
-    async def work() -> int:
-        await asyncio.gather(*(one(i) for i in range(ns.gke_jobs)))
-        return int(ns.gke_jobs)
-
-    async def main() -> list[dict[str, Any]]:
-        try:
-            await one(-1)  # warm: the context stored, the cluster's client connected
-            return [await _with_heartbeat(work) for _ in range(ns.rounds)]
-        finally:
-            await runtime.aclose_backends()
-
-    return asyncio.run(main())
+    return concurrent_jobs(ns, fn, ns.gke_jobs)
 
 
 def round_trip(ns: argparse.Namespace, noop: Any, cwd: Any) -> dict[str, Any]:

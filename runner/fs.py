@@ -73,12 +73,20 @@ def atomic_copy(src: BinaryIO, path: Path, chunk_size: int = 1 << 20) -> None:
         raise
 
 
-def remove_tree(root: Path) -> None:
-    """Delete a directory tree, ignoring errors (``shutil.rmtree`` without its import)."""
+def remove_tree(root: Path) -> int:
+    """Delete a directory tree, ignoring errors (``shutil.rmtree`` without its import).
+
+    :returns: how many files it deleted, not counting the temporary files of writes in
+        flight (:func:`atomic_write`'s).
+    """
+    deleted = 0
     for dirpath, dirnames, filenames in os.walk(root, topdown=False):
         for name in filenames:
-            with contextlib.suppress(OSError):
+            try:
                 os.unlink(os.path.join(dirpath, name))
+            except OSError:
+                continue
+            deleted += not name.startswith(".tmp-")
         for name in dirnames:
             path = os.path.join(dirpath, name)
             with contextlib.suppress(OSError):
@@ -88,6 +96,7 @@ def remove_tree(root: Path) -> None:
                     os.rmdir(path)
     with contextlib.suppress(OSError):
         os.rmdir(root)
+    return deleted
 
 
 def iter_files(root: Path) -> Iterator[Path]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-import contextlib
 import os
 import shutil
 import weakref
@@ -21,7 +20,7 @@ import anyio.to_thread
 
 from kinetic._exceptions import ObjectNotFoundError, StorageError
 from kinetic._storage.base import DEFAULT_TIMEOUT, TRANSFER_TIMEOUT, check_key
-from runner.fs import atomic_copy, atomic_write, iter_files, make_private_dirs
+from runner.fs import atomic_copy, atomic_write, iter_files, make_private_dirs, remove_tree
 
 IO_CONCURRENCY = 8
 """Worker threads one event loop gives its local store's file operations: each takes
@@ -157,23 +156,7 @@ class LocalStorage:
     def _delete_dir(self, prefix: str) -> int:
         """Delete the objects under ``prefix`` (a folder: one walk, no key listing)."""
         directory = self.root / check_key(prefix.rstrip("/"))
-        deleted = 0
-        for dirpath, dirnames, filenames in os.walk(directory, topdown=False):
-            for name in filenames:
-                try:
-                    os.unlink(os.path.join(dirpath, name))
-                except FileNotFoundError:
-                    continue
-                deleted += not name.startswith(".tmp-")  # a write in flight is no object
-            for name in dirnames:
-                path = os.path.join(dirpath, name)
-                with contextlib.suppress(OSError):
-                    if os.path.islink(path):
-                        os.unlink(path)
-                    else:
-                        os.rmdir(path)
-        with contextlib.suppress(OSError):
-            os.rmdir(directory)
+        deleted = remove_tree(directory)
         self._prune_empty_parents(directory)
         return deleted
 
