@@ -142,8 +142,11 @@ class TreeWatch:
 
     def generation(self) -> int:
         """The number of relevant changes seen so far (the queue is read first): equal
-        numbers at two moments mean nothing watched changed between them."""
+        numbers at two moments mean nothing watched changed between them. A closed
+        watch sees nothing, so it vouches for nothing: each call counts a change."""
         with self._lock:
+            if self._fd < 0:
+                self._generation += 1
             self._drain()
             return self._generation
 

@@ -170,3 +170,12 @@ def test_kinetic_no_watch_walks_every_time(
 
 def test_platform_without_inotify_is_not_an_error() -> None:
     assert (TreeWatch.open() is None) == (not sys.platform.startswith("linux"))
+
+
+def test_a_closed_watch_vouches_for_nothing(tmp_path: Path) -> None:
+    watch = TreeWatch.open()
+    assert watch is not None
+    before = watch.generation()
+    assert watch.generation() == before  # nothing watched, nothing changed
+    watch.close()
+    assert watch.generation() != watch.generation()
