@@ -133,7 +133,9 @@ def _remove_when_gone(scratch: Path) -> None:
         finally:
             os._exit(0)
     os.close(read_end)
-    # ``write_end`` stays open, unused, until this process (and its children) end.
+    # ``write_end`` stays open, unused, until this process and its children end; they
+    # inherit it across exec too (a training script's own subprocesses see the mounts).
+    os.set_inheritable(write_end, True)
 
 
 class _Placer:
