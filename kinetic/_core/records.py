@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, Self
+from typing import Any, Self, TypedDict
+
+from runner import protocol
 
 
 def utcnow_iso() -> str:
@@ -62,3 +65,79 @@ class JobRecord:
     def record(self) -> JobRecord:
         """The plain record (without the subclass's behaviour)."""
         return JobRecord(**{name: getattr(self, name) for name in self.field_names()})
+
+
+# -- what single jobs and batches write alike ----------------------------------------
+
+
+def job_spec(
+    *,
+    job_id: str,
+    func_name: str,
+    payload_sha256: str,
+    context_sha256: str,
+    cwd: str | None,
+    sys_path: list[str],
+    env: Mapping[str, str],
+    output_dir: str,
+    has_data: bool,
+    install: Sequence[str] = (),
+) -> protocol.JobSpec:
+    """The spec the runner reads (``protocol.JobSpec``), for a single job or, under the
+    group's id, for every input of a batch."""
+    spec: protocol.JobSpec = {
+        "format": protocol.FORMAT,
+        "job_id": job_id,
+        "func_name": func_name,
+        "payload_sha256": payload_sha256,
+        "context_key": protocol.context_key(context_sha256),
+        "context_sha256": context_sha256,
+        "cwd": cwd,
+        "sys_path": sys_path,
+        "env": dict(env),
+        "output_dir": output_dir,
+        "has_data": has_data,
+    }
+    if install:
+        spec["install"] = list(install)
+    return spec
+
+
+def shared_handle(
+    *,
+    backend: str,
+    project: str,
+    bucket_name: str,
+    cluster_name: str,
+    zone: str,
+    namespace: str,
+    image_uri: str,
+    accelerator: str,
+    func_name: str,
+    debug: bool,
+) -> protocol.BatchHandleRecord:
+    """The handle fields a job shares with the other inputs of its batch (a batch's
+    manifest keeps them once), stamped now."""
+    return {
+        "backend": backend,
+        "project": project,
+        "bucket_name": bucket_name,
+        "cluster_name": cluster_name,
+        "zone": zone,
+        "namespace": namespace,
+        "image_uri": image_uri,
+        "accelerator": accelerator,
+        "func_name": func_name,
+        "created_at": utcnow_iso(),
+        "debug": debug,
+    }
+
+
+class JobNames(TypedDict):
+    k8s_name: str
+    display_name: str
+
+
+def job_names(job_id: str, func_name: str) -> JobNames:
+    """A job's Kubernetes object name and its display name."""
+    return {"k8s_name": f"kinetic-{job_id}", "display_name": f"kinetic-{func_name}-{job_id}"}

@@ -34,6 +34,7 @@ import anyio.lowlevel
 import anyio.to_thread
 
 from kinetic._backends.base import Backend
+from kinetic._core.records import job_names
 from kinetic._core.status import JobStatus, stopped_report
 from kinetic._engine.batch_runner import BatchRunner, Loaded, runner_for
 from kinetic._engine.handle import JobHandle
@@ -576,8 +577,7 @@ def member_job(manifest: protocol.BatchManifest, index: int) -> JobHandle:
     return JobHandle(
         **manifest["handle"],
         job_id=job_id,
-        k8s_name=f"kinetic-{job_id}",
-        display_name=f"kinetic-{manifest['func_name']}-{job_id}",
+        **job_names(job_id, manifest["func_name"]),
         group_id=group_id,
         group_kind="map",
         group_index=index,

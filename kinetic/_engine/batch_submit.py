@@ -29,7 +29,7 @@ from kinetic._core.config import Settings, capture_env
 from kinetic._core.ids import check_group_id, new_group_id
 from kinetic._core.image_spec import JobImage
 from kinetic._core.inputs import MapOptions, chunk_size, to_call
-from kinetic._core.records import utcnow_iso
+from kinetic._core.records import job_spec, shared_handle, utcnow_iso
 from kinetic._engine import runtime, targets
 from kinetic._engine.batch import BatchHandle
 from kinetic._engine.batch_runner import runner_for
@@ -352,21 +352,18 @@ async def _record(
         place = targets.target_for(backend).placement(settings, group_id, None)
         output_dir = opts.output_dir or f"gs://{place.bucket_name}/outputs"
         bucket_name, cluster_name, zone = place.bucket_name, place.cluster_name, place.zone
-    spec: protocol.JobSpec = {
-        "format": protocol.FORMAT,
-        "job_id": group_id,
-        "func_name": func_name,
-        "payload_sha256": hashlib.sha256(fn_bytes).hexdigest(),
-        "context_key": protocol.context_key(archive.sha256),
-        "context_sha256": archive.sha256,
-        "cwd": cwd,
-        "sys_path": sys_path,
-        "env": _captured_env(opts),
-        "output_dir": output_dir,
-        "has_data": data.has_data,
-    }
-    if image.install:
-        spec["install"] = list(image.install)
+    spec = job_spec(
+        job_id=group_id,
+        func_name=func_name,
+        payload_sha256=hashlib.sha256(fn_bytes).hexdigest(),
+        context_sha256=archive.sha256,
+        cwd=cwd,
+        sys_path=sys_path,
+        env=_captured_env(opts),
+        output_dir=output_dir,
+        has_data=data.has_data,
+        install=image.install,
+    )
     manifest: protocol.BatchManifest = {
         "format": protocol.FORMAT,
         "group_id": group_id,
@@ -381,19 +378,18 @@ async def _record(
         "created_at": utcnow_iso(),
         "options": map_opts.record(default_pool),
         "spec": spec,
-        "handle": {
-            "backend": backend.name,
-            "project": settings.project or "",
-            "bucket_name": bucket_name,
-            "cluster_name": cluster_name,
-            "zone": zone,
-            "namespace": settings.namespace,
-            "image_uri": image.uri,
-            "accelerator": accel.name,
-            "func_name": func_name,
-            "created_at": utcnow_iso(),
-            "debug": opts.debug,
-        },
+        "handle": shared_handle(
+            backend=backend.name,
+            project=settings.project or "",
+            bucket_name=bucket_name,
+            cluster_name=cluster_name,
+            zone=zone,
+            namespace=settings.namespace,
+            image_uri=image.uri,
+            accelerator=accel.name + (":spot" if accel.spot else ""),
+            func_name=func_name,
+            debug=opts.debug,
+        ),
     }
     if not local:
         manifest["gke"] = {

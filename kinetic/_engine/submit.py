@@ -30,7 +30,7 @@ from kinetic._core import accelerators
 from kinetic._core.config import Settings, capture_env
 from kinetic._core.ids import new_job_id
 from kinetic._core.image_spec import execution_mode
-from kinetic._core.records import utcnow_iso
+from kinetic._core.records import job_names, job_spec, shared_handle
 from kinetic._engine import runtime, targets
 from kinetic._engine.data_refs import holds_data, prepare_data
 from kinetic._engine.handle import JobHandle
@@ -322,40 +322,37 @@ async def submit(
         target.discard(backend, job_id)
         raise
 
-    spec: protocol.JobSpec = {
-        "format": protocol.FORMAT,
-        "job_id": job_id,
-        "func_name": func_name,
-        "payload_sha256": packed.payload_sha256,
-        "context_key": protocol.context_key(archive.sha256),
-        "context_sha256": archive.sha256,
-        "cwd": where.cwd,
-        "sys_path": where.sys_path,
-        "env": env,
-        "output_dir": output_dir,
-        "has_data": has_data,
-    }
+    spec = job_spec(
+        job_id=job_id,
+        func_name=func_name,
+        payload_sha256=packed.payload_sha256,
+        context_sha256=archive.sha256,
+        cwd=where.cwd,
+        sys_path=where.sys_path,
+        env=env,
+        output_dir=output_dir,
+        has_data=has_data,
+        install=image.install,
+    )
     if opts.volumes and backend.name == "local":
         spec["private_volumes"] = True
-    if image.install:
-        spec["install"] = list(image.install)
     if debug_wait is not None:
         spec["debug"] = {"wait": debug_wait, "source_root": str(root)}
     handle = JobHandle(
+        **shared_handle(
+            backend=backend.name,
+            project=settings.project or "",
+            bucket_name=place.bucket_name,
+            cluster_name=place.cluster_name,
+            zone=place.zone,
+            namespace=settings.namespace,
+            image_uri=image.uri,
+            accelerator=accel.name + (":spot" if accel.spot else ""),
+            func_name=func_name,
+            debug=opts.debug,
+        ),
         job_id=job_id,
-        backend=backend.name,
-        project=settings.project or "",
-        cluster_name=place.cluster_name,
-        zone=place.zone,
-        namespace=settings.namespace,
-        bucket_name=place.bucket_name,
-        k8s_name=f"kinetic-{job_id}",
-        image_uri=image.uri,
-        accelerator=accel.name + (":spot" if accel.spot else ""),
-        func_name=func_name,
-        display_name=f"kinetic-{func_name}-{job_id}",
-        created_at=utcnow_iso(),
-        debug=opts.debug,
+        **job_names(job_id, func_name),
     )
     objects = {
         protocol.payload_key(job_id): packed.payload,

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from kinetic._core.inputs import MapOptions
+from kinetic._engine.handle import JobHandle
 from kinetic._exceptions import ConfigError
 from runner import protocol
 from runner.pool_book import PoolOptions, stop_kills
@@ -170,3 +171,52 @@ def test_map_options_are_frozen_with_a_private_copy_of_the_tags() -> None:
 def test_invalid_map_options_raise_config_errors(kwargs: dict[str, Any], match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         MapOptions(**kwargs)
+
+
+def test_single_jobs_and_batches_share_one_spec_and_handle_builder() -> None:
+    from kinetic._core.records import job_names, job_spec, shared_handle
+
+    spec = job_spec(
+        job_id="job-1",
+        func_name="f",
+        payload_sha256="a" * 64,
+        context_sha256="b" * 64,
+        cwd=None,
+        sys_path=[""],
+        env={"K": "V"},
+        output_dir="/out",
+        has_data=False,
+        install=["numpy==2.0"],
+    )
+    assert spec["context_key"] == protocol.context_key("b" * 64)
+    assert spec["install"] == ["numpy==2.0"]
+    assert "install" not in job_spec(**{**spec_args(), "install": ()})
+    shared = shared_handle(
+        backend="gke",
+        project="p",
+        bucket_name="b",
+        cluster_name="c",
+        zone="z",
+        namespace="default",
+        image_uri="img",
+        accelerator="l4:spot",
+        func_name="f",
+        debug=False,
+    )
+    handle = JobHandle(**shared, job_id="job-1", **job_names("job-1", "f"))
+    assert (handle.k8s_name, handle.display_name) == ("kinetic-job-1", "kinetic-f-job-1")
+    assert handle.accelerator == "l4:spot"  # a batch's inputs keep ":spot" as single jobs do
+
+
+def spec_args() -> dict[str, Any]:
+    return {
+        "job_id": "g",
+        "func_name": "f",
+        "payload_sha256": "a" * 64,
+        "context_sha256": "b" * 64,
+        "cwd": None,
+        "sys_path": [],
+        "env": {},
+        "output_dir": "/out",
+        "has_data": False,
+    }
