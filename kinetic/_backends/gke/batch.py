@@ -43,7 +43,7 @@ whose Job was deleted while it ran is run again.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -51,6 +51,7 @@ import anyio
 import cloudpickle
 
 from kinetic._backends.base import BatchEvents, InputActivity, JobRef, Loaded, input_index
+from kinetic._backends.gke.engine import GroupEngine
 from kinetic._core import accelerators, batch_plan, k8s_spec, k8s_status
 from kinetic._exceptions import ObjectNotFoundError
 from kinetic._storage.base import Storage
@@ -65,39 +66,20 @@ log = logging.getLogger(__name__)
 _IO_CONCURRENCY = 16
 
 
-class GKEBatches:
+class GKEBatches(GroupEngine["_Driver"]):
     """The per-input batch engine of one backend (a
     :class:`~kinetic._backends.base.BatchRunner`)."""
 
-    def __init__(self, backend: GKEBackend) -> None:
-        self.backend = backend
-        self._drivers: dict[str, _Driver] = {}
-
-    @property
-    def storage(self) -> Storage:
-        return self.backend.storage
+    def _new_follower(self, group_id: str) -> _Driver:
+        return _Driver(self.backend, group_id)
 
     def driver(self, group_id: str) -> _Driver:
         """This process's driver of the batch (one per batch and backend)."""
-        found = self._drivers.get(group_id)
-        if found is None:
-            found = self._drivers[group_id] = _Driver(self.backend, group_id)
-        return found
+        return self.follower(group_id)
 
     async def launch(self, group_id: str) -> None:
         """Create the first Jobs of a freshly recorded batch (nothing else of it runs)."""
         await self.driver(group_id).start_fresh()
-
-    async def follow(self, group_id: str, known: Collection[int]) -> AsyncIterator[BatchEvents]:
-        driver = self.driver(group_id)
-        while True:
-            yield await driver.step(known)
-
-    async def snapshot(self, group_id: str, known: Collection[int]) -> BatchEvents:
-        return await self.driver(group_id).snapshot(known)
-
-    async def load_many(self, group_id: str, indices: list[int]) -> Loaded:
-        return await self.driver(group_id).load_many(indices)
 
     async def cancel(self, group_id: str) -> bool:
         await self.driver(group_id).stop_batch("cancelled", "the batch was cancelled", kill=True)
@@ -108,9 +90,6 @@ class GKEBatches:
         await self.backend.client.delete_jobs(namespace, k8s_spec.group_selector(group_id))
 
     # -- one input (see kinetic._backends.base.BatchRunner) ----------------------------
-
-    async def read_stop(self, group_id: str) -> protocol.StopRecord | None:
-        return await self.driver(group_id).read_stop()
 
     async def input_activity(self, job: JobRef) -> InputActivity:
         """Running while a Job of the input exists."""

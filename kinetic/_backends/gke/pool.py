@@ -45,6 +45,7 @@ import cloudpickle
 
 from kinetic._backends.base import BatchEvents, InputActivity, JobRef, Loaded, input_index
 from kinetic._backends.gke.batch import GKEBatches, _first_error, read_outcomes, read_stop
+from kinetic._backends.gke.engine import GroupEngine
 from kinetic._core import accelerators, k8s_spec, pool_plan
 from kinetic._exceptions import ObjectNotFoundError
 from kinetic._storage.base import Storage
@@ -58,24 +59,12 @@ log = logging.getLogger(__name__)
 _IO_CONCURRENCY = 16
 
 
-class GKEPool:
+class GKEPool(GroupEngine["_Follower"]):
     """The worker-pool batch engine of one backend (a
     :class:`~kinetic._backends.base.BatchRunner`)."""
 
-    def __init__(self, backend: GKEBackend) -> None:
-        self.backend = backend
-        self._followers: dict[str, _Follower] = {}
-
-    @property
-    def storage(self) -> Storage:
-        return self.backend.storage
-
-    def follower(self, group_id: str) -> _Follower:
-        """This process's follower of the batch (one per batch and backend)."""
-        found = self._followers.get(group_id)
-        if found is None:
-            found = self._followers[group_id] = _Follower(self.backend, group_id)
-        return found
+    def _new_follower(self, group_id: str) -> _Follower:
+        return _Follower(self.backend, group_id)
 
     async def launch(self, group_id: str) -> None:
         """Create the batch's Job (idempotent: it exists already is success).
@@ -83,17 +72,6 @@ class GKEPool:
         :raises ConfigError: the namespace does not exist.
         """
         await self.follower(group_id).create_job()
-
-    async def follow(self, group_id: str, known: Collection[int]) -> AsyncIterator[BatchEvents]:
-        follower = self.follower(group_id)
-        while True:
-            yield await follower.step(known)
-
-    async def snapshot(self, group_id: str, known: Collection[int]) -> BatchEvents:
-        return await self.follower(group_id).snapshot(known)
-
-    async def load_many(self, group_id: str, indices: list[int]) -> Loaded:
-        return await self.follower(group_id).load_many(indices)
 
     async def cancel(self, group_id: str) -> bool:
         record = protocol.stop_record("cancelled", "the batch was cancelled")
@@ -105,9 +83,6 @@ class GKEPool:
         await follower.delete_pool()
 
     # -- one input (see kinetic._backends.base.BatchRunner) ----------------------------
-
-    async def read_stop(self, group_id: str) -> protocol.StopRecord | None:
-        return await self.follower(group_id).read_stop()
 
     async def input_activity(self, job: JobRef) -> InputActivity:
         """Running while a live claim holds the input."""

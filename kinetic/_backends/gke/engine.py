@@ -1,0 +1,70 @@
+"""What the GKE backend's two batch engines share: one follower of each batch per
+process, asked for its events, snapshots, outcomes and stop record.
+
+:class:`~kinetic._backends.gke.batch.GKEBatches` (one Job per input) and
+:class:`~kinetic._backends.gke.pool.GKEPool` (a worker pool) differ in how a batch
+advances (their followers) and in the answers about one input; the rest is here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Collection
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
+
+from kinetic._backends.base import BatchEvents, Loaded
+from kinetic._storage.base import Storage
+from runner import protocol
+
+if TYPE_CHECKING:
+    from kinetic._backends.gke.backend import GKEBackend
+
+
+class Follower(Protocol):
+    """One process's view of one batch, kept current by its engine."""
+
+    async def step(self, known: Collection[int]) -> BatchEvents: ...
+
+    async def snapshot(self, known: Collection[int]) -> BatchEvents: ...
+
+    async def load_many(self, indices: list[int]) -> Loaded: ...
+
+    async def read_stop(self) -> protocol.StopRecord | None: ...
+
+
+F = TypeVar("F", bound=Follower)
+
+
+class GroupEngine(Generic[F]):
+    """A batch engine of one backend: one follower per batch (made on first use)."""
+
+    def __init__(self, backend: GKEBackend) -> None:
+        self.backend = backend
+        self._followers: dict[str, F] = {}
+
+    def _new_follower(self, group_id: str) -> F:
+        raise NotImplementedError
+
+    @property
+    def storage(self) -> Storage:
+        return self.backend.storage
+
+    def follower(self, group_id: str) -> F:
+        """This process's follower of the batch (one per batch and backend)."""
+        found = self._followers.get(group_id)
+        if found is None:
+            found = self._followers[group_id] = self._new_follower(group_id)
+        return found
+
+    async def follow(self, group_id: str, known: Collection[int]) -> AsyncIterator[BatchEvents]:
+        follower = self.follower(group_id)
+        while True:
+            yield await follower.step(known)
+
+    async def snapshot(self, group_id: str, known: Collection[int]) -> BatchEvents:
+        return await self.follower(group_id).snapshot(known)
+
+    async def load_many(self, group_id: str, indices: list[int]) -> Loaded:
+        return await self.follower(group_id).load_many(indices)
+
+    async def read_stop(self, group_id: str) -> protocol.StopRecord | None:
+        return await self.follower(group_id).read_stop()
