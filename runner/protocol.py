@@ -432,12 +432,14 @@ def parse_member_job_id(job_id: str) -> tuple[str, int] | None:
     """``(group_id, index)`` of a batch input's job id (:func:`member_job_id`), or None
     for an id that cannot be one (a single job's ids are shorter)."""
     digits = job_id.removeprefix("job-")
-    if len(digits) != 20 or not job_id.startswith("job-"):
+    # The index is always the last digits; the group id (8 or more digits) the rest.
+    if len(digits) < 8 + _INDEX_DIGITS or not job_id.startswith("job-"):
         return None
     try:
-        return f"grp-{digits[:12]}", int(digits[12:], 16)
+        int(digits, 16)
     except ValueError:
         return None
+    return f"grp-{digits[:-_INDEX_DIGITS]}", int(digits[-_INDEX_DIGITS:], 16)
 
 
 def member_attempt_id(group_id: str, index: int, attempt: int) -> str:

@@ -220,3 +220,15 @@ def spec_args() -> dict[str, Any]:
         "output_dir": "/out",
         "has_data": False,
     }
+
+
+@pytest.mark.parametrize("group_id", ["grp-0123abcd", "grp-0123456789ab", "grp-" + "f" * 24])
+def test_a_member_job_id_names_its_batch_and_input(group_id: str) -> None:
+    for index in (0, 7, 4095):
+        job_id = protocol.member_job_id(group_id, index)
+        assert protocol.parse_member_job_id(job_id) == (group_id, index)
+
+
+@pytest.mark.parametrize("job_id", ["job-1d902d8c", "job-xyz", "grp-0123456789ab00000000", ""])
+def test_other_ids_are_no_member_ids(job_id: str) -> None:
+    assert protocol.parse_member_job_id(job_id) is None
