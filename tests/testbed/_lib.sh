@@ -49,6 +49,16 @@ alive() {
     [[ $arg0 == "$exe" ]]
 }
 
+# 0 while NAME's recorded pid is a live process, whatever it runs yet: just after
+# `start`, it may still be the shell's fork or `setsid`, before it execs the binary
+# (`alive` would call it dead; `wait_for` must not). A zombie is not running.
+running() {
+    local pid state
+    pid=$(pid_of "$1") || return 1
+    state=$(sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null | cut -d' ' -f1) || return 1
+    [[ -n $state && $state != Z && $state != X ]]
+}
+
 # start NAME EXE ARGS... : plain background command, own session, own pid file.
 start() {
     local name=$1
@@ -99,7 +109,7 @@ wait_for() {
     shift 3
     local deadline=$((SECONDS + timeout))
     until "$@" >/dev/null 2>&1; do
-        if [[ -n $name ]] && ! alive "$name"; then
+        if [[ -n $name ]] && ! running "$name"; then
             fail_component "$name" "exited while waiting for $what"
         fi
         ((SECONDS < deadline)) || fail_component "$name" "timed out after ${timeout}s waiting for $what"
