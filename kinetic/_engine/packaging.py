@@ -187,7 +187,9 @@ def context_archive(
         lacks the bytes).
     :raises ConfigError: when the archive would exceed ``KINETIC_MAX_CONTEXT_MB``.
     """
-    watched = _root_watch(Path(os.path.realpath(root)))
+    watched = (
+        None if os.environ.get("KINETIC_NO_WATCH") else _root_watch(Path(os.path.realpath(root)))
+    )
     if watched is None:
         return _walked_archive(root, exclude, rebuild, None)[0]
     key = frozenset(map(str, exclude))
@@ -253,7 +255,7 @@ def _root_watch(root: Path) -> _WatchedRoot | None:
     with _WATCHED_LOCK:
         if root in _WATCHED_ROOTS:
             return _WATCHED_ROOTS[root]
-        watch = None if os.environ.get("KINETIC_NO_WATCH") else TreeWatch.open()
+        watch = TreeWatch.open()
         watched = _WatchedRoot(watch) if watch is not None else None
         _WATCHED_ROOTS[root] = watched
         while len(_WATCHED_ROOTS) > _MAX_WATCHED_ROOTS:
