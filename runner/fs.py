@@ -110,3 +110,21 @@ def iter_files(root: Path) -> Iterator[Path]:
 def _unlink_quietly(path: str) -> None:
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
+
+
+def lock_held(path: Path) -> bool:
+    """Whether a process holds an exclusive ``flock`` on ``path`` (a live launcher or
+    supervisor: the kernel drops the lock when it dies). Blocking but instant."""
+    import fcntl
+
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False

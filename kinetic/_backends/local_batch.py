@@ -9,7 +9,6 @@ supervisor runs is answered by its ``flock``, which the kernel drops when it die
 
 from __future__ import annotations
 
-import fcntl
 import os
 import sys
 from array import array
@@ -29,6 +28,7 @@ from kinetic._exceptions import BackendError, ObjectNotFoundError
 from kinetic._storage.local import LocalStorage
 from runner import protocol, results_log
 from runner.batch import socket_address
+from runner.fs import lock_held
 from runner.gpu_lease import group_wait_key
 
 __all__ = [
@@ -200,18 +200,7 @@ class LocalBatches:
 
     def supervisor_running(self, group_id: str) -> bool:
         """Whether a supervisor holds the batch's lock. Blocking but instant."""
-        lock_path = self.group_dir(group_id) / "supervisor.lock"
-        try:
-            fd = os.open(lock_path, os.O_RDONLY)
-        except FileNotFoundError:
-            return False
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        finally:
-            os.close(fd)
-        return False
+        return lock_held(self.group_dir(group_id) / "supervisor.lock")
 
     async def connect(self, group_id: str) -> anyio.abc.SocketStream | None:
         """A stream of the supervisor's events, or None when no supervisor listens."""

@@ -17,7 +17,6 @@ reason is logged once per process. Everything here blocks: call it from a worker
 
 from __future__ import annotations
 
-import fcntl
 import json
 import logging
 import os
@@ -31,6 +30,7 @@ from typing import Any
 
 from kinetic._backends._process import ProcessRef, is_alive, spawn_detached
 from kinetic._exceptions import BackendError
+from runner.fs import lock_held
 from runner.launcher import PROTOCOL, launcher_dir, launcher_tag, socket_address
 
 logger = logging.getLogger("kinetic")
@@ -192,7 +192,7 @@ def _start(root: Path, tag: str, executable: str, env: Mapping[str, str]) -> Non
             if probe is not None:
                 probe.close()
                 return
-            if not is_alive(ref) and not _lock_held(where / f"{tag}.lock"):
+            if not is_alive(ref) and not lock_held(where / f"{tag}.lock"):
                 break  # ours died, and no other launcher is starting
             time.sleep(delay)
             delay = min(delay * 2, 0.05)
@@ -201,26 +201,12 @@ def _start(root: Path, tag: str, executable: str, env: Mapping[str, str]) -> Non
         raise BackendError(f"the launcher did not start: {tail.strip() or 'no output'}")
 
 
-def _lock_held(path: Path) -> bool:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-    return False
-
-
 def launcher_pid(root: Path, executable: str, env: Mapping[str, str]) -> int | None:
     """The pid of the running launcher of ``root`` for this interpreter and environment,
     or None when none runs (for people and tests; liveness is the lock)."""
     tag = launcher_tag(executable, env)
     where = launcher_dir(root)
-    if not _lock_held(where / f"{tag}.lock"):
+    if not lock_held(where / f"{tag}.lock"):
         return None
     try:
         record = json.loads((where / f"{tag}.json").read_text())

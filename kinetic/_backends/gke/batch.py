@@ -73,20 +73,16 @@ class GKEBatches(GroupEngine["_Driver"]):
     def _new_follower(self, group_id: str) -> _Driver:
         return _Driver(self.backend, group_id)
 
-    def driver(self, group_id: str) -> _Driver:
-        """This process's driver of the batch (one per batch and backend)."""
-        return self.follower(group_id)
-
     async def launch(self, group_id: str) -> None:
         """Create the first Jobs of a freshly recorded batch (nothing else of it runs)."""
-        await self.driver(group_id).start_fresh()
+        await self.follower(group_id).start_fresh()
 
     async def cancel(self, group_id: str) -> bool:
-        await self.driver(group_id).stop_batch("cancelled", "the batch was cancelled", kill=True)
+        await self.follower(group_id).stop_batch("cancelled", "the batch was cancelled", kill=True)
         return True
 
     async def release(self, group_id: str) -> None:
-        namespace = await self.driver(group_id).namespace()
+        namespace = await self.follower(group_id).namespace()
         await self.backend.client.delete_jobs(namespace, k8s_spec.group_selector(group_id))
 
     # -- one input (see kinetic._backends.base.BatchRunner) ----------------------------
@@ -98,7 +94,7 @@ class GKEBatches(GroupEngine["_Driver"]):
 
     async def input_changed(self, job: JobRef) -> None:
         """Drive the batch until an input finished, or it stopped."""
-        driver = self.driver(str(job.group_id))
+        driver = self.follower(str(job.group_id))
         await driver.step(set(driver.done))
 
     async def input_logs(self, job: JobRef) -> str:
@@ -120,7 +116,7 @@ class GKEBatches(GroupEngine["_Driver"]):
 
     async def cancel_input(self, job: JobRef) -> None:
         """Record the input cancelled and delete its Jobs."""
-        driver = self.driver(str(job.group_id))
+        driver = self.follower(str(job.group_id))
         payload = protocol.result_payload(success=False, error="cancelled")
         await driver.write_outcome(
             input_index(job), protocol.cancelled_header(), bytes(cloudpickle.dumps(payload))
