@@ -57,6 +57,7 @@ from tenacity import (
 )
 
 from kinetic._exceptions import ConfigError, KineticError, ObjectNotFoundError, StorageError
+from kinetic._net import tls_closing_connector
 from kinetic._storage.base import DEFAULT_TIMEOUT, TRANSFER_TIMEOUT, check_key
 from runner.fs import make_private_dirs
 
@@ -151,7 +152,9 @@ class GCSStorage:
         if self._client is None:
             if self._session is None:
                 # Per-request timeouts are passed on every call; no session-wide cap.
-                self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None))
+                self._session = aiohttp.ClientSession(
+                    connector=tls_closing_connector(), timeout=aiohttp.ClientTimeout(total=None)
+                )
             self._client = _GCloudStorage(session=self._session)
         return self._client
 

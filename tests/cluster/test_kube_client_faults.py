@@ -8,6 +8,9 @@ connection first. Our client must retry 429/5xx/resets with a bound, give up wit
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import gc
 import json
 import socket
 import ssl
@@ -30,10 +33,14 @@ from tests import fix_cluster
 
 pytestmark = pytest.mark.cluster
 
+STALL = 3.0
+
 
 @dataclass
 class FaultProxy:
-    """``plan`` is consumed one entry per request: an int status, "reset", or "pass"."""
+    """``plan`` is consumed one entry per request: an int status, "reset", "stall", or
+    "pass". "stall" answers with the first chunk of a watch, then stops reading the
+    connection (so a TLS close from the client is never answered) for a few seconds."""
 
     url: str
     upstream: str
@@ -58,6 +65,16 @@ def _serve(proxy: FaultProxy, port: int, cert: Path, key: Path, ready: threading
             if transport is not None:
                 transport.abort()  # the connection drops without an answer
             return web.Response(status=500)
+        if action == "stall":
+            response = web.StreamResponse()
+            await response.prepare(request)
+            await response.write(b'{"type": "ADDED", "object": {}}\n')
+            transport = request.transport
+            if transport is not None:
+                transport.pause_reading()
+                await asyncio.sleep(STALL)
+                transport.abort()  # paused, it would never see the client go
+            return response
         if isinstance(action, int):
             body = {"kind": "Status", "code": action, "message": f"injected {action}"}
             headers = {"Retry-After": "0"} if action == 429 else {}
@@ -211,3 +228,32 @@ def test_the_client_side_rate_limit_spaces_requests(fault_proxy: tuple[FaultProx
     assert len(times) == 6
     # 6 requests at 5 per second with a burst of 1 cannot arrive within one second.
     assert times[-1] - times[0] >= 0.9
+
+
+def test_closing_the_client_closes_connections_whose_tls_close_is_never_answered(
+    fault_proxy: tuple[FaultProxy, Path],
+) -> None:
+    # A watch given up half-read ends its connection with a TLS close the server may
+    # never answer. The loop then ends; the socket must have been closed, not left to
+    # the garbage collector (a ResourceWarning, an error in this suite).
+    proxy, kubeconfig = fault_proxy
+    proxy.plan = ["stall"]
+
+    async def go() -> bytes:
+        client = _client(kubeconfig)
+        try:
+            stream = client.stream(
+                "/api/v1/namespaces/default/pods",
+                what="watch pods",
+                query=[("watch", "true")],
+                read_timeout=None,
+            )
+            async with contextlib.aclosing(stream) as chunks:
+                async for chunk in chunks:
+                    return chunk
+            return b""
+        finally:
+            await client.aclose()
+
+    assert b"ADDED" in anyio.run(go)
+    gc.collect()

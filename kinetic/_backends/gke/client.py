@@ -44,6 +44,7 @@ from tenacity import (
 from kinetic._backends.gke.ratelimit import RateLimiter
 from kinetic._core.kube_context import choose_context
 from kinetic._exceptions import BackendError, ConfigError, KineticError
+from kinetic._net import close_tls_firmly
 
 log = logging.getLogger(__name__)
 
@@ -156,7 +157,7 @@ class KubeClient:
             raise
         except (ConfigException, OSError, ValueError, TypeError) as exc:
             raise ConfigError(f"cannot load the Kubernetes configuration: {exc}") from exc
-        return k8s_client.ApiClient(configuration=cfg)
+        return close_tls_firmly(k8s_client.ApiClient(configuration=cfg))
 
     def _choose_context(self, config_file: str) -> str | None:
         """The context of this client's cluster in ``config_file``. Blocking (reads it)."""

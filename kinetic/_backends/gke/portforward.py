@@ -35,6 +35,7 @@ from anyio.abc import ByteStream
 
 from kinetic._core.debug import ForwardError, PortForwardDecoder, encode_data
 from kinetic._exceptions import BackendError
+from kinetic._net import close_tls_firmly
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +86,9 @@ class PodPortForward:
     async def __aenter__(self) -> Self:
         from kubernetes_asyncio.stream import WsApiClient
 
-        self._ws_api = WsApiClient(configuration=self.configuration, heartbeat=self.heartbeat)
+        self._ws_api = close_tls_firmly(
+            WsApiClient(configuration=self.configuration, heartbeat=self.heartbeat)
+        )
         return self
 
     async def __aexit__(
