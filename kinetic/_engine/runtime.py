@@ -4,6 +4,14 @@ Network clients (aiohttp sessions, Kubernetes API clients, watches) belong to
 the loop that created them, so the registry is keyed by the running loop; the
 sync facade's private loop and a user's own loop each get their own. So is the
 limiter of blocking submission work (:func:`blocking_limiter`).
+
+They are closed when their loop ends: ``asyncio.run`` (and ``anyio.run``, and
+``asyncio.Runner``) close the async generators still suspended on a loop before
+closing it (``loop.shutdown_asyncgens()``), and a generator parked at its first
+``yield`` is the one hook asyncio offers a library there (see :func:`_close_at_loop_end`).
+Without it each ``asyncio.run`` that used the GKE backend kept its loop, its clients
+and their sockets until the process ended. The sync facade closes its own loop's
+backends at exit (:func:`aclose_backends`).
 """
 
 from __future__ import annotations
@@ -11,7 +19,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import sys
 import weakref
+from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,7 +43,50 @@ _REGISTRIES = weakref.WeakKeyDictionary()
 
 def _registry() -> dict[tuple[str, ...], Backend]:
     loop = asyncio.get_running_loop()
-    return _REGISTRIES.setdefault(loop, {})
+    registry = _REGISTRIES.get(loop)
+    if registry is None:
+        registry = _REGISTRIES[loop] = {}
+        _close_at_loop_end(loop)
+    return registry
+
+
+_CLOSERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncGenerator[None, None]]
+_CLOSERS = weakref.WeakKeyDictionary()
+
+
+def _close_at_loop_end(loop: asyncio.AbstractEventLoop) -> None:
+    """Have ``loop``'s ``shutdown_asyncgens()`` close its backends (module docstring).
+
+    The closer is started here, without awaiting: its first step only registers it
+    with the loop (the loop's ``firstiter`` hook) and stops at its ``yield``. Its
+    finalizer is a no-op of ours, not the loop's: a loop closed without
+    ``shutdown_asyncgens()`` can close nothing any more, and the loop's finalizer
+    would then fail at exit scheduling work on it.
+    """
+    if loop in _CLOSERS:
+        return
+    closer = _closer()
+    hooks = sys.get_asyncgen_hooks()
+    sys.set_asyncgen_hooks(firstiter=hooks.firstiter, finalizer=_leave_unclosed)
+    try:
+        first = closer.asend(None)
+    finally:
+        sys.set_asyncgen_hooks(*hooks)
+    try:
+        first.send(None)
+    except StopIteration:
+        _CLOSERS[loop] = closer  # parked at its yield; the loop holds it only weakly
+
+
+def _leave_unclosed(closer: AsyncGenerator[None, None]) -> None:
+    """The finalizer of a closer whose loop ended without closing it: nothing to do."""
+
+
+async def _closer() -> AsyncGenerator[None, None]:
+    try:
+        yield
+    finally:
+        await _close_backends()
 
 
 # Blocking steps of submissions (pickling, hashing, stat walks, profile reads) running at
@@ -115,7 +168,9 @@ def _cluster(context: str | None, options: Any) -> Any:
     from kinetic._backends.gke.backend import Cluster
     from kinetic._backends.gke.client import KubeClient
 
-    clusters = _CLUSTERS.setdefault(asyncio.get_running_loop(), {})
+    loop = asyncio.get_running_loop()
+    clusters = _CLUSTERS.setdefault(loop, {})
+    _close_at_loop_end(loop)
     override = os.environ.get(OVERRIDE_ENV) or None
     key = override or context
     cluster = clusters.get(key)
@@ -179,10 +234,19 @@ def _context_key(context: str | None) -> str:
 
 
 async def aclose_backends() -> None:
-    """Close the backends (connections, sessions) of the running loop. Idempotent."""
+    """Close the backends (connections, sessions) of the running loop now, rather than
+    when it ends. Idempotent."""
+    closer = _CLOSERS.pop(asyncio.get_running_loop(), None)
+    if closer is not None:
+        await closer.aclose()  # runs _close_backends
+    else:
+        await _close_backends()
+
+
+async def _close_backends() -> None:
     loop = asyncio.get_running_loop()
-    backends = list(_registry().values())
-    _REGISTRIES.pop(loop, None)
+    _CLOSERS.pop(loop, None)
+    backends = list(_REGISTRIES.pop(loop, {}).values())
     clusters = _CLUSTERS.pop(loop, {})
     for backend in backends:
         with contextlib.suppress(Exception):  # closing one must not keep the others open

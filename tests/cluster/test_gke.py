@@ -165,6 +165,52 @@ print(json.dumps({{"status": h.status().value, "value": h.result(timeout=60, cle
     job.cleanup()
 
 
+def test_each_asyncio_run_closes_the_connections_it_opened(gke: GKETarget) -> None:
+    # An application that runs asyncio.run per task (a script, a CLI, a test suite):
+    # when each loop ends, its Kubernetes and storage clients close with it.
+    job = kinetic.run(**gke.run_args())(square).run_async(5)
+    assert job.result(timeout=120, cleanup=False) == 25
+    code = f"""
+import asyncio, gc, json, os
+from kinetic import aio
+
+def sockets():
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            count += os.readlink(f"/proc/self/fd/{{fd}}").startswith("socket:")
+        except OSError:  # the listing's own descriptor, closed since
+            pass
+    return count
+
+async def look():
+    job = await aio.attach({job.job_id!r}, project={gke.project!r}, cluster={gke.cluster!r},
+                           backend="gke")
+    return [(await job.status()).value, await job.result(timeout=60, cleanup=False)]
+
+seen = []
+for _ in range(4):
+    seen.append(asyncio.run(look()))
+    gc.collect()
+    seen.append(sockets())
+print(json.dumps(seen))
+"""
+    out = subprocess.run(
+        [sys.executable, "-W", "error::ResourceWarning", "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ},
+        cwd=str(REPO),
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "Unclosed" not in out.stderr, out.stderr
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    assert seen == [["SUCCEEDED", 25], 0] * 4
+    job.cleanup()
+
+
 @pytest.mark.parametrize(
     ("accelerator", "platform"), [("l4", "cuda"), ("tpu-v5litepod-4", "tpu"), ("cpu:1", "cpu")]
 )
