@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import urllib.request
 import uuid
 from dataclasses import dataclass
@@ -38,6 +39,22 @@ REPO = Path(__file__).resolve().parent.parent
 TESTBED = REPO / "tests" / "testbed"
 START_GRACE = "4"
 """Seconds a job may be unable to start before it fails, in this tier."""
+
+
+def run_python(code: str, *flags: str) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in a fresh interpreter (this one's, with ``flags``) from the
+    repository, as another process of the user would; fails the test unless it exits 0."""
+    out = subprocess.run(
+        [sys.executable, *flags, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ},
+        cwd=str(REPO),
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    return out
 
 
 def cache_dir() -> Path:

@@ -11,7 +11,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 
@@ -20,7 +19,7 @@ import pytest
 
 import kinetic
 from kinetic import JobStatus
-from tests.fix_cluster import REPO, GKETarget
+from tests.fix_cluster import GKETarget, run_python
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(240)]
 
@@ -150,16 +149,7 @@ ids = [j.job_id for j in kinetic.list_jobs(project={gke.project!r}, cluster={gke
 print(json.dumps({{"status": h.status().value, "value": h.result(timeout=60, cleanup=False),
                   "ids": ids}}))
 """
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ},
-        cwd=str(REPO),
-        check=False,
-    )
-    assert out.returncode == 0, out.stderr
+    out = run_python(code)
     seen = json.loads(out.stdout.strip().splitlines()[-1])
     assert seen == {"status": "SUCCEEDED", "value": 16, "ids": [job.job_id]}
     job.cleanup()
@@ -195,16 +185,7 @@ for _ in range(4):
     seen.append(sockets())
 print(json.dumps(seen))
 """
-    out = subprocess.run(
-        [sys.executable, "-W", "error::ResourceWarning", "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ},
-        cwd=str(REPO),
-        check=False,
-    )
-    assert out.returncode == 0, out.stderr
+    out = run_python(code, "-W", "error::ResourceWarning")
     assert "Unclosed" not in out.stderr, out.stderr
     seen = json.loads(out.stdout.strip().splitlines()[-1])
     assert seen == [["SUCCEEDED", 25], 0] * 4

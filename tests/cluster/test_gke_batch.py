@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import threading
 import time
 from collections import Counter
@@ -22,7 +21,7 @@ import pytest
 import kinetic
 from kinetic import JobStatus
 from kinetic._engine import runtime
-from tests.fix_cluster import REPO, GKETarget
+from tests.fix_cluster import GKETarget, run_python
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(240)]
 
@@ -183,16 +182,7 @@ batch = fn.run_async_map(range(5), max_concurrent=2, pod_per_input=True)
 print(batch.group_id, flush=True)
 os._exit(0)
 """
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ},
-        cwd=str(REPO),
-        check=False,
-    )
-    assert out.returncode == 0, out.stderr
+    out = run_python(code)
     group_id = out.stdout.strip().splitlines()[-1]
     batch = kinetic.attach_batch(group_id, project=gke.project, cluster=gke.cluster, backend="gke")
     assert batch.results(timeout=180) == [i * i for i in range(5)]

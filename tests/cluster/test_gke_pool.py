@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
 from collections import Counter
 from typing import Any
@@ -20,7 +19,7 @@ import kinetic
 from kinetic import JobStatus
 from kinetic._engine import runtime
 from tests.cluster.test_gke_batch import batch_jobs, batch_pods
-from tests.fix_cluster import REPO, GKETarget
+from tests.fix_cluster import GKETarget, run_python
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 
@@ -128,16 +127,7 @@ batch = fn.run_async_map(range(30), max_concurrent=2)
 print(batch.group_id, flush=True)
 os._exit(0)
 """
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ},
-        cwd=str(REPO),
-        check=False,
-    )
-    assert out.returncode == 0, out.stderr
+    out = run_python(code)
     group_id = out.stdout.strip().splitlines()[-1]
     # Nobody follows the batch: the pool finishes it alone (its Job completes).
     deadline = time.monotonic() + 180
