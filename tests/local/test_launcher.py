@@ -82,7 +82,10 @@ def live_launchers(root: Path) -> list[int]:
     pids = []
     for record in sorted((root / "launcher").glob("*.json")):
         lock = record.with_suffix(".lock")
-        fd = os.open(lock, os.O_RDONLY)
+        try:
+            fd = os.open(lock, os.O_RDONLY)
+        except FileNotFoundError:  # removed: that launcher stops serving
+            continue
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -329,3 +332,38 @@ def test_a_malformed_request_does_not_stop_the_launcher(launchers: Path) -> None
     finally:
         proc.terminate()
         proc.communicate(timeout=10)
+
+
+def test_jobs_share_the_launchers_session_and_a_paused_one_outlives_it(
+    project: Path, launchers: Path, tmp_path: Path
+) -> None:
+    # All jobs of a root share the launcher's session, each in a process group of its
+    # own: where the kernel shares CPU time by session (autogroup), a hundred jobs then
+    # take one share beside the submitting application, not a hundred.
+    import jobs  # type: ignore[import-not-found]
+
+    from runner.launcher import socket_address
+
+    go = tmp_path / "go"
+    job = kinetic.run()(jobs.wait_for).run_async(str(go))
+    ref = leader(launchers, job.job_id)
+    [launcher] = live_launchers(launchers)
+    assert os.getsid(ref["pid"]) == os.getsid(launcher) != os.getsid(0)
+    assert os.getpgid(ref["pid"]) == ref["pgid"] == ref["pid"]
+    # Paused, the job must outlive the launcher stopping (here: its lock file removed).
+    # A launcher that left at once would orphan the job's stopped process group, and the
+    # kernel would end it with SIGHUP.
+    os.killpg(ref["pgid"], signal.SIGSTOP)
+    lock = next((launchers / "launcher").glob("*.lock"))
+    lock.unlink()
+    # Until it no longer listens (not by connecting: a request would keep it serving).
+    name = "@" + socket_address(launchers, lock.stem)[1:].decode()
+    deadline = time.monotonic() + 30
+    while name in Path("/proc/net/unix").read_text().split():
+        assert time.monotonic() < deadline, "the launcher kept serving without its lock"
+        time.sleep(0.05)
+    assert alive(launcher), "the launcher left before its job"
+    os.killpg(ref["pgid"], signal.SIGCONT)
+    go.touch()
+    assert job.result(timeout=60)[1] == ref["pid"]
+    assert wait_gone(launcher), "the launcher stayed after its last job"
