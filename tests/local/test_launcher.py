@@ -354,16 +354,19 @@ def test_jobs_share_the_launchers_session_and_a_paused_one_outlives_it(
     # A launcher that left at once would orphan the job's stopped process group, and the
     # kernel would end it with SIGHUP.
     os.killpg(ref["pgid"], signal.SIGSTOP)
-    lock = next((launchers / "launcher").glob("*.lock"))
-    lock.unlink()
-    # Until it no longer listens (not by connecting: a request would keep it serving).
-    name = "@" + socket_address(launchers, lock.stem)[1:].decode()
-    deadline = time.monotonic() + 30
-    while name in Path("/proc/net/unix").read_text().split():
-        assert time.monotonic() < deadline, "the launcher kept serving without its lock"
-        time.sleep(0.05)
-    assert alive(launcher), "the launcher left before its job"
-    os.killpg(ref["pgid"], signal.SIGCONT)
-    go.touch()
+    try:
+        lock = next((launchers / "launcher").glob("*.lock"))
+        lock.unlink()
+        # Until it no longer listens (not by connecting: a request would keep it serving).
+        name = "@" + socket_address(launchers, lock.stem)[1:].decode()
+        deadline = time.monotonic() + 30
+        while name in Path("/proc/net/unix").read_text().split():
+            assert time.monotonic() < deadline, "the launcher kept serving without its lock"
+            time.sleep(0.05)
+        assert alive(launcher), "the launcher left before its job"
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # never leave a stopped job behind
+            os.killpg(ref["pgid"], signal.SIGCONT)
+        go.touch()
     assert job.result(timeout=60)[1] == ref["pid"]
     assert wait_gone(launcher), "the launcher stayed after its last job"
