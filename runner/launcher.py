@@ -64,7 +64,7 @@ import threading
 import time
 import traceback
 import types
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -146,11 +146,14 @@ class _Launcher:
 
     def outlive_leaders(self) -> None:
         """Block until every leader this launcher forked has exited (module docstring)."""
+        pidfd_open: Callable[[int], int] | None = getattr(os, "pidfd_open", None)  # Linux 5.3+
         pending = []
         for pid, ticks in self.leaders.items():
+            if pidfd_open is None:  # nothing to wait with: leave at once, as before
+                break
             try:
-                fd = os.pidfd_open(pid)
-            except OSError:  # gone already
+                fd = pidfd_open(pid)
+            except OSError:  # gone already (or no pidfds on this kernel)
                 continue
             if _start_ticks(pid) != ticks:  # the pid is another process's now
                 os.close(fd)
