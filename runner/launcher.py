@@ -147,10 +147,10 @@ class _Launcher:
     def outlive_leaders(self) -> None:
         """Block until every leader this launcher forked has exited (module docstring)."""
         pidfd_open: Callable[[int], int] | None = getattr(os, "pidfd_open", None)  # Linux 5.3+
+        if pidfd_open is None:  # nothing to wait with: leave at once, as before
+            return
         pending = []
         for pid, ticks in self.leaders.items():
-            if pidfd_open is None:  # nothing to wait with: leave at once, as before
-                break
             try:
                 fd = pidfd_open(pid)
             except OSError:  # gone already (or no pidfds on this kernel)
