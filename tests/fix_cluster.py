@@ -41,6 +41,17 @@ START_GRACE = "4"
 """Seconds a job may be unable to start before it fails, in this tier."""
 
 
+def create_bucket(emulator: str, project: str, name: str) -> None:
+    """Create bucket ``name`` of ``project`` on the GCS emulator at ``emulator``."""
+    req = urllib.request.Request(
+        f"{emulator}/storage/v1/b?project={project}",
+        data=json.dumps({"name": name}).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    urllib.request.urlopen(req, timeout=10).close()
+
+
 def run_python(code: str, *flags: str) -> subprocess.CompletedProcess[str]:
     """Run ``code`` in a fresh interpreter (this one's, with ``flags``) from the
     repository, as another process of the user would; fails the test unless it exits 0."""
@@ -182,13 +193,7 @@ def gke(testbed: Testbed, runner_image: str, monkeypatch: pytest.MonkeyPatch) ->
     project, cluster = "kt", f"c{uuid.uuid4().hex[:10]}"
     bucket = f"{project}-kn-{cluster}-jobs"
     emulator = env["STORAGE_EMULATOR_HOST"]
-    req = urllib.request.Request(
-        f"{emulator}/storage/v1/b?project={project}",
-        data=json.dumps({"name": bucket}).encode(),
-        headers={"Content-Type": "application/json"},
-        method="POST",
-    )
-    urllib.request.urlopen(req, timeout=10).close()
+    create_bucket(emulator, project, bucket)
     return GKETarget(
         project=project,
         cluster=cluster,

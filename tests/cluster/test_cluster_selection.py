@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 import kinetic
-from tests.fix_cluster import GKETarget
+from tests.fix_cluster import GKETarget, create_bucket
 
 pytestmark = pytest.mark.cluster
 
@@ -46,16 +46,6 @@ def _kubeconfig(gke: GKETarget, tmp_path: Path, dead_cluster: str) -> Path:
     return path
 
 
-def _create_bucket(gke: GKETarget, name: str) -> None:
-    req = urllib.request.Request(
-        f"{gke.emulator}/storage/v1/b?project={gke.project}",
-        data=json.dumps({"name": name}).encode(),
-        headers={"Content-Type": "application/json"},
-        method="POST",
-    )
-    urllib.request.urlopen(req, timeout=10).close()
-
-
 def _objects(gke: GKETarget, bucket: str) -> list[str]:
     url = f"{gke.emulator}/storage/v1/b/{bucket}/o"
     with urllib.request.urlopen(url, timeout=10) as resp:
@@ -71,7 +61,7 @@ def test_two_clusters_side_by_side_in_one_process(
 ) -> None:
     dead = f"{gke.cluster}x"
     dead_bucket = f"{gke.project}-kn-{dead}-jobs"
-    _create_bucket(gke, dead_bucket)
+    create_bucket(gke.emulator, gke.project, dead_bucket)
     path = _kubeconfig(gke, tmp_path, dead)
     before = yaml.safe_load(path.read_text())["current-context"]
     monkeypatch.setenv("KUBECONFIG", str(path))
