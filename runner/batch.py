@@ -388,7 +388,8 @@ class Supervisor:
     # -- state ---------------------------------------------------------------------
 
     def load_done(self) -> None:
-        make_private_dirs(self.results_dir)
+        """Learn the inputs already done from the results logs. Writes nothing: a
+        supervisor with nothing left to run leaves the batch's files as they are."""
         for path in results_log.iter_logs(self.results_dir):
             with open(path, "rb") as f:
                 found, _ = results_log.scan(f.read())
@@ -398,6 +399,11 @@ class Supervisor:
                     self.order.append(index)
         done = self.done
         self.pending = deque(i for i in range(self.total) if not done[i])
+
+    def open_own_log(self) -> None:
+        """The results directory, and this supervisor's log of the outcomes it records
+        itself (inputs whose worker died on them), before any worker starts."""
+        make_private_dirs(self.results_dir)
         self.own_log = results_log.open_log(self.results_dir / f"supervisor-{os.getpid()}.log")
 
     def mark_done(self, index: int, state: protocol.InputState) -> None:
@@ -865,6 +871,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0  # another supervisor drives this batch
     if (store.root / protocol.group_stop_key(group)).exists():
         return 0
+    if (store.root / protocol.group_summary_key(group)).exists():
+        return 0  # cleaned up: its inputs and results are gone, there is nothing to resume
     # Who drives the batch now (for people and tests; liveness is the lock, not this).
     atomic_write(group_dir / "supervisor.json", protocol.dump_json({"pid": os.getpid()}))
     manifest = protocol.load_manifest(store.read(protocol.group_manifest_key(group)))
@@ -872,6 +880,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sup.load_done()
     if not sup.pending:
         return 0
+    sup.open_own_log()
     # Under the batch's own directory, not the system's temp dir: a supervisor killed
     # before its `finally` leaves nothing behind that the batch's cleanup does not remove.
     workdir = Path(tempfile.mkdtemp(prefix="work-", dir=group_dir))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from array import array
 from collections.abc import AsyncIterator, Collection
 from pathlib import Path
@@ -21,7 +22,7 @@ import anyio.abc
 import anyio.to_thread
 import cloudpickle
 
-from kinetic._backends._process import spawn_detached
+from kinetic._backends._process import ProcessRef, is_alive, spawn_detached
 from kinetic._backends.base import BatchEvents, InputActivity, JobRef, Loaded, input_index
 from kinetic._core.status import GPU_WAIT_REASON
 from kinetic._exceptions import BackendError, ObjectNotFoundError
@@ -138,6 +139,7 @@ class _LogIndex:
         return out
 
 
+_LAUNCHED_KEPT = 256  # supervisors remembered before the ended ones are forgotten
 _ACK_TIMEOUT = 10.0  # seconds a command waits for the supervisor to act on it
 _SPAN = 1 << 20  # read a log's records in one span unless it holds this much more
 _STATES: dict[int, protocol.InputState] = {
@@ -160,12 +162,18 @@ class LocalBatches:
         self._env = env
         # What this process has parsed of each batch's results logs.
         self._indexes: dict[str, _LogIndex] = {}
+        # The supervisor this process last started per batch: while it lives (starting up
+        # takes an interpreter's start, longer on a loaded machine) no other is started.
+        self._launched: dict[str, ProcessRef] = {}
+        self._launching = threading.Lock()
 
     def group_dir(self, group_id: str) -> Path:
         return self.storage.path_for(protocol.group_prefix(group_id).rstrip("/"))
 
     async def launch(self, group_id: str) -> None:
-        """Start a supervisor for the batch (a no-op one exits if another already runs)."""
+        """Start a supervisor for the batch, unless the one this process started last is
+        still alive (starting, or running). A duplicate started by another process exits
+        at once: the supervisor's lock decides."""
         group_dir = self.group_dir(group_id)
         argv = [
             sys.executable,
@@ -188,13 +196,21 @@ class LocalBatches:
         apply_job_env(env, str(accelerator or "cpu"), self.storage.root.parent)
 
         def _spawn() -> None:
-            spawn_detached(
-                argv,
-                log_file=group_dir / "supervisor.log",
-                status_file=group_dir / "supervisor.exit",
-                cwd=group_dir,
-                env=env,
-            )
+            with self._launching:
+                launched = self._launched
+                previous = launched.get(group_id)
+                if previous is not None and is_alive(previous):
+                    return
+                if len(launched) >= _LAUNCHED_KEPT:
+                    for key in [k for k, ref in launched.items() if not is_alive(ref)]:
+                        del launched[key]
+                launched[group_id] = spawn_detached(
+                    argv,
+                    log_file=group_dir / "supervisor.log",
+                    status_file=group_dir / "supervisor.exit",
+                    cwd=group_dir,
+                    env=env,
+                )
 
         await anyio.to_thread.run_sync(_spawn)
 

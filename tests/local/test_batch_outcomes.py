@@ -5,6 +5,8 @@ Real supervisor, real workers, real files (local backend).
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -97,6 +99,24 @@ def test_blocking_default_cleanup_cleans_the_batch_once() -> None:
     assert sorted(h.result() for h in batch.as_completed()) == [0, 20]
     assert not (gdir / "results").exists()
     assert (gdir / "manifest.json").exists()
+
+
+def test_a_supervisor_started_after_cleanup_leaves_the_batch_alone() -> None:
+    # A follower that found no supervisor listening starts one; on a loaded machine it
+    # may come up after the batch was collected and cleaned. It must not resume it.
+    batch = reject_odd.run_async_map([0, 2])
+    assert batch.results() == [0, 20]
+    gdir = _group_dir(batch.aio)
+    storage: Any = batch.aio._backend.storage
+    assert not (gdir / "results").exists()
+    subprocess.run(
+        [sys.executable, "-m", "runner.batch", "--storage", storage.url, "--group", batch.group_id],
+        check=True,
+        timeout=60,
+    )
+    assert sorted(p.name for p in gdir.iterdir() if p.is_dir()) == []  # no results, no logs
+    assert not (gdir / "stop.json").exists()
+    assert kinetic.attach_batch(batch.group_id, backend="local").failures() == []
 
 
 async def test_jobs_and_attached_members_still_work() -> None:
