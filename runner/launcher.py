@@ -51,6 +51,7 @@ import atexit
 import builtins
 import contextlib
 import fcntl
+import functools
 import gc
 import hashlib
 import json
@@ -86,7 +87,13 @@ _RUNNER_MAIN = str(Path(runner.__file__).resolve().parent / "__main__.py")
 def launcher_tag(executable: str, env: Mapping[str, str]) -> str:
     """What a launcher must share with a job it forks: the interpreter and the start-up
     variables of the environment (``PYTHON*``, ``LD_*``)."""
-    startup = sorted((k, v) for k, v in env.items() if k.startswith(_STARTUP_PREFIXES))
+    startup = tuple(sorted((k, v) for k, v in env.items() if k.startswith(_STARTUP_PREFIXES)))
+    return _tag(executable, startup)
+
+
+@functools.lru_cache(maxsize=64)
+def _tag(executable: str, startup: tuple[tuple[str, str], ...]) -> str:
+    # Cached: resolving the interpreter's path costs a stat per component, per job.
     text = json.dumps([os.path.realpath(executable), startup])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 

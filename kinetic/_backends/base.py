@@ -76,6 +76,13 @@ class Backend(Protocol):
         """Where this backend's jobs keep their objects."""
         ...
 
+    @property
+    def ended_jobs_hold_resources(self) -> bool:
+        """Whether a job that ended still holds something only cancelling releases (a
+        Kubernetes object); False where ending releases everything, so cleaning up an
+        ended job is deleting its objects."""
+        ...
+
     async def launch(self, job: JobRef) -> None:
         """Start the job. Its spec, payload and handle are already stored.
 

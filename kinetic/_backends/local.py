@@ -84,6 +84,7 @@ class LocalBackend:
     """
 
     name = "local"
+    ended_jobs_hold_resources = False
 
     def __init__(self, root: Path) -> None:
         self.root = Path(root).absolute()
@@ -136,57 +137,69 @@ class LocalBackend:
             launch = self.storage.path_for(self._key(job, _LAUNCH))
             atomic_write(launch, protocol.dump_json(ref.to_dict()))
 
-        await anyio.to_thread.run_sync(_spawn)
+        await self.storage.run_io(_spawn)
 
     async def _read_json(self, key: str) -> Any:
+        return await self.storage.run_io(self._read_record, key)
+
+    def _read_record(self, key: str) -> Any:
+        """A JSON record, or None when absent or being written right now. Blocking."""
         try:
-            return protocol.load_json(await self.storage.read(key))
-        except (ObjectNotFoundError, ValueError):  # absent, or being written right now
+            return protocol.load_json(self.storage.path_for(key).read_bytes())
+        except (FileNotFoundError, ValueError):
             return None
 
     async def _process(self, job: JobRef) -> ProcessRef | None:
         launch = await self._read_json(self._key(job, _LAUNCH))
         return None if launch is None else ProcessRef.from_dict(launch)
 
-    async def status(self, job: JobRef) -> StatusReport:
-        final = await self._read_json(protocol.final_key(job.job_id))
+    def _observe(self, job: JobRef) -> tuple[StatusReport, ProcessRef | None]:
+        """The job's status from its records and its process, and that process: one
+        blocking pass over the job's files (one worker-thread call per look)."""
+        final = self._read_record(protocol.final_key(job.job_id))
         if final is not None:
-            return status_from_local_records(
+            report = status_from_local_records(
                 final=final, cancelled=False, launched=True, alive=False, exit_code=None
             )
-        ref = await self._process(job)
+            return report, None
+        launch = self._read_record(self._key(job, _LAUNCH))
+        ref = None if launch is None else ProcessRef.from_dict(launch)
         alive = ref is not None and is_alive(ref)
         exit_code = None
         if ref is not None and not alive:
             # The runner writes its final record before exiting: look again.
-            final = await self._read_json(protocol.final_key(job.job_id))
-            raw = await self._read_json(self._key(job, _EXIT))
+            final = self._read_record(protocol.final_key(job.job_id))
+            raw = self._read_record(self._key(job, _EXIT))
             exit_code = raw if isinstance(raw, int) else None
-        if ref is None and not await self.storage.exists(protocol.handle_key(job.job_id)):
-            return StatusReport(JobStatus.NOT_FOUND, reason="no records for this job")
+        path_for = self.storage.path_for
+        if ref is None and not path_for(protocol.handle_key(job.job_id)).is_file():
+            return StatusReport(JobStatus.NOT_FOUND, reason="no records for this job"), None
         report = status_from_local_records(
             final=final,
-            cancelled=await self.storage.exists(self._key(job, _CANCEL)),
+            cancelled=path_for(self._key(job, _CANCEL)).is_file(),
             launched=ref is not None,
             alive=alive,
             exit_code=exit_code,
         )
         if report.status is JobStatus.RUNNING:
-            gpus = await self._read_json(job_gpus_key(job.job_id))
+            gpus = self._read_record(job_gpus_key(job.job_id))
             if isinstance(gpus, dict) and gpus.get("state") == "waiting":
-                return StatusReport(JobStatus.PENDING, reason=_gpu_wait_reason(gpus))
+                report = StatusReport(JobStatus.PENDING, reason=_gpu_wait_reason(gpus))
+        return report, ref
+
+    async def status(self, job: JobRef) -> StatusReport:
+        report, _ = await self.storage.run_io(self._observe, job)
         return report
 
     async def wait(self, job: JobRef, on_change: StatusCallback | None = None) -> StatusReport:
         last = None
         while True:
-            report = await self.status(job)
+            report, ref = await self.storage.run_io(self._observe, job)
             if on_change is not None and report.status != last:
                 await on_change(report)
             last = report.status
             if report.status.is_terminal:
                 return report
-            ref = await self._process(job)
             if ref is None:
                 # Recorded but not launched yet (another process is launching it).
                 await anyio.sleep(_LOG_POLL)

@@ -28,7 +28,7 @@ from kinetic._core.records import JobRecord
 from kinetic._core.status import JobStatus, StatusReport
 from kinetic._engine import runtime
 from kinetic._engine.batch_runner import BatchInput, runner_for
-from kinetic._engine.outcome import KnownOutcome
+from kinetic._engine.outcome import INLINE_DECODE_LIMIT, KnownOutcome
 from kinetic._engine.results import load_payload, unwrap
 from kinetic._exceptions import (
     ConfigError,
@@ -217,8 +217,10 @@ class JobHandle(JobRecord):
 
         value = await self._collect(target, report)
         if cleanup:
+            # An ended job holds nothing on some backends: cleanup is deleting its objects.
+            stop = not isinstance(target, _SingleJob) or target.backend.ended_jobs_hold_resources
             try:
-                await self.cleanup(k8s=True, gcs=True, cleanup_timeout=cleanup_timeout)
+                await self.cleanup(k8s=stop, gcs=True, cleanup_timeout=cleanup_timeout)
             except Exception:  # noqa: BLE001 - the value is in hand; cleanup is best effort
                 logger.warning("could not clean up job %s after collecting its result", self.job_id)
         return value
@@ -233,7 +235,13 @@ class JobHandle(JobRecord):
             data = await target.read_result()
         except ObjectNotFoundError:
             raise self._no_result_error(report) from None
-        payload = await anyio.to_thread.run_sync(load_payload, data, self.job_id)
+        if len(data) <= INLINE_DECODE_LIMIT:  # tens of µs: less than a thread hop
+            payload = load_payload(data, self.job_id)
+        else:
+            limiter = runtime.blocking_limiter()
+            payload = await anyio.to_thread.run_sync(
+                load_payload, data, self.job_id, limiter=limiter
+            )
         return unwrap(payload, self.job_id)
 
     def _no_result_error(self, report: StatusReport) -> Exception:

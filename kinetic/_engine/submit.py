@@ -18,7 +18,6 @@ import sys
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -361,9 +360,7 @@ async def submit(
     }
     try:
         # Independent objects: written at once (the launch needs them all).
-        async with anyio.create_task_group() as tg:
-            for key, value in objects.items():
-                tg.start_soon(partial(storage.write, key, value))
+        await storage.write_many(objects)
         await backend.launch(handle)
     except BaseException:
         target.discard(backend, job_id)

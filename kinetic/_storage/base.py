@@ -11,7 +11,7 @@ atomic writes) and :class:`kinetic._storage.gcs.GCSStorage` (gcloud-aio-storage)
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -45,6 +45,13 @@ class Storage(Protocol):
 
     async def write(self, key: str, data: bytes, *, timeout: float = DEFAULT_TIMEOUT) -> None:
         """Create or replace the object atomically."""
+        ...
+
+    async def write_many(
+        self, objects: Mapping[str, bytes], *, timeout: float = DEFAULT_TIMEOUT
+    ) -> None:
+        """Create or replace several objects, each atomically, at once where the store
+        allows. Not atomic as a set: after a failure some may have been written."""
         ...
 
     async def create_if_absent(

@@ -38,7 +38,8 @@ import logging
 import math
 import os
 import tempfile
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from functools import partial
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, Self, TypeVar
@@ -56,6 +57,7 @@ from tenacity import (
     wait_random_exponential,
 )
 
+from kinetic._core.exception_groups import first_error
 from kinetic._exceptions import ConfigError, KineticError, ObjectNotFoundError, StorageError
 from kinetic._net import tls_closing_connector
 from kinetic._storage.base import DEFAULT_TIMEOUT, TRANSFER_TIMEOUT, check_key
@@ -247,6 +249,21 @@ class GCSStorage:
 
         # A 404 here means the bucket is missing: StorageError, not ObjectNotFoundError.
         await self._call(f"write {key!r}", op, key=None, timeout=timeout)
+
+    async def write_many(
+        self, objects: Mapping[str, bytes], *, timeout: float = DEFAULT_TIMEOUT
+    ) -> None:
+        """Each object as :meth:`write` does, the requests at once.
+
+        :raises StorageError: when a write fails (the others are cancelled, and those
+            done stay written).
+        """
+        try:
+            async with anyio.create_task_group() as tg:
+                for key, data in objects.items():
+                    tg.start_soon(partial(self.write, key, data, timeout=timeout))
+        except BaseExceptionGroup as group:
+            raise first_error(group) from None
 
     async def create_if_absent(
         self, key: str, data: bytes, *, timeout: float = DEFAULT_TIMEOUT

@@ -12,8 +12,9 @@ import builtins
 import os
 import shutil
 import weakref
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
+from typing import TypeVar
 
 import anyio
 import anyio.to_thread
@@ -21,6 +22,8 @@ import anyio.to_thread
 from kinetic._exceptions import ObjectNotFoundError, StorageError
 from kinetic._storage.base import DEFAULT_TIMEOUT, TRANSFER_TIMEOUT, check_key
 from runner.fs import atomic_copy, atomic_write, iter_files, make_private_dirs, remove_tree
+
+T = TypeVar("T")
 
 IO_CONCURRENCY = 8
 """Worker threads one event loop gives its local store's file operations: each takes
@@ -60,16 +63,29 @@ class LocalStorage:
         """The file that holds ``key`` (for processes that write it directly)."""
         return self.root / check_key(key)
 
-    async def _run(self, timeout: float, fn: object, *args: object) -> object:
+    async def _run(self, timeout: float, fn: Callable[..., T], *args: object) -> T:
         try:
             with anyio.fail_after(timeout):
-                return await anyio.to_thread.run_sync(fn, *args, limiter=_io_limiter())  # type: ignore[arg-type]
+                return await anyio.to_thread.run_sync(fn, *args, limiter=_io_limiter())
         except TimeoutError as exc:
             raise StorageError(f"{self.url}: operation timed out after {timeout}s") from exc
         except FileNotFoundError as exc:
             raise ObjectNotFoundError(_key_of(self.root, exc.filename), self.url + "/") from exc
         except OSError as exc:
             raise StorageError(f"{self.url}: {exc}") from exc
+
+    async def run_io(
+        self, fn: Callable[..., T], *args: object, timeout: float = DEFAULT_TIMEOUT
+    ) -> T:
+        """Run ``fn(*args)``, blocking work on this store's files, in its worker threads.
+
+        For callers that look at several files at once (one thread hop instead of one
+        per file). Errors are translated as every operation's are.
+
+        :raises ObjectNotFoundError: for a ``FileNotFoundError``.
+        :raises StorageError: for another ``OSError``, or when ``timeout`` passes.
+        """
+        return await self._run(timeout, fn, *args)
 
     async def read(self, key: str, *, timeout: float = DEFAULT_TIMEOUT) -> bytes:
         data = await self._run(timeout, self.path_for(key).read_bytes)
@@ -78,6 +94,18 @@ class LocalStorage:
 
     async def write(self, key: str, data: bytes, *, timeout: float = DEFAULT_TIMEOUT) -> None:
         await self._run(timeout, atomic_write, self.path_for(key), data)
+
+    async def write_many(
+        self, objects: Mapping[str, bytes], *, timeout: float = DEFAULT_TIMEOUT
+    ) -> None:
+        """Each object as :meth:`write` does, all in one worker-thread call."""
+        paths = [(self.path_for(key), data) for key, data in objects.items()]
+
+        def _write_all() -> None:
+            for path, data in paths:
+                atomic_write(path, data)
+
+        await self._run(timeout, _write_all)
 
     async def create_if_absent(
         self, key: str, data: bytes, *, timeout: float = DEFAULT_TIMEOUT

@@ -103,6 +103,14 @@ async def test_overwrite_replaces(store: Storage) -> None:
     assert await store.size("k/v") == len(b"second")
 
 
+async def test_write_many_writes_each_object(store: Storage) -> None:
+    await store.write("job-9/spec.json", b"old")
+    objects = {"job-9/payload.pkl": b"\x80payload", "job-9/spec.json": b"{}", "job-9/e": b""}
+    await store.write_many(objects)
+    assert {k: await store.read(k) for k in objects} == objects
+    await store.write_many({})  # nothing to write is not an error
+
+
 async def test_create_if_absent_has_one_winner(store: Storage) -> None:
     assert await store.create_if_absent("locks/one", b"first") is True
     assert await store.create_if_absent("locks/one", b"second") is False
@@ -550,6 +558,7 @@ async def test_gcs_write_to_missing_bucket(gcs_emulator: GCSEmulator, tmp_path: 
     async with GCSStorage("kt-bucket-that-does-not-exist") as store:
         calls: list[Callable[[], Awaitable[object]]] = [
             lambda: store.write("k", b"x"),
+            lambda: store.write_many({"k": b"x", "l": b"y"}),  # one error, not a group
             lambda: store.upload_file("k", src),
         ]
         for call in calls:

@@ -87,6 +87,7 @@ class GKEBackend:
     """
 
     name = "gke"
+    ended_jobs_hold_resources = True
 
     def __init__(
         self,

@@ -53,6 +53,7 @@ import cloudpickle
 from kinetic._backends.base import BatchEvents, InputActivity, JobRef, Loaded, input_index
 from kinetic._backends.gke.engine import GroupEngine
 from kinetic._core import accelerators, batch_plan, k8s_spec, k8s_status
+from kinetic._core.exception_groups import first_error
 from kinetic._exceptions import ObjectNotFoundError
 from kinetic._storage.base import Storage
 from runner import protocol
@@ -258,7 +259,7 @@ class _Driver:
         except BaseException as exc:
             self.state = self.state.launch_failed(launches, failed)
             if isinstance(exc, BaseExceptionGroup):
-                raise _first_error(exc) from None  # one Kinetic error, not a group of the same
+                raise first_error(exc) from None  # one Kinetic error, not a group of the same
             raise
 
     async def _perform(self, plan: batch_plan.BatchStep) -> None:
@@ -429,7 +430,7 @@ async def read_outcomes(
             for index in indices:
                 tg.start_soon(one, index)
     except BaseExceptionGroup as group:
-        raise _first_error(group) from None
+        raise first_error(group) from None
 
 
 async def _delete(backend: GKEBackend, namespace: str, selector: str) -> None:
@@ -437,15 +438,3 @@ async def _delete(backend: GKEBackend, namespace: str, selector: str) -> None:
     then the pods without grace. Two requests, whatever the number of Jobs."""
     await backend.client.delete_jobs(namespace, selector)
     await backend.client.delete_pods(namespace, selector)
-
-
-def _first_error(group: BaseExceptionGroup[BaseException]) -> BaseException:
-    """The first ordinary exception in ``group`` (nested groups flattened), else the group."""
-    for exc in group.exceptions:
-        if isinstance(exc, BaseExceptionGroup):
-            inner = _first_error(exc)
-            if not isinstance(inner, BaseExceptionGroup):
-                return inner
-        elif isinstance(exc, Exception):
-            return exc
-    return group

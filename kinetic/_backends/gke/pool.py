@@ -44,9 +44,10 @@ import anyio
 import cloudpickle
 
 from kinetic._backends.base import BatchEvents, InputActivity, JobRef, Loaded, input_index
-from kinetic._backends.gke.batch import GKEBatches, _first_error, read_outcomes, read_stop
+from kinetic._backends.gke.batch import GKEBatches, read_outcomes, read_stop
 from kinetic._backends.gke.engine import GroupEngine
 from kinetic._core import accelerators, k8s_spec, pool_plan
+from kinetic._core.exception_groups import first_error
 from kinetic._exceptions import ObjectNotFoundError
 from kinetic._storage.base import Storage
 from runner import protocol
@@ -279,7 +280,7 @@ class _Follower:
                 for index, number in stale:
                     tg.start_soon(one, index, number)
         except BaseExceptionGroup as group:
-            raise _first_error(group) from None
+            raise first_error(group) from None
         if book.stop is None:
             stop = await self.read_stop()
             if stop is not None:

@@ -66,6 +66,7 @@ class PathwaysBackend:
     """
 
     name = "pathways"
+    ended_jobs_hold_resources = True
 
     def __init__(
         self,
