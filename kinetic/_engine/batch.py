@@ -51,6 +51,7 @@ from runner import protocol
 
 _WRITE_CONCURRENCY = 16
 _STEP_BUDGET = 0.001
+_HANDLE_SLICE = 128  # finished inputs read and given handles per worker-thread call (~1 ms)
 """Seconds of the caller's loop one step of ``as_completed`` may hold before yielding it."""
 _CODES: dict[str, int] = {"succeeded": 1, "failed": 2, "cancelled": 3}
 _NAMES: tuple[protocol.InputState | None, ...] = (None, *protocol.INPUT_STATES)
@@ -306,13 +307,22 @@ class BatchHandle:
                     ran_since = time.perf_counter()
 
     async def _as_completed_chunks(
-        self, timeout: float | None = None
+        self, timeout: float | None = None, *, slice_size: int | None = _HANDLE_SLICE
     ) -> AsyncIterator[list[JobHandle]]:
-        """As :meth:`as_completed`, a list of ready handles at a time (for the sync facade)."""
+        """As :meth:`as_completed`, a list of ready handles at a time (for the sync facade).
+
+        :param slice_size: at most this many handles per list; None: each list holds
+            what the stream delivered at once (the sync facade: one thread crossing each).
+        """
         async for chunk in self._stream(_deadline(timeout)):
-            loaded = await self._read_outcomes(chunk)
-            # Thousands of handles take milliseconds to build: not on the caller's loop.
-            yield await anyio.to_thread.run_sync(self._carrying_handles, chunk, loaded)
+            # Thousands of handles take milliseconds to build: not on the caller's loop, and
+            # a slice at a time, since a thread running Python holds the GIL for up to the
+            # interpreter's switch interval (5 ms) while the loop waits for it.
+            step = slice_size or max(1, len(chunk))
+            for start in range(0, len(chunk), step):
+                part = chunk[start : start + step]
+                loaded = await self._read_outcomes(part)
+                yield await anyio.to_thread.run_sync(self._carrying_handles, part, loaded)
 
     def _carrying_handles(self, chunk: list[int], loaded: Loaded) -> list[JobHandle]:
         outcomes = self._outcomes(chunk, loaded)

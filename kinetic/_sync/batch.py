@@ -96,7 +96,7 @@ class BatchHandle:
 
         ``poll_interval`` is accepted for compatibility; completions are pushed, not polled.
         """
-        for chunk in iterate(lambda: self.aio._as_completed_chunks(timeout)):
+        for chunk in iterate(lambda: self.aio._as_completed_chunks(timeout, slice_size=None)):
             for h in chunk:
                 yield self._job(h)
 
