@@ -51,8 +51,8 @@ from runner import protocol
 
 _WRITE_CONCURRENCY = 16
 _STEP_BUDGET = 0.001
-_HANDLE_SLICE = 128  # finished inputs read and given handles per worker-thread call (~1 ms)
 """Seconds of the caller's loop one step of ``as_completed`` may hold before yielding it."""
+_HANDLE_SLICE = 128  # finished inputs read and given handles per worker-thread call (~1 ms)
 _CODES: dict[str, int] = {"succeeded": 1, "failed": 2, "cancelled": 3}
 _NAMES: tuple[protocol.InputState | None, ...] = (None, *protocol.INPUT_STATES)
 _LOAD_BATCH = 4096  # results() reads and decodes outcomes this many at a time
