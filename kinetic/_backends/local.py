@@ -139,9 +139,6 @@ class LocalBackend:
 
         await self.storage.run_io(_spawn)
 
-    async def _read_json(self, key: str) -> Any:
-        return await self.storage.run_io(self._read_record, key)
-
     def _read_record(self, key: str) -> Any:
         """A JSON record, or None when absent or being written right now. Blocking."""
         try:
@@ -149,8 +146,9 @@ class LocalBackend:
         except (FileNotFoundError, ValueError):
             return None
 
-    async def _process(self, job: JobRef) -> ProcessRef | None:
-        launch = await self._read_json(self._key(job, _LAUNCH))
+    def _launched(self, job: JobRef) -> ProcessRef | None:
+        """The job's process as its launch record names it, or None. Blocking."""
+        launch = self._read_record(self._key(job, _LAUNCH))
         return None if launch is None else ProcessRef.from_dict(launch)
 
     def _observe(self, job: JobRef) -> tuple[StatusReport, ProcessRef | None]:
@@ -162,8 +160,7 @@ class LocalBackend:
                 final=final, cancelled=False, launched=True, alive=False, exit_code=None
             )
             return report, None
-        launch = self._read_record(self._key(job, _LAUNCH))
-        ref = None if launch is None else ProcessRef.from_dict(launch)
+        ref = self._launched(job)
         alive = ref is not None and is_alive(ref)
         exit_code = None
         if ref is not None and not alive:
@@ -248,7 +245,7 @@ class LocalBackend:
         if await self.storage.exists(protocol.final_key(job.job_id)):
             return  # already over: nothing to cancel, and its record must stay truthful
         await self.storage.write(self._key(job, _CANCEL), protocol.dump_json({"cancelled": True}))
-        ref = await self._process(job)
+        ref = await self.storage.run_io(self._launched, job)
         if ref is None:
             return
         signal_group(ref, signal.SIGTERM)
