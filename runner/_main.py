@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import cloudpickle
 
 from runner import protocol
+from runner.code_files import restore_code_files
 from runner.fs import remove_tree
 from runner.job import (
     PhaseError,
@@ -64,6 +65,7 @@ def run_job(
         phase = "deserialize"
         payload = cloudpickle.loads(payload_bytes)
         fn, args, kwargs = payload["fn"], payload["args"], payload["kwargs"]
+        restore_code_files(fn)
 
         phase = "resolve"
         if spec.get("has_data"):

@@ -25,6 +25,7 @@ from pathlib import Path
 import cloudpickle
 
 from runner import protocol
+from runner.code_files import load_function
 from runner.job import PhaseError, build_failure, build_success, prepare_workspace
 from runner.store import RunnerStore
 
@@ -53,7 +54,7 @@ def run_member(store: RunnerStore, group_id: str, index: int, attempt: int, work
         os.environ["KINETIC_OUTPUT_DIR"] = f"{spec['output_dir'].rstrip('/')}/{job_id}"
         os.environ["KINETIC_ATTEMPT"] = str(attempt)  # 0 first, then 1, 2, ... on retries
         phase = "deserialize"
-        fn = cloudpickle.loads(fn_bytes)
+        fn = load_function(fn_bytes)
         args, kwargs = cloudpickle.loads(chunk_bytes)[offset]
         phase = "resolve"
         if spec.get("has_data"):

@@ -69,6 +69,7 @@ from typing import Any
 import cloudpickle
 
 from runner import gpu_lease, protocol, results_log
+from runner.code_files import load_function
 from runner.fs import atomic_write, make_private_dirs
 from runner.job import PhaseError, build_failure, build_success, parse_args, prepare_workspace
 from runner.store import FileStore, open_store
@@ -193,7 +194,7 @@ def _worker_main(
     if has_data:
         from runner.data import resolve_arguments
     try:
-        fn = cloudpickle.loads(fn_bytes)
+        fn = load_function(fn_bytes)
     except BaseException as exc:  # noqa: BLE001 - reported to the supervisor, then we end
         sock.sendall(
             f"F deserialize {type(exc).__name__}: {exc}".replace("\n", " ").encode() + b"\n"

@@ -28,7 +28,6 @@ import json
 import os
 import sys
 import threading
-import types
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -68,6 +67,7 @@ def wait_for_client(
     :raises PhaseError: (phase ``debug``) debugpy is missing or cannot listen, the
         marker cannot be written, or no client attached within the wait.
     """
+    from runner.code_files import point_code_at
     from runner.job import PhaseError
 
     wait = float(spec["wait"])
@@ -127,52 +127,3 @@ def wait_for_client(
             "the job waits",
         )
     print(f"kinetic runner: debugger attached to job {job_id}", file=sys.stderr, flush=True)
-
-
-def point_code_at(fn: Any, source_root: str, code_root: str) -> None:
-    """Rename the files of ``fn``'s code from ``source_root`` to ``code_root``.
-
-    Why: the function's module travels by value, so its code objects name their files
-    as they were on the submitting machine, while the modules it imports run from the
-    job's copy of the project. A debugger matches breakpoints by file: with every piece
-    of the project's code named under ``code_root``, one path mapping (``localRoot`` =
-    the project here, ``remoteRoot`` = ``code_root``) serves them all, and the files
-    exist where the debugger looks for them. Covers ``fn`` and the functions and
-    classes of its module that travelled with it (same globals); code objects are
-    replaced, nothing else changes.
-    """
-    prefix = source_root.rstrip(os.sep) + os.sep
-    new_root = code_root.rstrip(os.sep)
-
-    def fix_code(code: types.CodeType) -> types.CodeType:
-        consts = tuple(fix_code(c) if isinstance(c, types.CodeType) else c for c in code.co_consts)
-        name = code.co_filename
-        if name.startswith(prefix):
-            name = new_root + os.sep + name[len(prefix) :]
-        changed = name != code.co_filename or any(
-            a is not b for a, b in zip(consts, code.co_consts, strict=True)
-        )
-        return code.replace(co_filename=name, co_consts=consts) if changed else code
-
-    seen: set[int] = set()
-
-    def fix_function(f: Any) -> None:
-        f = getattr(f, "__func__", f)  # staticmethod, classmethod, bound method
-        if not isinstance(f, types.FunctionType) or id(f) in seen:
-            return
-        seen.add(id(f))
-        f.__code__ = fix_code(f.__code__)
-
-    fix_function(fn)
-    module_globals = getattr(getattr(fn, "__func__", fn), "__globals__", None)
-    if not isinstance(module_globals, dict):
-        return
-    for value in list(module_globals.values()):
-        if isinstance(value, types.FunctionType) and value.__globals__ is module_globals:
-            fix_function(value)
-        elif isinstance(value, type) and value.__module__ == module_globals.get("__name__"):
-            for attr in list(vars(value).values()):
-                fix_function(attr)
-                if isinstance(attr, property):
-                    for accessor in (attr.fget, attr.fset, attr.fdel):
-                        fix_function(accessor)

@@ -54,6 +54,7 @@ from typing import Any
 import cloudpickle
 
 from runner import protocol
+from runner.code_files import load_function
 from runner.fs import remove_tree
 from runner.job import PhaseError, build_failure, build_success, parse_args, prepare_workspace
 from runner.pool_book import (
@@ -236,7 +237,7 @@ class Worker:
             raise PhaseError("verify", "fn.pkl is corrupted: its sha256 does not match")
         prepare_workspace(self.store, spec, self.workdir)
         try:
-            self.fn = cloudpickle.loads(fn_bytes)
+            self.fn = load_function(fn_bytes)
         except BaseException as exc:
             raise PhaseError("deserialize", f"{type(exc).__name__}: {exc}") from exc
 

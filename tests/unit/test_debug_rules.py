@@ -79,7 +79,7 @@ def test_port_forward_framing() -> None:
 
 
 def test_point_code_at_renames_code_shipped_by_value() -> None:
-    from runner.debug import point_code_at
+    from runner.code_files import point_code_at
 
     source = textwrap.dedent(
         """
