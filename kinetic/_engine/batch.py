@@ -516,6 +516,7 @@ class BatchHandle:
                 if index not in self._submission_failures:
                     self._record(index, others)
         self._cleaned = True
+        self._tally.close()
 
     async def _cleanup_after_collection(self) -> None:
         if not self._cleaned:
@@ -540,6 +541,7 @@ class BatchHandle:
             await storage.delete_prefix(protocol.group_prefix(self.group_id) + prefix)
         await storage.delete(protocol.group_payload_key(self.group_id))
         self._cleaned = True
+        self._tally.close()
 
 
 async def _bounded(deadline: float | None, awaitable: Any) -> Any:

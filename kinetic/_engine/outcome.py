@@ -45,7 +45,7 @@ class CleanupTally:
 
     def __init__(self, members: int, cleanup: Callable[[], Awaitable[None]]) -> None:
         self._members = members
-        self._cleanup = cleanup
+        self._cleanup: Callable[[], Awaitable[None]] | None = cleanup
         self._taken: set[int] = set()
         self._kept = False
         self._done = False
@@ -62,7 +62,16 @@ class CleanupTally:
         return True
 
     async def run_cleanup(self) -> None:
-        await self._cleanup()
+        if self._cleanup is not None:
+            await self._cleanup()
+
+    def close(self) -> None:
+        """The batch was cleaned up: no cleanup is due any more. Drops the reference to
+        the batch's cleanup, the batch's own method: a cycle (batch -> tally -> batch)
+        that would otherwise keep the batch, its handles and their outcomes alive until
+        the collector's next full pass."""
+        self._done = True
+        self._cleanup = None
 
 
 @dataclass(eq=False)

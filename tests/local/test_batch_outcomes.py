@@ -5,8 +5,10 @@ Real supervisor, real workers, real files (local backend).
 
 from __future__ import annotations
 
+import gc
 import subprocess
 import sys
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +83,24 @@ async def test_default_cleanup_on_every_input_cleans_the_batch_once() -> None:
     assert not (gdir / "inputs").exists()
     assert (gdir / "manifest.json").exists()
     assert await batch.failures() == []  # the summary answers after cleanup
+
+
+async def test_a_cleaned_up_batch_is_freed_as_soon_as_it_is_dropped() -> None:
+    """A service that runs batch after batch gets each one's memory (its handles, their
+    outcomes) back when it drops the batch, not at the collector's next full pass (a
+    pause of its event loop that grows with what is waiting for it)."""
+    gc.collect()
+    gc.disable()
+    try:
+        batch = await reject_odd.aio.run_async_map([0, 2, 4, 6])
+        handles = [h async for h in batch.as_completed()]
+        values = [await h.result() for h in handles]  # the last one cleans the batch up
+        assert sorted(values) == [0, 20, 40, 60]
+        dropped = [weakref.ref(batch), *(weakref.ref(h) for h in handles)]
+        del batch, handles
+        assert [ref() for ref in dropped] == [None] * len(dropped)
+    finally:
+        gc.enable()
 
 
 async def test_one_input_kept_keeps_the_batch() -> None:
