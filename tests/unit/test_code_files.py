@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+import textwrap
 import traceback
 import types
 from collections.abc import Iterator
@@ -12,7 +13,7 @@ from pathlib import Path
 import cloudpickle
 import pytest
 
-from runner.code_files import load_function
+from runner.code_files import load_function, point_code_at
 
 SOURCE = """\
 def helper(x):
@@ -80,3 +81,37 @@ def test_code_without_a_module_file_is_left_alone() -> None:
     fn = load_function(cloudpickle.dumps(namespace["f"]))
     assert fn() == 1
     assert fn.__code__.co_filename in {"<stdin>", "<dynamic-code>"}
+
+
+def test_point_code_at_renames_code_shipped_by_value() -> None:
+    source = textwrap.dedent(
+        """
+        def helper(x):
+            return [i for i in range(x)]
+
+        class Model:
+            def forward(self, x):
+                return helper(x)
+
+            @staticmethod
+            def build():
+                return Model()
+
+        def main(x):
+            inner = lambda y: y + 1
+            return inner(len(Model.build().forward(x)))
+        """
+    )
+    module: dict[str, object] = {"__name__": "shipped"}
+    exec(compile(source, "/home/me/proj/pkg/train.py", "exec"), module)  # noqa: S102
+    outside: dict[str, object] = {"__name__": "elsewhere"}
+    exec(compile("def other(): pass", "/usr/lib/other.py", "exec"), outside)  # noqa: S102
+    module["other"] = outside["other"]
+
+    point_code_at(module["main"], "/home/me/proj", "/tmp/run/workspace")
+
+    model = module["Model"]
+    for fn in (module["main"], module["helper"], model.forward, model.build):  # type: ignore[attr-defined]
+        assert _files(fn.__code__) == {"/tmp/run/workspace/pkg/train.py"}
+    assert module["other"].__code__.co_filename == "/usr/lib/other.py"  # type: ignore[attr-defined]
+    assert module["main"](3) == 4  # type: ignore[operator]

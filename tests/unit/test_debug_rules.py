@@ -4,8 +4,6 @@ framing of the Kubernetes websocket port-forward (no loop, no IO)."""
 from __future__ import annotations
 
 import json
-import textwrap
-import types
 
 import pytest
 
@@ -76,46 +74,3 @@ def test_port_forward_framing() -> None:
     for bad in (b"", b"\x02" + port, b"\x00\x01", b"\x00" + (80).to_bytes(2, "little")):
         with pytest.raises(ValueError, match="port-forward"):
             debug.PortForwardDecoder(5678).receive(bad)
-
-
-def test_point_code_at_renames_code_shipped_by_value() -> None:
-    from runner.code_files import point_code_at
-
-    source = textwrap.dedent(
-        """
-        def helper(x):
-            return [i for i in range(x)]
-
-        class Model:
-            def forward(self, x):
-                return helper(x)
-
-            @staticmethod
-            def build():
-                return Model()
-
-        def main(x):
-            inner = lambda y: y + 1
-            return inner(len(Model.build().forward(x)))
-        """
-    )
-    module: dict[str, object] = {"__name__": "shipped"}
-    exec(compile(source, "/home/me/proj/pkg/train.py", "exec"), module)  # noqa: S102
-    outside: dict[str, object] = {"__name__": "elsewhere"}
-    exec(compile("def other(): pass", "/usr/lib/other.py", "exec"), outside)  # noqa: S102
-    module["other"] = outside["other"]
-
-    point_code_at(module["main"], "/home/me/proj", "/tmp/run/workspace")
-
-    def files(code: types.CodeType) -> set[str]:
-        out = {code.co_filename}
-        for const in code.co_consts:
-            if isinstance(const, types.CodeType):
-                out |= files(const)
-        return out
-
-    model = module["Model"]
-    for fn in (module["main"], module["helper"], model.forward, model.build):  # type: ignore[attr-defined]
-        assert files(fn.__code__) == {"/tmp/run/workspace/pkg/train.py"}
-    assert module["other"].__code__.co_filename == "/usr/lib/other.py"  # type: ignore[attr-defined]
-    assert module["main"](3) == 4  # type: ignore[operator]
