@@ -244,15 +244,33 @@ class ForwardLoop:
                 self._note(f"connecting to {self.upstream.describe()} failed: {exc!r}")
                 return
             async with upstream, anyio.create_task_group() as tg:
-                tg.start_soon(self._pipe, client, upstream, tg.cancel_scope, "to the job")
+                tg.start_soon(self._pipe, client, upstream, tg.cancel_scope, "to the job", True)
                 tg.start_soon(self._pipe, upstream, client, tg.cancel_scope, "from the job")
 
     async def _pipe(
-        self, src: ByteStream, dst: ByteStream, both: anyio.CancelScope, what: str
+        self,
+        src: ByteStream,
+        dst: ByteStream,
+        both: anyio.CancelScope,
+        what: str,
+        src_is_client: bool = False,
     ) -> None:
+        """Copy ``src`` to ``dst`` until either ends, then end the other direction too.
+
+        A reset from the local client (``src_is_client``) ends its session like a close
+        does: a client that closes with replies still unread (a debugger stopped while
+        the job's last events were in flight) resets its connection, which is no failure
+        of the forward. Failures on the job's side are noted in :attr:`errors`.
+        """
         try:
             while True:
-                data = await src.receive()
+                try:
+                    data = await src.receive()
+                except anyio.BrokenResourceError:
+                    if not src_is_client:
+                        raise
+                    log.debug("debug forward on 127.0.0.1:%s: the client reset", self.port)
+                    return
                 with anyio.fail_after(SEND_TIMEOUT):
                     await dst.send(data)
         except (anyio.EndOfStream, anyio.ClosedResourceError):

@@ -9,8 +9,12 @@ bounded, in phase ``debug``.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
+import socket
+import struct
+import threading
 import time
 from pathlib import Path
 
@@ -20,6 +24,7 @@ import pytest
 
 import kinetic
 from kinetic import aio
+from kinetic._debug.forward import ForwardLoop, LocalUpstream
 from tests.fix_dap import DapClient
 from tests.fix_env import job_dirs
 
@@ -153,3 +158,51 @@ async def test_async_debug_attach_and_a_taken_port() -> None:
     assert forward.closed
     again = await aio.attach(job.job_id)
     await again.cleanup()
+
+
+def _server_that_talks_first(ended: list[threading.Event]) -> socket.socket:
+    """A loopback server standing in for a job's debugpy: each connection gets 64 KiB at
+    once (replies a client may leave unread); ``ended`` gets an event per connection,
+    set when the forward closed that connection."""
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return  # the test closed the server
+            done = threading.Event()
+            ended.append(done)
+            with conn:
+                conn.sendall(b"x" * 65536)
+                with contextlib.suppress(OSError):
+                    while conn.recv(65536):
+                        pass
+            done.set()
+
+    threading.Thread(target=serve, daemon=True).start()
+    return server
+
+
+def test_a_client_that_resets_its_connection_is_no_forward_error() -> None:
+    """A debugger stopped while the job's last events are unread resets its connection
+    (VS Code stopping a session, the test client closing): the forward ends that
+    connection quietly, reports nothing, and keeps serving."""
+    ended: list[threading.Event] = []
+    server = _server_that_talks_first(ended)
+    loop = ForwardLoop(LocalUpstream(server.getsockname()[1]), 0)
+    loop.start()
+    try:
+        client = socket.create_connection(("127.0.0.1", loop.port), timeout=10)
+        client.sendall(b"hello")
+        assert client.recv(1) == b"x"  # the server's bytes arrived; most stay unread
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        client.close()  # with data unread and no linger: a reset, as such a client does
+        assert ended[0].wait(10), "the forward kept the job's side open"
+        assert loop.errors == []
+        with socket.create_connection(("127.0.0.1", loop.port), timeout=10) as again:
+            assert again.recv(1) == b"x"  # still serving
+    finally:
+        loop.stop()
+        server.close()
