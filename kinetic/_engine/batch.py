@@ -515,6 +515,11 @@ class BatchHandle:
             for index in self._pending_never_run():
                 if index not in self._submission_failures:
                     self._record(index, others)
+        self._mark_cleaned()
+
+    def _mark_cleaned(self) -> None:
+        """The batch's records are gone: no cleanup is due any more (see
+        :meth:`CleanupTally.close`)."""
         self._cleaned = True
         self._tally.close()
 
@@ -540,8 +545,7 @@ class BatchHandle:
         for prefix in ("inputs/", "results/", "logs/"):
             await storage.delete_prefix(protocol.group_prefix(self.group_id) + prefix)
         await storage.delete(protocol.group_payload_key(self.group_id))
-        self._cleaned = True
-        self._tally.close()
+        self._mark_cleaned()
 
 
 async def _bounded(deadline: float | None, awaitable: Any) -> Any:
