@@ -1,4 +1,5 @@
-"""aiohttp connections that are closed for good when their session closes.
+"""aiohttp sessions as Kinetic wants them: TLS connections closed for good when their
+session closes, and no per-request environment lookups that can find nothing.
 
 Before Python 3.12.7 a TLS connection that aiohttp closes (a watch given up half-read,
 a websocket the pod ended, a download cut short) first waits for the server to answer
@@ -12,9 +13,11 @@ session closes (and any still waiting after 2 s); every session Kinetic opens us
 from __future__ import annotations
 
 import sys
+import urllib.request
 from typing import Any
 
 import aiohttp
+import aiohttp.helpers
 
 # Newer interpreters end such connections themselves; aiohttp then warns the flag is moot.
 NEEDS_CLEANUP_CLOSED = sys.version_info < (3, 12, 7)
@@ -44,4 +47,29 @@ def close_tls_firmly(api: Any) -> Any:
     ):
         connector._cleanup_closed_disabled = False
         connector._cleanup_closed()
+    return api
+
+
+def skip_empty_env_lookups(api: Any) -> Any:
+    """``api`` (a kubernetes-asyncio ``ApiClient``), its session no longer looking up
+    proxies and netrc credentials for each request where the environment has none.
+
+    kubernetes-asyncio opens its session with ``trust_env=True``: aiohttp then reads the
+    proxy variables and ``~/.netrc`` for every request, in a worker thread of the loop's
+    default executor (a thread hop per request; and starting that executor's threads
+    holds the loop until each has started, tens of ms on a busy machine). Where no proxy
+    is configured and no netrc file exists, those lookups can only find nothing, so they
+    are turned off; otherwise nothing changes (a proxy set later in this process is not
+    seen by this client). Blocking (reads the environment and the netrc file): call it
+    in a worker thread.
+    """
+    session: Any = getattr(api.rest_client, "pool_manager", None)
+    if getattr(session, "_trust_env", None) is not True:
+        return api
+    proxies = urllib.request.getproxies()
+    if any(scheme in proxies for scheme in ("http", "https", "ws", "wss")):
+        return api
+    if aiohttp.helpers.netrc_from_env() is not None:
+        return api
+    session._trust_env = False  # kubernetes-asyncio has no option for it
     return api

@@ -44,7 +44,7 @@ from tenacity import (
 from kinetic._backends.gke.ratelimit import RateLimiter
 from kinetic._core.kube_context import choose_context
 from kinetic._exceptions import BackendError, ConfigError, KineticError
-from kinetic._net import close_tls_firmly
+from kinetic._net import close_tls_firmly, skip_empty_env_lookups
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +157,8 @@ class KubeClient:
             raise
         except (ConfigException, OSError, ValueError, TypeError) as exc:
             raise ConfigError(f"cannot load the Kubernetes configuration: {exc}") from exc
-        return close_tls_firmly(k8s_client.ApiClient(configuration=cfg))
+        api = close_tls_firmly(k8s_client.ApiClient(configuration=cfg))
+        return await anyio.to_thread.run_sync(skip_empty_env_lookups, api)
 
     def _choose_context(self, config_file: str) -> str | None:
         """The context of this client's cluster in ``config_file``. Blocking (reads it)."""
