@@ -22,7 +22,6 @@ import cloudpickle
 
 from runner import protocol
 from runner.code_files import restore_code_files
-from runner.fs import remove_tree
 from runner.job import (
     PhaseError,
     build_failure,
@@ -31,6 +30,7 @@ from runner.job import (
     prepare_workspace,
     verify,
 )
+from runner.scratch import scratch_dir
 from runner.store import RunnerStore, open_store
 
 if TYPE_CHECKING:
@@ -172,34 +172,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         raise SystemExit(f"kinetic runner: {exc}") from None
     store = open_store(ns.storage)
-    workdir = Path(os.environ.get("TMPDIR") or "/tmp", f"kinetic-run-{os.urandom(8).hex()}")
-    workdir.mkdir(mode=0o700)
     lease: GpuLease | None = None
     try:
-        # A local GPU job waits for its GPUs and holds them until it exits (the name is
-        # runner.gpu_lease.REQUEST_ENV, spelled out: the module loads only when needed).
-        if "KINETIC_GPU_REQUEST" in os.environ:
-            from runner.gpu_lease import hold_for_job
+        with scratch_dir("run") as workdir:
+            # A local GPU job waits for its GPUs and holds them until it exits (the name
+            # is runner.gpu_lease.REQUEST_ENV, spelled out: the module loads only when
+            # needed).
+            if "KINETIC_GPU_REQUEST" in os.environ:
+                from runner.gpu_lease import hold_for_job
 
-            lease = hold_for_job(store, ns.job_id)
-        logs_key = protocol.logs_key(ns.job_id)
-        if host is not None:
-            # A multi-host job's pods restart a container that exits (StatefulSet pods
-            # must): a host runs the job once, and a restarted container only idles.
-            if not store.create_if_absent(protocol.host_started_key(ns.job_id, host), b"{}"):
-                return _idle(ns.job_id, host)
-            logs_key = protocol.host_logs_key(ns.job_id, host)
-        if ns.upload_logs:
-            from runner._tee import captured_output
+                lease = hold_for_job(store, ns.job_id)
+            logs_key = protocol.logs_key(ns.job_id)
+            if host is not None:
+                # A multi-host job's pods restart a container that exits (StatefulSet
+                # pods must): a host runs the job once, and a restarted container idles.
+                if not store.create_if_absent(protocol.host_started_key(ns.job_id, host), b"{}"):
+                    return _idle(ns.job_id, host)
+                logs_key = protocol.host_logs_key(ns.job_id, host)
+            if ns.upload_logs:
+                from runner._tee import captured_output
 
-            with captured_output(store, logs_key):
-                return run_job(store, ns.job_id, workdir=workdir, host=host)
-        return run_job(store, ns.job_id, workdir=workdir, host=host)
+                with captured_output(store, logs_key):
+                    return run_job(store, ns.job_id, workdir=workdir, host=host)
+            return run_job(store, ns.job_id, workdir=workdir, host=host)
     finally:
         if lease is not None:
             lease.close()
-        os.chdir("/")
-        remove_tree(workdir)
         store.close()
 
 
@@ -233,16 +231,13 @@ def _member_main(args: dict[str, str | bool]) -> int:
             "[--upload-logs]"
         ) from None
     store = open_store(storage)
-    workdir = Path(os.environ.get("TMPDIR") or "/tmp", f"kinetic-run-{os.urandom(8).hex()}")
-    workdir.mkdir(mode=0o700)
     try:
-        if args.get("upload-logs"):
-            from runner._tee import captured_output
+        with scratch_dir("run") as workdir:
+            if args.get("upload-logs"):
+                from runner._tee import captured_output
 
-            with captured_output(store, protocol.group_member_logs_key(group, index)):
-                return run_member(store, group, index, attempt, workdir)
-        return run_member(store, group, index, attempt, workdir)
+                with captured_output(store, protocol.group_member_logs_key(group, index)):
+                    return run_member(store, group, index, attempt, workdir)
+            return run_member(store, group, index, attempt, workdir)
     finally:
-        os.chdir("/")
-        remove_tree(workdir)
         store.close()

@@ -55,7 +55,6 @@ import cloudpickle
 
 from runner import protocol
 from runner.code_files import load_function
-from runner.fs import remove_tree
 from runner.job import PhaseError, build_failure, build_success, parse_args, prepare_workspace
 from runner.pool_book import (
     Claim,
@@ -70,6 +69,7 @@ from runner.pool_book import (
     stop_kills,
     worker_step,
 )
+from runner.scratch import scratch_dir
 from runner.store import RunnerStore, open_store
 
 STOP_EVERY = 1.0
@@ -470,13 +470,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise SystemExit("usage: python -m runner.pool --storage URL --group GROUP_ID")
     name = os.environ.get("KINETIC_WORKER") or f"{socket.gethostname()}-{os.getpid()}"
     store = open_store(str(args["storage"]))
-    workdir = Path(os.environ.get("TMPDIR") or "/tmp", f"kinetic-pool-{os.urandom(8).hex()}")
-    workdir.mkdir(mode=0o700)
     try:
-        return Worker(store, str(args["group"]), name, workdir).run()
+        with scratch_dir("pool") as workdir:
+            return Worker(store, str(args["group"]), name, workdir).run()
     finally:
-        os.chdir("/")
-        remove_tree(workdir)
         store.close()
 
 

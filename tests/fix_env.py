@@ -44,3 +44,16 @@ def job_dirs(root: Path) -> list[str]:
     if not storage.is_dir():
         return []
     return sorted(p.name for p in storage.iterdir() if p.name.startswith("job-"))
+
+
+def module_project(where: Path, module: str, source: str, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A one-module project at ``where`` (a ``pyproject.toml`` and ``{module}.py``),
+    importable and the working directory for the rest of the test: what a user's jobs
+    live in."""
+    where.mkdir()
+    name = module.replace("_", "-")
+    (where / "pyproject.toml").write_text(f'[project]\nname = "{name}"\nversion = "0"\n')
+    (where / f"{module}.py").write_text(source)
+    monkeypatch.syspath_prepend(str(where))
+    monkeypatch.chdir(where)
+    return where

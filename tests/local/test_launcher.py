@@ -20,6 +20,7 @@ import pytest
 import kinetic
 import runner
 from kinetic._backends import local_launcher
+from tests.fix_env import module_project
 
 pytestmark = pytest.mark.local
 
@@ -66,13 +67,7 @@ asyncio.run(main())
 
 @pytest.fixture
 def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    where = tmp_path / "project"
-    where.mkdir()
-    (where / "pyproject.toml").write_text('[project]\nname = "launcher-jobs"\nversion = "0"\n')
-    (where / "jobs.py").write_text(JOBS)
-    monkeypatch.syspath_prepend(str(where))
-    monkeypatch.chdir(where)
-    return where
+    return module_project(tmp_path / "project", "jobs", JOBS, monkeypatch)
 
 
 def live_launchers(root: Path) -> list[int]:

@@ -13,6 +13,7 @@ import pytest
 
 import kinetic
 from kinetic import Data
+from runner.scratch import sweep_orphans
 from tests.fix_env import job_dirs
 
 pytestmark = pytest.mark.local
@@ -43,11 +44,13 @@ def dataset(tmp_path: Path) -> Path:
     return root
 
 
-def no_scratch_left(tmp: str) -> bool:
-    """The job's mount scratch is removed once its processes are gone (shortly after)."""
+def no_scratch_left(tmp: str, prefix: str = "kinetic-mounts-") -> bool:
+    """The job's mount scratch (or with ``prefix="kinetic-"``, any scratch of the job's)
+    is removed once its processes are gone (shortly after)."""
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
-        if not [n for n in os.listdir(tmp) if n.startswith("kinetic-mounts-")]:
+        left = [n for n in os.listdir(tmp) if n.startswith(prefix) and not n.endswith(".swept")]
+        if not left:
             return True
         time.sleep(0.05)
     return False
@@ -77,7 +80,12 @@ def test_an_existing_directory_is_covered_for_the_job_only(dataset: Path, tmp_pa
     assert (mine / "precious.txt").read_text() == "keep"
 
 
-def test_file_and_nested_volumes(dataset: Path, tmp_path: Path) -> None:
+def test_file_and_nested_volumes(
+    dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temp))
     base = tmp_path / "mnt"  # does not exist: made inside the job's namespace only
     volumes = {
         str(base / "all"): Data(dataset),
@@ -92,6 +100,13 @@ def test_file_and_nested_volumes(dataset: Path, tmp_path: Path) -> None:
     assert not base.exists()
     assert not (tmp_path / "single.txt").exists()
     assert sorted(os.listdir(dataset)) == ["a.txt", "b.txt"]  # nothing made in the source
+    # The job's copy holds the nested volume's mount point, busy until the job's
+    # namespace ends: the next sweep (a later job's start) removes what it left.
+    deadline = time.monotonic() + 10
+    while list(temp.glob("kinetic-run-*")) and time.monotonic() < deadline:
+        sweep_orphans(temp, min_age=0)  # takes it once the job's process is gone
+        time.sleep(0.05)
+    assert no_scratch_left(str(temp), prefix="kinetic-"), os.listdir(temp)
 
 
 def test_a_file_volume_over_a_directory_fails_in_resolve(dataset: Path, tmp_path: Path) -> None:

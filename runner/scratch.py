@@ -1,0 +1,228 @@
+"""A runner process's scratch directory, removed however the process ends.
+
+A single job (``kinetic-run-*``) and a pool worker (``kinetic-pool-*``) each work in a
+private directory under ``$TMPDIR`` (the job's workspace, its resolved Data). It is
+removed
+
+* when the process returns or raises: :func:`scratch_dir`'s ``finally``;
+* on ``SIGTERM``, which a local cancel sends to the job's process group: a handler
+  removes it, then lets the signal end the process as it did before (same exit
+  status). Children the job forks die of ``SIGTERM`` as before and never touch the
+  directory (:class:`_ForkGuard`). Not as PID 1: a container's init ignores
+  ``SIGTERM`` without a handler, and a pod's filesystem goes with the pod;
+* when the process was killed outright (``SIGKILL`` after the cancel's grace, the OOM
+  killer, ``kill -9``), or something in the directory could not go yet (a volume's
+  mount point, busy while the job's mount namespace lives): the directory holds
+  ``.owner``, locked (``flock``) for the life of the process and of any child it
+  forked, and removed last. The next runner that starts in the same ``$TMPDIR``, at
+  most once a minute (the mtime of a stamp file, ``kinetic-{uid}.swept``, says when),
+  removes every scratch directory of this user whose lock it can take. A directory
+  younger than a minute is never touched (its owner may not have locked it yet), nor
+  one without ``.owner`` (left by an older version, whose owner cannot be told alive).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import FrameType
+
+from runner.fs import remove_tree
+
+OWNER = ".owner"
+SWEEP_EVERY = 60.0  # seconds; also the age below which a directory is never swept
+_HEX = frozenset("0123456789abcdef")
+
+
+def _is_scratch_name(name: str) -> bool:
+    """``kinetic-run-{16 hex}`` or ``kinetic-pool-{16 hex}``."""
+    kind, _, suffix = name.removeprefix("kinetic-").partition("-")
+    return (
+        name.startswith("kinetic-")
+        and kind in ("run", "pool")
+        and len(suffix) == 16
+        and _HEX.issuperset(suffix)
+    )
+
+
+def temp_root() -> Path:
+    """Where scratch directories go: ``$TMPDIR``, else ``/tmp``."""
+    return Path(os.environ.get("TMPDIR") or "/tmp")
+
+
+@contextlib.contextmanager
+def scratch_dir(kind: str) -> Iterator[Path]:
+    """A new private directory ``kinetic-{kind}-{16 hex}`` under :func:`temp_root`,
+    locked as its owner's while the block runs and removed when it ends (module
+    docstring). The working directory is ``/`` afterwards, as the directory is gone.
+
+    :raises OSError: when the directory cannot be created.
+    """
+    root = temp_root()
+    sweep_orphans(root)
+    path = root / f"kinetic-{kind}-{os.urandom(8).hex()}"
+    path.mkdir(mode=0o700)
+    try:
+        owner = os.open(path / OWNER, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except BaseException:
+        remove_tree(path)
+        raise
+    fcntl.flock(owner, fcntl.LOCK_EX)  # a new file of ours: never held, never blocks
+    restore = _remove_on_sigterm(path)
+    try:
+        yield path
+    finally:
+        restore()
+        with contextlib.suppress(OSError):
+            os.chdir("/")
+        _remove(path)
+        os.close(owner)
+
+
+def _remove(path: Path) -> None:
+    """Remove ``path``, its owner file last: where something in it cannot go yet (a
+    mount point still in use, a file a child is still writing), the owner file stays,
+    and a later sweep removes the rest once no process holds its lock."""
+    with contextlib.suppress(OSError), os.scandir(path) as entries:
+        for entry in entries:
+            if entry.name == OWNER:
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                remove_tree(Path(entry.path))
+            else:
+                with contextlib.suppress(OSError):
+                    os.unlink(entry.path)
+    with contextlib.suppress(OSError):
+        if os.listdir(path) == [OWNER]:
+            os.unlink(path / OWNER)
+            os.rmdir(path)
+
+
+def _remove_on_sigterm(path: Path) -> Callable[[], None]:
+    """Install the ``SIGTERM`` handler, unless as PID 1 or off the main thread (where no
+    handler can be set); returns what puts the previous handler back."""
+    if os.getpid() == 1 or threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    owner = os.getpid()
+
+    def terminated(signum: int, frame: FrameType | None) -> None:
+        signal.signal(signum, signal.SIG_DFL)
+        # A child forked by the job (a multiprocessing worker that its pool terminates)
+        # inherits this handler: it only dies, the directory stays the job's.
+        if os.getpid() == owner:
+            with contextlib.suppress(OSError):
+                os.chdir("/")
+            _remove(path)
+        os.kill(os.getpid(), signum)  # ends the process as the signal would have
+        os._exit(128 + signum)  # only if it did not (the signal was blocked)
+
+    previous = signal.getsignal(signal.SIGTERM)
+    signal.signal(signal.SIGTERM, terminated)
+    _forks.handler = terminated
+    _forks.register()
+
+    def restore() -> None:
+        _forks.handler = None
+        # None: a handler not set from Python; the default is the closest we can put back.
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+
+    return restore
+
+
+class _ForkGuard:
+    """A child the job forks (``os.fork``, multiprocessing) dies of ``SIGTERM`` as it
+    would without our handler. Inheriting the handler is not enough: a signal that
+    reaches the child before its interpreter is ready is dropped (CPython clears what
+    its handlers caught in that window), and ``Process.terminate()`` right after
+    ``start()`` would leave the child running. So ``SIGTERM`` is blocked across the fork
+    (the kernel keeps it pending) and the child restores the default action first."""
+
+    def __init__(self) -> None:
+        self.handler: Callable[[int, FrameType | None], None] | None = None
+        self._registered = False
+        self._mask: set[int | signal.Signals] | None = None
+
+    def register(self) -> None:
+        if not self._registered:
+            self._registered = True
+            os.register_at_fork(
+                before=self._before, after_in_parent=self._unblock, after_in_child=self._child
+            )
+
+    def _before(self) -> None:
+        if self.handler is not None and signal.getsignal(signal.SIGTERM) is self.handler:
+            self._mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+
+    def _child(self) -> None:
+        if self._mask is not None:
+            self.handler = None
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        self._unblock()
+
+    def _unblock(self) -> None:
+        if self._mask is not None:
+            mask, self._mask = self._mask, None
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
+_forks = _ForkGuard()
+
+
+def sweep_orphans(root: Path, *, min_age: float = SWEEP_EVERY) -> int:
+    """Remove the scratch directories under ``root`` whose owner has died; at most once
+    every ``min_age`` seconds per ``root`` and user, never one younger than ``min_age``.
+    Never raises.
+
+    :returns: how many directories it removed.
+    """
+    now = time.time()
+    stamp = root / f"kinetic-{os.getuid()}.swept"
+    try:
+        if now - stamp.stat().st_mtime < min_age:
+            return 0
+        os.utime(stamp)
+    except FileNotFoundError:
+        with contextlib.suppress(OSError):
+            stamp.touch()
+    except OSError:
+        return 0
+    removed = 0
+    try:
+        entries = list(os.scandir(root))
+    except OSError:
+        return 0
+    for entry in entries:
+        if not _is_scratch_name(entry.name):
+            continue
+        try:
+            info = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if info.st_uid != os.getuid() or now - info.st_mtime < min_age:
+            continue
+        removed += _remove_if_orphaned(Path(entry.path))
+    return removed
+
+
+def _remove_if_orphaned(path: Path) -> bool:
+    try:
+        fd = os.open(path / OWNER, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except OSError:  # no owner file: not ours to judge (module docstring)
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:  # its owner (or a child it forked) is alive, or another sweep has it
+        os.close(fd)
+        return False
+    try:
+        remove_tree(path)
+    finally:
+        os.close(fd)
+    return True
