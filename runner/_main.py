@@ -174,7 +174,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     store = open_store(ns.storage)
     lease: GpuLease | None = None
     try:
-        with scratch_dir("run") as workdir:
+        with scratch_dir("job") as workdir:
             # A local GPU job waits for its GPUs and holds them until it exits (the name
             # is runner.gpu_lease.REQUEST_ENV, spelled out: the module loads only when
             # needed).
@@ -232,7 +232,7 @@ def _member_main(args: dict[str, str | bool]) -> int:
         ) from None
     store = open_store(storage)
     try:
-        with scratch_dir("run") as workdir:
+        with scratch_dir("job") as workdir:
             if args.get("upload-logs"):
                 from runner._tee import captured_output
 

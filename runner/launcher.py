@@ -13,7 +13,8 @@ was started with). Each request forks one job:
    enters the job's working directory and environment, and runs
    :func:`runner._main.main` with the job's arguments, exactly as ``python -m runner``
    would; the leader waits for it and writes its exit status (a shell's ``$?``:
-   ``128 + signal`` for a signal) to the status file, then exits.
+   ``128 + signal`` for a signal) to the status file, unless the job left its final
+   record (the request's ``final``: then the status would say less), then exits.
 
 The reply names the leader (pid, start time, process group), as the spawn path of
 :mod:`kinetic._backends._process` does for its shell subshell. The kernel reaps the
@@ -259,6 +260,8 @@ class _JobRequest:
         self.env = {str(k): str(v) for k, v in dict(request["env"]).items()}
         self.log = str(request["log"])
         self.status = str(request["status"])
+        final = request.get("final")
+        self.final = None if final is None else str(final)
 
 
 def _lead(job: _JobRequest, ready_w: int) -> None:
@@ -281,9 +284,11 @@ def _lead(job: _JobRequest, ready_w: int) -> None:
             break
         except InterruptedError:
             continue
-    code = os.waitstatus_to_exitcode(status)
-    with open(job.status, "w") as f:  # what `echo $? > status` writes
-        f.write(f"{128 - code if code < 0 else code}\n")
+    # The runner's final record, when it left one, says more than its exit status.
+    if job.final is None or not os.path.exists(job.final):
+        code = os.waitstatus_to_exitcode(status)
+        with open(job.status, "w") as f:  # what `echo $? > status` writes
+            f.write(f"{128 - code if code < 0 else code}\n")
     os._exit(0)
 
 

@@ -471,7 +471,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     name = os.environ.get("KINETIC_WORKER") or f"{socket.gethostname()}-{os.getpid()}"
     store = open_store(str(args["storage"]))
     try:
-        with scratch_dir("pool") as workdir:
+        with scratch_dir("worker") as workdir:
             return Worker(store, str(args["group"]), name, workdir).run()
     finally:
         store.close()

@@ -1,8 +1,8 @@
 """A runner process's scratch directory, removed however the process ends.
 
-A single job (``kinetic-run-*``) and a pool worker (``kinetic-pool-*``) each work in a
-private directory under ``$TMPDIR`` (the job's workspace, its resolved Data). It is
-removed
+A single job (``kinetic-scratch-job-*``) and a pool worker
+(``kinetic-scratch-worker-*``) each work in a private directory under ``$TMPDIR`` (the
+job's workspace, its resolved Data). It is removed
 
 * when the process returns or raises: :func:`scratch_dir`'s ``finally``;
 * on ``SIGTERM``, which a local cancel sends to the job's process group: a handler
@@ -12,13 +12,14 @@ removed
   ``SIGTERM`` without a handler, and a pod's filesystem goes with the pod;
 * when the process was killed outright (``SIGKILL`` after the cancel's grace, the OOM
   killer, ``kill -9``), or something in the directory could not go yet (a volume's
-  mount point, busy while the job's mount namespace lives): the directory holds
-  ``.owner``, locked (``flock``) for the life of the process and of any child it
-  forked, and removed last. The next runner that starts in the same ``$TMPDIR``, at
-  most once a minute (the mtime of a stamp file, ``kinetic-{uid}.swept``, says when),
-  removes every scratch directory of this user whose lock it can take. A directory
-  younger than a minute is never touched (its owner may not have locked it yet), nor
-  one without ``.owner`` (left by an older version, whose owner cannot be told alive).
+  mount point, busy while the job's mount namespace lives): the directory is locked
+  (``flock`` on the directory itself) for the life of the process and of any child it
+  forked. The next runner that starts in the same ``$TMPDIR``, at most once a minute
+  (the mtime of a stamp file, ``kinetic-{uid}.swept``, says when), removes every
+  scratch directory of this user whose lock it can take. A directory younger than a
+  minute is never touched (its owner may not have locked it yet), nor one named as
+  older versions named theirs (``kinetic-run-*``, ``kinetic-pool-*``: never locked,
+  so their owners cannot be told alive).
 """
 
 from __future__ import annotations
@@ -35,17 +36,17 @@ from types import FrameType
 
 from runner.fs import remove_tree
 
-OWNER = ".owner"
 SWEEP_EVERY = 60.0  # seconds; also the age below which a directory is never swept
+_PREFIX = "kinetic-scratch-"
 _HEX = frozenset("0123456789abcdef")
 
 
 def _is_scratch_name(name: str) -> bool:
-    """``kinetic-run-{16 hex}`` or ``kinetic-pool-{16 hex}``."""
-    kind, _, suffix = name.removeprefix("kinetic-").partition("-")
+    """``kinetic-scratch-job-{16 hex}`` or ``kinetic-scratch-worker-{16 hex}``."""
+    kind, _, suffix = name.removeprefix(_PREFIX).partition("-")
     return (
-        name.startswith("kinetic-")
-        and kind in ("run", "pool")
+        name.startswith(_PREFIX)
+        and kind in ("job", "worker")
         and len(suffix) == 16
         and _HEX.issuperset(suffix)
     )
@@ -58,22 +59,22 @@ def temp_root() -> Path:
 
 @contextlib.contextmanager
 def scratch_dir(kind: str) -> Iterator[Path]:
-    """A new private directory ``kinetic-{kind}-{16 hex}`` under :func:`temp_root`,
-    locked as its owner's while the block runs and removed when it ends (module
-    docstring). The working directory is ``/`` afterwards, as the directory is gone.
+    """A new private directory ``kinetic-scratch-{kind}-{16 hex}`` (``kind``: ``job`` or
+    ``worker``) under :func:`temp_root`, locked as its owner's while the block runs and
+    removed when it ends (module docstring). The working directory is ``/`` afterwards,
+    as the directory is gone.
 
     :raises OSError: when the directory cannot be created.
     """
     root = temp_root()
     sweep_orphans(root)
-    path = root / f"kinetic-{kind}-{os.urandom(8).hex()}"
+    path = root / f"{_PREFIX}{kind}-{os.urandom(8).hex()}"
     path.mkdir(mode=0o700)
-    try:
-        owner = os.open(path / OWNER, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    except BaseException:
-        remove_tree(path)
-        raise
-    fcntl.flock(owner, fcntl.LOCK_EX)  # a new file of ours: never held, never blocks
+    lock = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    # Where the filesystem has no flock (some network filesystems), no sweep can take
+    # the lock either, so the directory is never mistaken for an orphan.
+    with contextlib.suppress(OSError):
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     restore = _remove_on_sigterm(path)
     try:
         yield path
@@ -81,27 +82,8 @@ def scratch_dir(kind: str) -> Iterator[Path]:
         restore()
         with contextlib.suppress(OSError):
             os.chdir("/")
-        _remove(path)
-        os.close(owner)
-
-
-def _remove(path: Path) -> None:
-    """Remove ``path``, its owner file last: where something in it cannot go yet (a
-    mount point still in use, a file a child is still writing), the owner file stays,
-    and a later sweep removes the rest once no process holds its lock."""
-    with contextlib.suppress(OSError), os.scandir(path) as entries:
-        for entry in entries:
-            if entry.name == OWNER:
-                continue
-            if entry.is_dir(follow_symlinks=False):
-                remove_tree(Path(entry.path))
-            else:
-                with contextlib.suppress(OSError):
-                    os.unlink(entry.path)
-    with contextlib.suppress(OSError):
-        if os.listdir(path) == [OWNER]:
-            os.unlink(path / OWNER)
-            os.rmdir(path)
+        remove_tree(path)
+        os.close(lock)
 
 
 def _remove_on_sigterm(path: Path) -> Callable[[], None]:
@@ -119,7 +101,7 @@ def _remove_on_sigterm(path: Path) -> Callable[[], None]:
         if os.getpid() == owner:
             with contextlib.suppress(OSError):
                 os.chdir("/")
-            _remove(path)
+            remove_tree(path)
         os.kill(os.getpid(), signum)  # ends the process as the signal would have
         os._exit(128 + signum)  # only if it did not (the signal was blocked)
 
@@ -213,13 +195,13 @@ def sweep_orphans(root: Path, *, min_age: float = SWEEP_EVERY) -> int:
 
 def _remove_if_orphaned(path: Path) -> bool:
     try:
-        fd = os.open(path / OWNER, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
-    except OSError:  # no owner file: not ours to judge (module docstring)
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
         return False
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:  # its owner (or a child it forked) is alive, or another sweep has it
-        os.close(fd)
+    except OSError:  # its owner (or a child it forked) is alive, another sweep has it,
+        os.close(fd)  # or the filesystem cannot lock: not ours to judge
         return False
     try:
         remove_tree(path)

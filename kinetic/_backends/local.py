@@ -3,8 +3,9 @@
 Theory of operation. Submission stores the job's spec, payload and handle in a
 local directory store, then :meth:`LocalBackend.launch` starts
 ``python -m runner`` (the current interpreter) in a new session through a tiny
-shell wrapper, with output going to the job's ``logs.txt`` and the runner's
-exit status to ``exit_code``. The launch record (pid, start time, process
+shell wrapper (or the root's launcher, :mod:`kinetic._backends.local_launcher`), with
+output going to the job's ``logs.txt`` and the runner's exit status to ``exit_code``
+(the launcher skips it when the runner left its final record, which wins anyway). The launch record (pid, start time, process
 group) lets any process, not only the submitter, tell whether the job is alive.
 
 Status is derived from records plus liveness (see
@@ -129,6 +130,7 @@ class LocalBackend:
                 root=self.root,
                 log_file=log_file,
                 status_file=status_file,
+                final_file=self.storage.path_for(protocol.final_key(job.job_id)),
                 cwd=job_dir,
                 env=env,
             ) or spawn_detached(

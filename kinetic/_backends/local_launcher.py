@@ -53,6 +53,7 @@ def spawn_via_launcher(
     root: Path,
     log_file: Path,
     status_file: Path,
+    final_file: Path | None = None,
     cwd: Path,
     env: Mapping[str, str],
 ) -> ProcessRef | None:
@@ -61,6 +62,8 @@ def spawn_via_launcher(
     The job is in its own session and process group, with ``cwd`` and ``env``, its
     output in ``log_file`` and its exit status in ``status_file``: what
     :func:`~kinetic._backends._process.spawn_detached` does, without a new interpreter.
+    The exit status is not written when the job left ``final_file`` (the runner's final
+    record, which then says more than the status would): one file fewer per job.
 
     :returns: the job's leader, or None when the launcher cannot be used (the reason is
         logged once per process); the caller then spawns the job itself.
@@ -78,6 +81,8 @@ def spawn_via_launcher(
         "log": str(log_file),
         "status": str(status_file),
     }
+    if final_file is not None:
+        request["final"] = str(final_file)
     line = json.dumps(request).encode() + b"\n"
     failure = "no launcher answered"
     for _ in range(3):

@@ -42,6 +42,10 @@ def wait_for(path, seconds=60.0):
     return os.getpid(), os.getppid(), sys.argv[1:3], os.environ.get("LAUNCHER_PROBE")
 
 
+def die():
+    os.kill(os.getpid(), 9)
+
+
 def with_grandchild(pidfile):
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
     with open(pidfile + ".tmp", "w") as f:
@@ -205,6 +209,27 @@ def test_cancel_kills_the_whole_process_group(
     report = job.status_report()
     assert report.status is kinetic.JobStatus.FAILED
     assert report.cancelled
+
+
+def test_the_exit_status_is_written_only_where_the_runner_left_no_record(
+    project: Path, launchers: Path, tmp_path: Path
+) -> None:
+    import jobs
+
+    go = tmp_path / "go"
+    go.touch()
+    done = kinetic.run()(jobs.wait_for).run_async(str(go))
+    done.result(timeout=60, cleanup=False)
+    assert wait_gone(leader(launchers, done.job_id)["pid"])
+    records = launchers / "storage" / done.job_id
+    assert (records / "status.json").is_file()
+    assert not (records / "exit_code").exists()  # the final record says more: one file fewer
+
+    killed = kinetic.run()(jobs.die).run_async()
+    with pytest.raises(kinetic.JobFailedError, match="signal 9"):
+        killed.result(timeout=60, cleanup=False)
+    assert wait_gone(leader(launchers, killed.job_id)["pid"])
+    assert (launchers / "storage" / killed.job_id / "exit_code").read_text() == "137\n"
 
 
 def test_two_submitting_processes_share_one_launcher(

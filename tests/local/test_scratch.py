@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import kinetic
-from runner.scratch import OWNER, SWEEP_EVERY, sweep_orphans
+from runner.scratch import SWEEP_EVERY, sweep_orphans
 from tests.fix_env import module_project
 
 pytestmark = pytest.mark.local
@@ -124,7 +124,7 @@ def hold(holders: list[subprocess.Popen[str]], kind: str) -> tuple[subprocess.Po
     return proc, Path(line)
 
 
-def left_by_a_killed_owner(holders: list[subprocess.Popen[str]], kind: str = "run") -> Path:
+def left_by_a_killed_owner(holders: list[subprocess.Popen[str]], kind: str = "job") -> Path:
     """A scratch directory whose owner was killed outright (no handler, no finally)."""
     proc, path = hold(holders, kind)
     proc.kill()
@@ -168,13 +168,14 @@ def test_children_terminated_inside_a_job_die_and_leave_its_directory(temp: Path
 def test_sweep_removes_only_the_directories_of_dead_owners(
     temp: Path, holders: list[subprocess.Popen[str]]
 ) -> None:
-    live, live_dir = hold(holders, "run")
-    dead_dir = left_by_a_killed_owner(holders, "pool")
-    legacy = temp / "kinetic-run-0123456789abcdef"  # an older version's: no owner file
+    live, live_dir = hold(holders, "job")
+    dead_dir = left_by_a_killed_owner(holders, "worker")
+    legacy = temp / "kinetic-run-0123456789abcdef"  # an older version's: never locked
     legacy.mkdir()
+    age(legacy)
     assert sweep_orphans(temp, min_age=0) == 1
     assert not dead_dir.exists()
-    assert (live_dir / OWNER).is_file()
+    assert live_dir.is_dir()
     assert legacy.is_dir()
     live.terminate()  # SIGTERM: the holder removes its own directory
     live.wait()

@@ -103,7 +103,7 @@ def test_file_and_nested_volumes(
     # The job's copy holds the nested volume's mount point, busy until the job's
     # namespace ends: the next sweep (a later job's start) removes what it left.
     deadline = time.monotonic() + 10
-    while list(temp.glob("kinetic-run-*")) and time.monotonic() < deadline:
+    while list(temp.glob("kinetic-scratch-*")) and time.monotonic() < deadline:
         sweep_orphans(temp, min_age=0)  # takes it once the job's process is gone
         time.sleep(0.05)
     assert no_scratch_left(str(temp), prefix="kinetic-"), os.listdir(temp)
