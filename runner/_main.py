@@ -60,6 +60,7 @@ def run_job(
         payload_bytes = store.read(protocol.payload_key(job_id))
         phase = "verify"
         verify(payload_bytes, spec["payload_sha256"], "payload.pkl")
+        new_output_dir = _new_local_dir(spec["output_dir"])
         code_root = prepare_workspace(store, spec, workdir)
 
         phase = "deserialize"
@@ -96,7 +97,12 @@ def run_job(
 
     phase = "execute"
     try:
-        value = fn(*args, **kwargs)
+        try:
+            value = fn(*args, **kwargs)
+        finally:
+            if new_output_dir is not None:  # made for the job, and it wrote nothing there
+                with contextlib.suppress(OSError):
+                    new_output_dir.rmdir()
     except BaseException as exc:  # noqa: BLE001 - SystemExit too: it must not skip the record
         import traceback
 
@@ -105,6 +111,15 @@ def run_job(
         return protocol.EXIT_USER_ERROR
     _flush_std()
     return _record_success(store, job_id, value, host=host)
+
+
+def _new_local_dir(path: str) -> Path | None:
+    """``path`` when it is a local directory that does not exist yet (the job's
+    workspace creates it); None otherwise. An empty one is removed after the job, so
+    jobs that write no outputs leave no directory each behind them."""
+    if not path.startswith("/") or os.path.lexists(path):
+        return None
+    return Path(path)
 
 
 def _record_success(store: RunnerStore, job_id: str, value: Any, host: int | None = None) -> int:

@@ -222,6 +222,20 @@ def test_output_dir_and_captured_env(monkeypatch: pytest.MonkeyPatch, kinetic_en
     assert (out / "result.txt").read_text() == "kept"
 
 
+def test_an_output_dir_made_for_a_job_that_wrote_nothing_is_not_left_behind(
+    kinetic_env: Path, tmp_path: Path
+) -> None:
+    job = read_env.run_async()
+    assert job.result()["KINETIC_OUTPUT_DIR"] == str(kinetic_env / "outputs" / job.job_id)
+    assert not (kinetic_env / "outputs" / job.job_id).exists()  # one empty folder a job
+    # A folder of the user's stays, empty or not.
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    env = kinetic.run(output_dir=str(mine))(read_env.__wrapped__)()
+    assert env["KINETIC_OUTPUT_DIR"] == str(mine)
+    assert mine.is_dir()
+
+
 def test_other_variables_do_not_leak_from_the_spec(kinetic_env: Path) -> None:
     job = read_env.run_async()
     job.result(cleanup=False)
