@@ -39,7 +39,7 @@ import anyio
 from kinetic._backends.base import JobRef, StatusCallback
 from kinetic._backends.gke.client import KubeClient
 from kinetic._backends.gke.pool import GKEBatchEngines
-from kinetic._backends.gke.watch import SharedWatch
+from kinetic._backends.gke.watch import SharedWatch, either_set
 from kinetic._core import k8s_spec, k8s_status
 from kinetic._core.accelerators import AcceleratorConfig
 from kinetic._core.gke_config import GKEOptions
@@ -227,11 +227,11 @@ class GKEBackend:
         events_at = 0.0
         async with watch.subscribe():
             while True:
-                version = watch.version
+                changes = watch.job_changes(job.job_id)
                 if watch.error is not None:
                     raise watch.error
                 if not watch.synced:
-                    await watch.changed(version)
+                    await changes.wait()
                     continue
                 now = anyio.current_time()
                 k8s_job, pods = watch.job(job.job_id), watch.pods(job.job_id)
@@ -275,7 +275,8 @@ class GKEBackend:
                 last = report
                 if report.status.is_terminal:
                     return report
-                await watch.changed(version, timeout)
+                with anyio.move_on_after(timeout):
+                    await changes.wait()
 
     async def _give_up(self, job: JobRef, report: StatusReport) -> StatusReport:
         failed = start_failure(report.reason, self.options.start_grace)
@@ -329,7 +330,7 @@ class GKEBackend:
         watch = self.cluster.watch(job.namespace)
         async with watch.subscribe():
             while True:
-                version = watch.version
+                changes = watch.job_changes(job.job_id)
                 if finished is not None and finished.is_set():
                     return None
                 for pod in watch.pods(job.job_id):
@@ -350,7 +351,7 @@ class GKEBackend:
                         return None
                     if report.reason and report.reason != said:
                         return report.reason
-                await _changed_or_set(watch, version, finished)
+                await either_set(changes, finished)
 
     async def follow_logs(
         self, job: JobRef, finished: anyio.Event | None = None
@@ -479,18 +480,3 @@ async def known_job_ids(
     except BaseExceptionGroup as group:
         raise group.exceptions[0] from None  # a missing namespace says so plainly
     return sorted(found)
-
-
-async def _changed_or_set(watch: SharedWatch, version: int, event: anyio.Event | None) -> None:
-    """Return once the watch changed past ``version`` or ``event`` is set."""
-    if event is None:
-        await watch.changed(version)
-        return
-    async with anyio.create_task_group() as tg:
-
-        async def _first(wait: Callable[[], Awaitable[None]]) -> None:
-            await wait()
-            tg.cancel_scope.cancel()
-
-        tg.start_soon(_first, lambda: watch.changed(version))
-        tg.start_soon(_first, event.wait)

@@ -4,9 +4,13 @@ Theory of operation
 -------------------
 A :class:`SharedWatch` keeps an in-memory copy of the Kinetic Jobs and pods of one
 namespace (label selector ``app=kinetic``), current through two watch streams
-(``jobs`` and ``pods``). Waiters read that copy instead of polling the API server;
-each change bumps :attr:`SharedWatch.version` and wakes every waiter, who then
-re-derives the status of its own job (a dictionary lookup, no IO).
+(``jobs`` and ``pods``). Waiters read that copy instead of polling the API server.
+Each change bumps :attr:`SharedWatch.version` and wakes the waiters of the whole copy
+(a batch driver), and the waiters of the one job the changed object belongs to
+(:meth:`SharedWatch.job_changes`), who then re-derive that job's status (a dictionary
+lookup, no IO). A re-list or an error wakes every waiter. Waking only the job's own
+waiters matters when many jobs are awaited at once: each event would otherwise run
+every waiter's step in one turn of the loop.
 
 *Who drives.* The streams need a task, and every task needs an owner. A waiter
 enters :meth:`SharedWatch.subscribe`, which starts a *driver candidate* in the
@@ -86,6 +90,8 @@ class SharedWatch:
         self._rv: dict[str, str | None] = dict.fromkeys(KINDS)
         self._synced: dict[str, bool] = dict.fromkeys(KINDS, False)
         self._changed = anyio.Event()
+        # Only jobs someone waits for have one; set and dropped at the job's next change.
+        self._job_changed: dict[str, anyio.Event] = {}
         self._driver = anyio.Lock()
         self._subscribers = 0
         self._idle_since: float | None = None
@@ -135,6 +141,15 @@ class SharedWatch:
             while self.version == version:
                 await self._changed.wait()
 
+    def job_changes(self, job_id: str) -> anyio.Event:
+        """An event set at the next change of job ``job_id``'s Job or pods, or of the
+        whole copy (a re-list, an error). Take it *before* reading the copy and await it
+        after: a change in between is not missed."""
+        event = self._job_changed.get(job_id)
+        if event is None:
+            event = self._job_changed[job_id] = anyio.Event()
+        return event
+
     def job(self, job_id: str) -> dict[str, Any] | None:
         """The job's Job as last seen, or None."""
         found = self._by_job["jobs"].get(job_id)
@@ -164,10 +179,20 @@ class SharedWatch:
 
     # -- driving ----------------------------------------------------------------------
 
-    def _notify(self) -> None:
+    def _notify(self, obj: dict[str, Any] | None = None) -> None:
+        """Wake the waiters of the whole copy, and those of ``obj``'s job (of every job
+        when ``obj`` is None)."""
         self.version += 1
         event, self._changed = self._changed, anyio.Event()
         event.set()
+        if obj is None:
+            woken, self._job_changed = list(self._job_changed.values()), {}
+        else:
+            job_id = k8s_status.job_id_of(obj)
+            one = None if job_id is None else self._job_changed.pop(job_id, None)
+            woken = [] if one is None else [one]
+        for job_event in woken:
+            job_event.set()
 
     async def _drive(self) -> None:
         async with self._driver, anyio.create_task_group() as tg:
@@ -264,4 +289,20 @@ class SharedWatch:
                 self._forget_pod(obj)
         else:
             self._put(kind, obj)
-        self._notify()
+        self._notify(obj)
+
+
+async def either_set(first: anyio.Event, second: anyio.Event | None) -> None:
+    """Return once ``first`` or ``second`` (when given) is set: a waiter's job changed
+    (:meth:`SharedWatch.job_changes`), or its caller is done."""
+    if second is None:
+        await first.wait()
+        return
+    async with anyio.create_task_group() as tg:
+
+        async def _first(event: anyio.Event) -> None:
+            await event.wait()
+            tg.cancel_scope.cancel()
+
+        tg.start_soon(_first, first)
+        tg.start_soon(_first, second)

@@ -37,6 +37,7 @@ import anyio.to_thread
 from kinetic._backends.base import JobRef, StatusCallback
 from kinetic._backends.gke.backend import Cluster, known_job_ids
 from kinetic._backends.gke.client import KubeClient
+from kinetic._backends.gke.watch import either_set
 from kinetic._backends.pathways.api import LwsApi
 from kinetic._core import accelerators, k8s_spec, k8s_status, lws_spec, lws_status
 from kinetic._core.accelerators import AcceleratorConfig
@@ -271,11 +272,11 @@ class PathwaysBackend:
         podless_since: float | None = None
         async with watch.subscribe():
             while True:
-                version = watch.version
+                changes = watch.job_changes(job.job_id)
                 if watch.error is not None:
                     raise watch.error
                 if not watch.synced:
-                    await watch.changed(version)
+                    await changes.wait()
                     continue
                 now = anyio.current_time()
                 pods = watch.pods(job.job_id)
@@ -316,7 +317,8 @@ class PathwaysBackend:
                 last = report
                 if report.status.is_terminal:
                     return report
-                await watch.changed(version, timeout)
+                with anyio.move_on_after(timeout):
+                    await changes.wait()
 
     async def _give_up(self, job: JobRef, report: StatusReport) -> StatusReport:
         failed = start_failure(report.reason, self.options.start_grace)
@@ -366,7 +368,7 @@ class PathwaysBackend:
         leader = lws_spec.pod_name(job.job_id, 0)
         async with watch.subscribe():
             while True:
-                version = watch.version
+                changes = watch.job_changes(job.job_id)
                 if finished is not None and finished.is_set():
                     return False
                 pods = watch.pods(job.job_id)
@@ -380,7 +382,8 @@ class PathwaysBackend:
                         return True
                 if watch.synced and not pods and (await self.status(job)).status.is_terminal:
                     return False
-                await _changed_or_set(watch, version, finished, timeout=2.0)
+                with anyio.move_on_after(2.0):
+                    await either_set(changes, finished)
 
     async def follow_logs(
         self, job: JobRef, finished: anyio.Event | None = None
@@ -504,21 +507,3 @@ def _annotate(data: bytes, note: str) -> bytes:
         return bytes(cloudpickle.dumps(payload))
     except Exception:  # noqa: BLE001 - the unannotated payload is still the truth
         return data
-
-
-async def _changed_or_set(
-    watch: Any, version: int, event: anyio.Event | None, *, timeout: float
-) -> None:
-    """Return once the watch changed past ``version``, ``event`` is set, or ``timeout``."""
-    with anyio.move_on_after(timeout):
-        if event is None:
-            await watch.changed(version)
-            return
-        async with anyio.create_task_group() as tg:
-
-            async def first_of(wait: Any) -> None:
-                await wait()
-                tg.cancel_scope.cancel()
-
-            tg.start_soon(first_of, lambda: watch.changed(version))
-            tg.start_soon(first_of, event.wait)
