@@ -96,8 +96,8 @@ def _remove_on_sigterm(path: Path) -> Callable[[], None]:
 
     def terminated(signum: int, frame: FrameType | None) -> None:
         signal.signal(signum, signal.SIG_DFL)
-        # A child forked by the job (a multiprocessing worker that its pool terminates)
-        # inherits this handler: it only dies, the directory stays the job's.
+        # A child forked where the fork guard does not run (from C, say) inherits this
+        # handler: it only dies, the directory stays the job's.
         if os.getpid() == owner:
             with contextlib.suppress(OSError):
                 os.chdir("/")
