@@ -32,9 +32,14 @@ _PYTEST_EXAMPLES = [e for examples in _ALL.values() for e in examples if e.kind 
 
 
 def _env(tmp_path: Path) -> dict[str, str]:
+    """The session's environment: a private local backend, and a private ``TMPDIR`` (the
+    pages' ``tempfile.mkdtemp()`` folders, the jobs' scratch) that the test's
+    ``tmp_path`` cleans up, rather than ``/tmp``."""
     from tests.doc_examples import clean_environment
 
-    return clean_environment(local_environment(tmp_path))
+    temp = tmp_path / "tmp"
+    temp.mkdir(exist_ok=True)
+    return clean_environment({**local_environment(tmp_path), "TMPDIR": str(temp)})
 
 
 @pytest.mark.parametrize("page", _LOCAL_PAGES, ids=lambda p: str(p.relative_to(REPO)))
