@@ -52,21 +52,16 @@ def _is_scratch_name(name: str) -> bool:
     )
 
 
-def temp_root() -> Path:
-    """Where scratch directories go: ``$TMPDIR``, else ``/tmp``."""
-    return Path(os.environ.get("TMPDIR") or "/tmp")
-
-
 @contextlib.contextmanager
 def scratch_dir(kind: str) -> Iterator[Path]:
     """A new private directory ``kinetic-scratch-{kind}-{16 hex}`` (``kind``: ``job`` or
-    ``worker``) under :func:`temp_root`, locked as its owner's while the block runs and
-    removed when it ends (module docstring). The working directory is ``/`` afterwards,
-    as the directory is gone.
+    ``worker``) under ``$TMPDIR`` (else ``/tmp``), locked as its owner's while the block
+    runs and removed when it ends (module docstring). The working directory is ``/``
+    afterwards, as the directory is gone.
 
     :raises OSError: when the directory cannot be created.
     """
-    root = temp_root()
+    root = Path(os.environ.get("TMPDIR") or "/tmp")
     sweep_orphans(root)
     path = root / f"{_PREFIX}{kind}-{os.urandom(8).hex()}"
     path.mkdir(mode=0o700)
