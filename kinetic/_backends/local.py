@@ -5,8 +5,9 @@ local directory store, then :meth:`LocalBackend.launch` starts
 ``python -m runner`` (the current interpreter) in a new session through a tiny
 shell wrapper (or the root's launcher, :mod:`kinetic._backends.local_launcher`), with
 output going to the job's ``logs.txt`` and the runner's exit status to ``exit_code``
-(the launcher skips it when the runner left its final record, which wins anyway). The launch record (pid, start time, process
-group) lets any process, not only the submitter, tell whether the job is alive.
+(the launcher skips it when the runner left its final record, which wins anyway). The
+launch record (pid, start time, process group) lets any process, not only the
+submitter, tell whether the job is alive.
 
 Status is derived from records plus liveness (see
 :func:`kinetic._core.status.status_from_local_records`): the runner's final
