@@ -43,6 +43,7 @@ from kinetic._engine.packaging import (
     relative_sys_path,
     shipping_by_value,
 )
+from kinetic._engine.preload import settings_with_code
 from kinetic._engine.submit import RunOptions, aresolve_target
 from kinetic._exceptions import (
     ConfigError,
@@ -51,7 +52,6 @@ from kinetic._exceptions import (
     ObjectNotFoundError,
     SerializationError,
 )
-from kinetic._settings import load_settings
 from runner import protocol
 
 _WRITE_CONCURRENCY = 16
@@ -240,7 +240,7 @@ async def attach_batch(
             f"(got {interval!r}, {timeout!r})"
         )
     settings = await anyio.to_thread.run_sync(
-        partial(load_settings, backend=backend, project=project, cluster=cluster)
+        partial(settings_with_code, backend=backend, project=project, cluster=cluster)
     )
     target = runtime.backend_for_settings(settings)
     runner_for(target)  # raises BackendError for a backend without batches

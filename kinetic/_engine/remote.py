@@ -19,9 +19,9 @@ from kinetic._engine import runtime
 from kinetic._engine.batch import BatchHandle, member_job
 from kinetic._engine.batch_submit import submit_batch
 from kinetic._engine.handle import JobHandle, load_handle
+from kinetic._engine.preload import settings_with_code
 from kinetic._engine.submit import RunOptions, submit
 from kinetic._exceptions import ConfigError, JobNotFoundError, ObjectNotFoundError
-from kinetic._settings import load_settings
 from runner import protocol
 
 _UNBOUND: Any = object()
@@ -207,7 +207,7 @@ async def attach(
     """
     check_job_id(job_id)
     settings = await anyio.to_thread.run_sync(
-        partial(load_settings, backend=backend, project=project, cluster=cluster)
+        partial(settings_with_code, backend=backend, project=project, cluster=cluster)
     )
     target = runtime.backend_for_settings(settings)
     try:
@@ -246,7 +246,7 @@ async def list_jobs(
         raise ConfigError(f"unknown backend {backend!r}")
     settings = await anyio.to_thread.run_sync(
         partial(
-            load_settings,
+            settings_with_code,
             backend=backend,
             project=project,
             zone=zone,

@@ -42,6 +42,7 @@ from kinetic._engine.packaging import (
     pickle_payload,
     relative_sys_path,
 )
+from kinetic._engine.preload import import_backend_code
 from kinetic._exceptions import ConfigError, DataError
 from kinetic._settings import load_settings
 from runner import protocol
@@ -122,7 +123,8 @@ def _local_notice(settings: Settings) -> None:
 
 
 def target_settings(opts: RunOptions) -> tuple[Settings, accelerators.AcceleratorConfig]:
-    """Settings and accelerator for a new job. Blocking (reads the profiles file).
+    """Settings and accelerator for a new job, with the code of its backend imported
+    (:mod:`kinetic._engine.preload`). Blocking (reads the profiles file, imports).
 
     :raises ConfigError: (and subclasses) for unknown backends, malformed profiles,
         and accelerators the backend cannot provide.
@@ -152,6 +154,7 @@ def target_settings(opts: RunOptions) -> tuple[Settings, accelerators.Accelerato
         chosen = choose_backend(settings.backend, accel, explicit=explicit)
         if chosen != settings.backend:
             settings = replace(settings, backend=chosen)
+    import_backend_code(settings.backend)  # here, in a worker thread, not on the loop
     return settings, accel
 
 
