@@ -67,11 +67,11 @@ fi
 kinetic_check="import kinetic, os; assert os.path.dirname(os.path.dirname(kinetic.__file__)) == '$REPO'"
 if ok "$ENVS/kinetic" "$kinetic_check"; then
     echo "kinetic: ready ($ENVS/kinetic); refreshing dependencies"
-    "$ENVS/kinetic/bin/python" -m pip install --quiet -e "$REPO"
+    "$ENVS/kinetic/bin/python" -m pip install --quiet -e "$REPO[bench]"
 else
     echo "kinetic: creating (editable install of $REPO)"
     make_env "$ENVS/kinetic"
-    "$ENVS/kinetic/bin/python" -m pip install --quiet -e "$REPO"
+    "$ENVS/kinetic/bin/python" -m pip install --quiet -e "$REPO[bench]"
 fi
 
 for env in orig ray kinetic; do

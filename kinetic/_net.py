@@ -8,6 +8,12 @@ its TLS close, up to 30 s, with the socket open. When the event loop ends before
 the garbage collector: an ``unclosed socket`` ResourceWarning, and a file descriptor
 held until then. aiohttp's ``enable_cleanup_closed`` aborts such connections when the
 session closes (and any still waiting after 2 s); every session Kinetic opens uses it.
+
+A session opened with ``trust_env=True`` reads the proxy variables and ``~/.netrc``
+for every request, in a worker thread of the loop's default executor (a thread hop
+per request; and starting that executor's threads holds the loop until each has
+started, tens of ms on a busy machine). :func:`trust_env_needed` says whether those
+lookups can find anything at all.
 """
 
 from __future__ import annotations
@@ -29,47 +35,14 @@ def tls_closing_connector(**options: Any) -> aiohttp.TCPConnector:
     return aiohttp.TCPConnector(enable_cleanup_closed=NEEDS_CLEANUP_CLOSED, **options)
 
 
-def close_tls_firmly(api: Any) -> Any:
-    """``api`` (a kubernetes-asyncio ``ApiClient``), with its connector set as
-    :func:`tls_closing_connector` sets one.
-
-    kubernetes-asyncio builds its connector with no way to pass the option, so the
-    connector's flag is set on it and its periodic clean-up started (which also keeps
-    the list of closed connections from growing in a long-lived process); where this
-    aiohttp has neither, nothing changes. Call it inside the loop that will use ``api``.
+def trust_env_needed() -> bool:
+    """Whether a session should consult the environment (``trust_env``): True when a
+    proxy variable for http(s)/ws(s) is set or a netrc file exists, else False (the
+    lookups could only find nothing). Decided once per session: a proxy set later in
+    this process is not seen by it. Blocking (reads the environment and looks for the
+    netrc file): call it in a worker thread.
     """
-    session = getattr(api.rest_client, "pool_manager", None)
-    connector: Any = getattr(session, "connector", None)
-    if (
-        NEEDS_CLEANUP_CLOSED
-        and getattr(connector, "_cleanup_closed_disabled", False) is True
-        and callable(getattr(connector, "_cleanup_closed", None))
-    ):
-        connector._cleanup_closed_disabled = False
-        connector._cleanup_closed()
-    return api
-
-
-def skip_empty_env_lookups(api: Any) -> Any:
-    """``api`` (a kubernetes-asyncio ``ApiClient``), its session no longer looking up
-    proxies and netrc credentials for each request where the environment has none.
-
-    kubernetes-asyncio opens its session with ``trust_env=True``: aiohttp then reads the
-    proxy variables and ``~/.netrc`` for every request, in a worker thread of the loop's
-    default executor (a thread hop per request; and starting that executor's threads
-    holds the loop until each has started, tens of ms on a busy machine). Where no proxy
-    is configured and no netrc file exists, those lookups can only find nothing, so they
-    are turned off; otherwise nothing changes (a proxy set later in this process is not
-    seen by this client). Blocking (reads the environment and the netrc file): call it
-    in a worker thread.
-    """
-    session: Any = getattr(api.rest_client, "pool_manager", None)
-    if getattr(session, "_trust_env", None) is not True:
-        return api
     proxies = urllib.request.getproxies()
     if any(scheme in proxies for scheme in ("http", "https", "ws", "wss")):
-        return api
-    if aiohttp.helpers.netrc_from_env() is not None:
-        return api
-    session._trust_env = False  # kubernetes-asyncio has no option for it
-    return api
+        return True
+    return aiohttp.helpers.netrc_from_env() is not None

@@ -36,9 +36,8 @@ class LoopImports(importlib.abc.MetaPathFinder):
     def find_spec(
         self, name: str, path: Sequence[str] | None, target: ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
-        if self.watching and threading.current_thread() is self.thread:
-            if name not in sys.modules:
-                self.seen.append(name)
+        if self.watching and threading.current_thread() is self.thread and name not in sys.modules:
+            self.seen.append(name)
         return None  # the normal finders import it
 
 

@@ -23,20 +23,24 @@ import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.to_thread
 
 from kinetic._cli.doctor import CheckResult, fail, ok, skip, warn
 from kinetic._core.config import Settings
-from kinetic._exceptions import KineticError
+from kinetic._exceptions import ConfigError, KineticError
+
+if TYPE_CHECKING:
+    from kinetic._core.kubeconfig import ContextRef
 
 PACKAGES = (
     "anyio",
+    "aiohttp",
     "cloudpickle",
     "gcloud-aio-storage",
-    "kubernetes-asyncio",
+    "pyyaml",
     "httpx",
     "tenacity",
     "rich",
@@ -45,7 +49,7 @@ PACKAGES = (
     "pathspec",
 )
 """Distributions Kinetic imports at run time."""
-_SHOWN_PACKAGES = ("cloudpickle", "anyio", "kubernetes-asyncio", "gcloud-aio-storage")
+_SHOWN_PACKAGES = ("cloudpickle", "anyio", "aiohttp", "gcloud-aio-storage")
 """Those whose versions the report names (every one is checked)."""
 MIN_PYTHON = (3, 11)
 LWS_CRD = "leaderworkersets.leaderworkerset.x-k8s.io"
@@ -305,17 +309,23 @@ def _kubeconfig(ctx: _Env) -> Named:
     in_cluster = bool(ctx.env.get("KUBERNETES_SERVICE_HOST"))
 
     def read() -> tuple[list[Any] | None, Any, str | None]:
-        from kubernetes_asyncio import config as k8s_config
+        from kinetic._core import kubeconfig
 
-        if not Path(path).exists():
-            return None, None, None
         try:
-            contexts, active = k8s_config.list_kube_config_contexts(config_file=path)
-        except Exception as exc:  # noqa: BLE001 - the loader raises many kinds; reported
-            if "current-context" in str(exc) or "current_context" in str(exc):
-                return [], None, None
+            text = Path(path).read_bytes()
+        except FileNotFoundError:
+            return None, None, None
+        except OSError as exc:
             return None, None, f"{type(exc).__name__}: {exc}"
-        return list(contexts or []), active, None
+        try:
+            config = kubeconfig.parse(text)
+            names, current = kubeconfig.list_contexts(config)
+            contexts: list[Any] = [{"name": name} for name in names]
+            if current is None:
+                return contexts, None, None
+            return contexts, _context_entry(kubeconfig.context_ref(config, current)), None
+        except ConfigError as exc:
+            return None, None, str(exc)
 
     async def check() -> CheckResult:
         contexts, active, error = await anyio.to_thread.run_sync(read)
@@ -324,6 +334,13 @@ def _kubeconfig(ctx: _Env) -> Named:
         )
 
     return "kubeconfig", "is the kubeconfig on a slow or hung file system?", check
+
+
+def _context_entry(ref: ContextRef) -> dict[str, Any]:
+    """A kubeconfig context (a :class:`~kinetic._core.kubeconfig.ContextRef`) in the
+    shape :func:`kubeconfig_result` reads: the file's own ``{name, context}``."""
+    fields = {"cluster": ref.cluster, "user": ref.user, "namespace": ref.namespace}
+    return {"name": ref.name, "context": {k: v for k, v in fields.items() if v}}
 
 
 def _cluster(ctx: _Env) -> Named:

@@ -158,8 +158,9 @@ async def _pod_upstream(job: JobHandle, backend: Backend, marker: ReadyMarker) -
             f"job {job.job_id} has no running pod in namespace {job.namespace} to forward to"
         )
     pod = max(running, key=lambda p: str(p["metadata"].get("creationTimestamp") or ""))
-    configuration = await client.configuration()
-    return PodPortForward(configuration, job.namespace, pod["metadata"]["name"], marker.port)
+    # The forward runs on a loop of its own: it gets its own copy of the credentials.
+    credentials = await client.credentials_for_another_loop()
+    return PodPortForward(credentials, job.namespace, pod["metadata"]["name"], marker.port)
 
 
 def _phase(pod: dict[str, Any]) -> str | None:

@@ -186,7 +186,7 @@ def _cluster(context: str | None, options: Any) -> Any:
 
 
 def gke_backend(bucket: str, namespace: str, context: str | None = None) -> GKEBackend:
-    """The GKE backend on ``bucket`` for this loop (kubernetes-asyncio loads on first use).
+    """The GKE backend on ``bucket`` for this loop (its configuration loads on first use).
 
     Knobs come from ``KINETIC_GKE_*`` / ``KINETIC_K8S_*`` variables
     (:mod:`kinetic._core.gke_config`).

@@ -26,9 +26,7 @@ REPO = Path(__file__).resolve().parents[2]
 PROBE_JOBS = "def square(x):\n    print('squaring', x)\n    return x * x\n"
 
 
-def loop_thread_imports(
-    project: Path, options: dict[str, Any], env: dict[str, str]
-) -> list[str]:
+def loop_thread_imports(project: Path, options: dict[str, Any], env: dict[str, str]) -> list[str]:
     """The modules a fresh interpreter's first jobs (``options`` for ``kinetic.aio.run``)
     imported on its event loop's thread; ``project`` is made a one-module project."""
     project.mkdir(exist_ok=True)

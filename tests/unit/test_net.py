@@ -1,14 +1,16 @@
-"""kubernetes-asyncio's session looks up proxies and netrc per request only where the
-environment has them (kinetic._net.skip_empty_env_lookups)."""
+"""Kinetic's sessions look up proxies and netrc per request only where the environment
+has them (kinetic._net.trust_env_needed), and the Kubernetes client's session follows
+that decision."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
-from kubernetes_asyncio import client as k8s_client
 
-from kinetic._net import skip_empty_env_lookups
+from kinetic._backends.gke.client import KubeClient
+from kinetic._net import trust_env_needed
 
 _PROXY_VARIABLES = [
     f"{scheme}_proxy" for scheme in ("http", "https", "ws", "wss", "all", "no", "ftp")
@@ -26,28 +28,54 @@ def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     return tmp_path
 
 
-async def _trusts_env() -> bool:
-    cfg = type.__call__(k8s_client.Configuration)
-    cfg.host = "https://127.0.0.1:6443"
-    api = skip_empty_env_lookups(k8s_client.ApiClient(configuration=cfg))
-    try:
-        return bool(api.rest_client.pool_manager.trust_env)
-    finally:
-        await api.close()
+def test_an_environment_without_proxy_or_netrc_is_not_looked_up(clean_env: Path) -> None:
+    assert not trust_env_needed()
 
 
-async def test_an_environment_without_proxy_or_netrc_is_not_looked_up(clean_env: Path) -> None:
-    assert not await _trusts_env()
+@pytest.mark.parametrize("name", ["HTTPS_PROXY", "http_proxy", "WSS_PROXY"])
+def test_a_proxy_variable_keeps_the_lookups(
+    clean_env: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    monkeypatch.setenv(name, "http://proxy.invalid:3128")
+    assert trust_env_needed()
 
 
-async def test_a_proxy_variable_keeps_the_lookups(
+def test_a_proxy_for_other_schemes_only_does_not(
     clean_env: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.invalid:3128")
-    assert await _trusts_env()
+    monkeypatch.setenv("FTP_PROXY", "http://proxy.invalid:3128")
+    assert not trust_env_needed()
 
 
-async def test_a_netrc_file_keeps_the_lookups(clean_env: Path) -> None:
+def test_a_netrc_file_keeps_the_lookups(clean_env: Path) -> None:
     (clean_env / ".netrc").write_text("machine 127.0.0.1 login me password secret\n")
     (clean_env / ".netrc").chmod(0o600)
-    assert await _trusts_env()
+    assert trust_env_needed()
+
+
+async def _client_trusts_env(home: Path) -> bool:
+    kubeconfig = home / "kubeconfig"
+    kubeconfig.write_text(
+        json.dumps(
+            {
+                "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "x",
+            }
+        )
+    )
+    client = KubeClient(kubeconfig=str(kubeconfig))
+    try:
+        _, _, session = await client._connection()
+        return session.trust_env
+    finally:
+        await client.aclose()
+
+
+async def test_the_kubernetes_client_follows_the_decision(
+    clean_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert not await _client_trusts_env(clean_env)
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.invalid:3128")
+    assert await _client_trusts_env(clean_env)

@@ -1,35 +1,38 @@
-"""The one door to the Kubernetes API: kubernetes-asyncio, bounded and translated.
+"""The one door to the Kubernetes API: aiohttp, bounded and translated.
 
 Theory of operation
 -------------------
 :class:`KubeClient` loads its configuration lazily, inside the running loop, on
 the first request: ``$KUBECONFIG`` (or ``~/.kube/config``) when present, else the
-in-cluster service account. It never touches kubernetes-asyncio's process-global
-default configuration. It speaks raw JSON (``_preload_content=False``): the
-objects it returns are the dicts the API server sent, which the pure rules in
-:mod:`kinetic._core.k8s_status` read.
+in-cluster service account (:mod:`kinetic._backends.gke.endpoint`, which reads the
+files and builds TLS in a worker thread). It then opens its own aiohttp session and
+presents, per request, what :class:`~kinetic._backends.gke.credentials.Credentials`
+gives (a token, basic auth, an exec plugin's token or client certificate). It speaks
+raw JSON: the objects it returns are the dicts the API server sent, which the pure
+rules in :mod:`kinetic._core.k8s_status` read.
 
-Every request goes through :meth:`KubeClient._request`, where four rules hold:
+Every request goes through :meth:`KubeClient._request`, where these rules hold:
 
-* **Rate limit.** One token of the client-side bucket per request (watches: per
+* **Rate limit.** One token of the client-side bucket per request sent (watches: per
   (re)connection), see :class:`~kinetic._backends.gke.ratelimit.RateLimiter`.
-* **Deadline.** The whole call, retries included, runs under ``anyio.fail_after``.
+* **Deadline.** The whole call, retries (and obtaining a credential) included, runs
+  under ``anyio.fail_after``.
+* **Credentials.** A 401 answer drops a credential that can change (token file,
+  exec plugin) and sends the request once more with a new one.
 * **Retries.** HTTP 429 and 5xx, connection errors and resets and one attempt's
   timeout are retried with jittered exponential back-off (tenacity). A ``POST``
   that was retried and then meets ``409 AlreadyExists`` succeeded the first time.
 * **Translation.** A missing namespace is :class:`~kinetic.ConfigError`; 404 on the
   object itself is ``None``/``False`` for the caller; every other failure is
   :class:`~kinetic.BackendError` naming the request, with the cause chained. No
-  aiohttp or kubernetes-asyncio exception escapes.
+  aiohttp, ``ssl`` or ``OSError`` exception escapes.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 from collections.abc import AsyncIterator, Mapping
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -41,10 +44,10 @@ from tenacity import (
     wait_random_exponential,
 )
 
+from kinetic._backends.gke.credentials import Credentials
+from kinetic._backends.gke.endpoint import Endpoint, load_endpoint
 from kinetic._backends.gke.ratelimit import RateLimiter
-from kinetic._core.kube_context import choose_context
 from kinetic._exceptions import BackendError, ConfigError, KineticError
-from kinetic._net import close_tls_firmly, skip_empty_env_lookups
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +109,9 @@ class KubeClient:
         self.limiter = RateLimiter(qps, burst)
         self._attempts = attempts
         self._backoff = backoff
-        self._api: Any = None
+        self._endpoint: Endpoint | None = None
+        self._credentials: Credentials | None = None
+        self._session: aiohttp.ClientSession | None = None
         self._init_lock = anyio.Lock()
         self._closed = False
 
@@ -120,62 +125,43 @@ class KubeClient:
 
     # -- configuration ----------------------------------------------------------------
 
-    async def _client(self) -> Any:
-        if self._closed:
+    async def _connection(self) -> tuple[Endpoint, Credentials, aiohttp.ClientSession]:
+        if self._session is None and not self._closed:
+            async with self._init_lock:
+                if self._session is None and not self._closed:
+                    await self._load()
+        if self._closed or self._session is None:
             raise BackendError("the Kubernetes client is closed")
-        if self._api is not None:
-            return self._api
-        async with self._init_lock:
-            if self._api is None:
-                self._api = await self._load()
-        return self._api
+        assert self._endpoint is not None
+        assert self._credentials is not None
+        return self._endpoint, self._credentials, self._session
 
-    async def _load(self) -> Any:
-        from kubernetes_asyncio import client as k8s_client
-        from kubernetes_asyncio import config as k8s_config
-        from kubernetes_asyncio.config.config_exception import ConfigException
+    async def _load(self) -> None:
+        """Read the configuration (worker thread) and open the session (this loop).
 
-        cfg = type.__call__(k8s_client.Configuration)  # not the process-global default
-        path = self._kubeconfig or os.environ.get("KUBECONFIG") or None
-        default = Path.home() / ".kube" / "config"
-        try:
-            if path is None and not default.exists() and os.environ.get("KUBERNETES_SERVICE_HOST"):
-                k8s_config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
-            else:
-                # KUBECONFIG may list several files; the first is used.
-                first = path.split(os.pathsep)[0] if path else str(default)
-                context = self._context
-                if context is None and (self._cluster_context or self._context_override):
-                    context = await anyio.to_thread.run_sync(self._choose_context, first)
-                await k8s_config.load_kube_config(
-                    config_file=first,
-                    context=context,
-                    client_configuration=cfg,
-                    persist_config=False,
-                )
-        except ConfigError:
-            raise
-        except (ConfigException, OSError, ValueError, TypeError) as exc:
-            raise ConfigError(f"cannot load the Kubernetes configuration: {exc}") from exc
-        api = close_tls_firmly(k8s_client.ApiClient(configuration=cfg))
-        return await anyio.to_thread.run_sync(skip_empty_env_lookups, api)
+        :raises ConfigError: no usable configuration.
+        """
+        endpoint = await load_endpoint(
+            kubeconfig_path=self._kubeconfig,
+            context=self._context,
+            cluster_context=self._cluster_context,
+            context_override=self._context_override,
+        )
+        if self._closed:  # closed while the configuration loaded: open nothing
+            return
+        self._endpoint, self._credentials = endpoint, Credentials(endpoint)
+        self._session = endpoint.open_session()
 
-    def _choose_context(self, config_file: str) -> str | None:
-        """The context of this client's cluster in ``config_file``. Blocking (reads it)."""
-        from kubernetes_asyncio import config as k8s_config
-
-        listed, current = k8s_config.list_kube_config_contexts(config_file)
-        names = [str(c.get("name")) for c in listed or () if isinstance(c, dict)]
-        active = current.get("name") if isinstance(current, dict) else None
-        return choose_context(self._cluster_context, self._context_override, names, active)
-
-    async def configuration(self) -> Any:
-        """The loaded kubernetes-asyncio ``Configuration``, for connections this client
-        does not make itself (the port-forward websockets of debug mode).
+    async def credentials_for_another_loop(self) -> Credentials:
+        """This client's endpoint and credentials, for connections it does not make
+        itself on another event loop (the port-forward websockets of debug mode,
+        :class:`~kinetic._backends.gke.portforward.PodPortForward`).
 
         :raises ConfigError: the Kubernetes configuration cannot be loaded.
+        :raises BackendError: the client is closed.
         """
-        return (await self._client()).configuration
+        _, credentials, _ = await self._connection()
+        return credentials.for_another_loop()
 
     # -- the boundary -----------------------------------------------------------------
 
@@ -190,24 +176,35 @@ class KubeClient:
         read_timeout: float | None,
         total: float | None,
     ) -> aiohttp.ClientResponse:
-        """Send one request; return the open response (2xx) or raise KubeHTTPError."""
-        api = await self._client()
-        await self.limiter.acquire()
-        headers = {"Accept": _JSON, "Content-Type": _JSON}
-        if method == "PATCH":
-            headers["Content-Type"] = "application/merge-patch+json"
-        resp: aiohttp.ClientResponse = await api.call_api(
-            path,
-            method,
-            query_params=query or [],
-            header_params=headers,
-            body=body,
-            auth_settings=["BearerToken"],
-            _preload_content=False,
-            _request_timeout=aiohttp.ClientTimeout(
-                total=total, sock_connect=10, sock_read=read_timeout
-            ),
-        )
+        """Send one request; return the open response (2xx) or raise KubeHTTPError.
+
+        A 401 to a credential that can change is answered by sending once more with a
+        new one (each send takes a rate-limit token)."""
+        endpoint, credentials, session = await self._connection()
+        headers = {"Accept": _JSON}
+        data: bytes | None = None
+        if body is not None:
+            data = json.dumps(body).encode()
+            headers["Content-Type"] = "application/merge-patch+json" if method == "PATCH" else _JSON
+        params = [(str(k), _query_value(v)) for k, v in query or ()]
+        timeout = aiohttp.ClientTimeout(total=total, sock_connect=10, sock_read=read_timeout)
+        for send in (1, 2):
+            auth = await credentials.auth()
+            await self.limiter.acquire()
+            resp = await session.request(
+                method,
+                endpoint.url(path),
+                params=params,
+                data=data,
+                headers={**headers, **auth.headers},
+                timeout=timeout,
+                **endpoint.options(auth),
+            )
+            if resp.status == 401 and send == 1 and credentials.invalidate(auth):
+                log.debug("Kubernetes API: %s refused the credential (401); renewing it", what)
+                resp.release()
+                continue
+            break
         if resp.status >= 400:
             try:
                 raw = await resp.read()
@@ -500,13 +497,20 @@ class KubeClient:
     async def aclose(self) -> None:
         """Close the connection pool. Idempotent; shielded from cancellation."""
         self._closed = True
-        api, self._api = self._api, None
-        if api is not None:
+        session, self._session = self._session, None
+        if session is not None:
             with anyio.CancelScope(shield=True):
                 try:
-                    await api.close()
+                    await session.close()
                 except Exception as exc:  # noqa: BLE001 - closing must not fail loudly
                     log.debug("closing the Kubernetes client failed: %s", exc)
+
+
+def _query_value(value: Any) -> str:
+    """A query parameter as the API server reads it (``true``, not Python's ``True``)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
 
 
 def _collection(kind: str, namespace: str) -> str:

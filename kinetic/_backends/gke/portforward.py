@@ -3,18 +3,23 @@
 Theory of operation
 -------------------
 Each call of :meth:`PodPortForward.connect` opens one websocket on the pod's
-``portforward`` subresource (kubernetes-asyncio's ``WsApiClient`` and
-``connect_get_namespaced_pod_portforward``), which the API server relays to the
-kubelet, which connects to the port on the pod's loopback. One websocket carries one
-TCP connection; the framing rules are in :mod:`kinetic._core.debug`. The result is an
-anyio :class:`~anyio.abc.ByteStream`, so the relay that uses it treats a pod and a
-local socket alike.
+``portforward`` subresource (``GET /api/v1/namespaces/{ns}/pods/{pod}/portforward
+?ports={port}``, upgraded, subprotocol ``v4.channel.k8s.io``), which the API server
+relays to the kubelet, which connects to the port on the pod's loopback. One
+websocket carries one TCP connection; the framing rules are in
+:mod:`kinetic._core.debug`. The result is an anyio :class:`~anyio.abc.ByteStream`,
+so the relay that uses it treats a pod and a local socket alike.
+
+The forward runs on a loop of its own (:mod:`kinetic._debug.forward`), so it opens
+its own aiohttp session from the client's endpoint and uses its own copy of the
+client's credentials (:meth:`KubeClient.credentials_for_another_loop`); a handshake
+refused with 401 renews a credential that can change and is tried once more.
 
 Bounds: opening (handshake and the server's first frame) is bounded by
 ``connect_timeout``; each send by ``send_timeout``; a quiet connection is legitimate
 (a debugger sitting at a breakpoint), so reads have no deadline, but the websocket's
 heartbeat (a ping every ``heartbeat`` seconds) ends a connection whose peer went
-away. aiohttp and kubernetes-asyncio errors become :class:`~kinetic.BackendError`
+away. aiohttp, ``ssl`` and ``OSError`` errors become :class:`~kinetic.BackendError`
 (or ``anyio.BrokenResourceError`` inside an open stream).
 
 The kubelet needs help from the node to reach a pod's port: with the Docker runtime
@@ -27,15 +32,15 @@ from __future__ import annotations
 
 import logging
 from types import TracebackType
-from typing import Any, Self
+from typing import Self
 
 import aiohttp
 import anyio
 from anyio.abc import ByteStream
 
+from kinetic._backends.gke.credentials import Credentials
 from kinetic._core.debug import ForwardError, PortForwardDecoder, encode_data
-from kinetic._exceptions import BackendError
-from kinetic._net import close_tls_firmly
+from kinetic._exceptions import BackendError, KineticError
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +48,7 @@ CONNECT_TIMEOUT = 30.0
 SEND_TIMEOUT = 30.0
 HEARTBEAT = 30.0
 CLOSE_TIMEOUT = 5.0
+PROTOCOL = "v4.channel.k8s.io"
 ERROR_GRACE = 0.3
 """Seconds a new connection waits for an error right behind the server's opening frames."""
 
@@ -53,13 +59,13 @@ class PodPortForward:
     Use as an async context manager on the loop that will make the connections (it
     holds an aiohttp session).
 
-    :param configuration: a kubernetes-asyncio ``Configuration`` (see
-        :meth:`KubeClient.configuration`).
+    :param credentials: the API server and credentials to use, for this forward's
+        loop alone (:meth:`KubeClient.credentials_for_another_loop`).
     """
 
     def __init__(
         self,
-        configuration: Any,
+        credentials: Credentials,
         namespace: str,
         pod: str,
         port: int,
@@ -68,14 +74,14 @@ class PodPortForward:
         send_timeout: float = SEND_TIMEOUT,
         heartbeat: float = HEARTBEAT,
     ) -> None:
-        self.configuration = configuration
+        self.credentials = credentials
         self.namespace = namespace
         self.pod = pod
         self.port = port
         self.connect_timeout = connect_timeout
         self.send_timeout = send_timeout
         self.heartbeat = heartbeat
-        self._ws_api: Any = None
+        self._session: aiohttp.ClientSession | None = None
 
     def __repr__(self) -> str:
         return f"PodPortForward({self.namespace}/{self.pod}:{self.port})"
@@ -84,11 +90,7 @@ class PodPortForward:
         return f"pod {self.namespace}/{self.pod} port {self.port} (Kubernetes API port-forward)"
 
     async def __aenter__(self) -> Self:
-        from kubernetes_asyncio.stream import WsApiClient
-
-        self._ws_api = close_tls_firmly(
-            WsApiClient(configuration=self.configuration, heartbeat=self.heartbeat)
-        )
+        self._session = self.credentials.endpoint.open_session()
         return self
 
     async def __aexit__(
@@ -97,11 +99,11 @@ class PodPortForward:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        api, self._ws_api = self._ws_api, None
-        if api is not None:
+        session, self._session = self._session, None
+        if session is not None:
             with anyio.CancelScope(shield=True), anyio.move_on_after(CLOSE_TIMEOUT):
                 try:
-                    await api.close()
+                    await session.close()
                 except Exception as err:  # noqa: BLE001 - closing must not fail loudly
                     log.debug("closing the port-forward session failed: %s", err)
 
@@ -111,19 +113,15 @@ class PodPortForward:
         :raises BackendError: the API server refused (RBAC, no such pod, pod not
             running), the kubelet could not reach the port (its message), or the
             connection did not open within ``connect_timeout``.
+        :raises ConfigError: no credential could be obtained (an exec plugin failed).
         """
-        if self._ws_api is None:
+        if self._session is None:
             raise RuntimeError("PodPortForward is not open")
-        from kubernetes_asyncio.client import CoreV1Api
-
         what = f"port-forward to {self.namespace}/{self.pod}:{self.port}"
         ws: aiohttp.ClientWebSocketResponse | None = None
         try:
             with anyio.fail_after(self.connect_timeout):
-                pending: Any = await CoreV1Api(self._ws_api).connect_get_namespaced_pod_portforward(
-                    self.pod, self.namespace, ports=self.port, _preload_content=False
-                )
-                ws = await pending
+                ws = await self._open(self._session)
                 stream = _PodStream(ws, self.port, self.send_timeout)
                 await stream.handshake(what)
                 return stream
@@ -131,7 +129,7 @@ class PodPortForward:
             if ws is not None:
                 with anyio.CancelScope(shield=True), anyio.move_on_after(CLOSE_TIMEOUT):
                     await ws.close()
-            if isinstance(exc, BackendError):
+            if isinstance(exc, KineticError):
                 raise
             if isinstance(exc, TimeoutError):
                 raise BackendError(
@@ -146,6 +144,32 @@ class PodPortForward:
                     f"Kubernetes API: {what} failed: {type(exc).__name__}: {exc}"
                 ) from exc
             raise
+
+    async def _open(self, session: aiohttp.ClientSession) -> aiohttp.ClientWebSocketResponse:
+        """The upgraded websocket; a 401 to a credential that can change is tried
+        once more with a new one.
+
+        :raises aiohttp.WSServerHandshakeError: the API server refused the upgrade.
+        """
+        endpoint = self.credentials.endpoint
+        path = f"/api/v1/namespaces/{self.namespace}/pods/{self.pod}/portforward"
+        for send in (1, 2):
+            auth = await self.credentials.auth()
+            try:
+                ws: aiohttp.ClientWebSocketResponse = await session.ws_connect(
+                    endpoint.url(path),
+                    params={"ports": str(self.port)},
+                    protocols=(PROTOCOL,),
+                    heartbeat=self.heartbeat,
+                    headers=dict(auth.headers),
+                    **endpoint.options(auth),
+                )
+            except aiohttp.WSServerHandshakeError as exc:
+                if exc.status == 401 and send == 1 and self.credentials.invalidate(auth):
+                    continue
+                raise
+            return ws
+        raise AssertionError("unreachable")
 
 
 class _PodStream(ByteStream):

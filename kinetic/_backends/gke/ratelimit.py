@@ -1,4 +1,4 @@
-"""A client-side token bucket for the Kubernetes API (kubernetes-asyncio has none).
+"""A client-side token bucket for the Kubernetes API (the API server only answers 429).
 
 ``qps`` tokens are added per second up to ``burst``; each request takes one and
 waits (on the monotonic clock, cancellably) when none is left. Watches take a
