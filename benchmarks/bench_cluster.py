@@ -24,6 +24,7 @@ Needs the testbed: ``tests/testbed/up`` (the script runs it). Writes
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -32,6 +33,7 @@ import sys
 import time
 import urllib.request
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -60,8 +62,67 @@ def noop() -> None:
 
 def testbed_env() -> dict[str, str]:
     subprocess.run([str(REPO / "tests/testbed/up")], check=True, capture_output=True)
-    cache = Path(os.environ.get("KINETIC_TESTBED_CACHE") or Path.home() / ".cache/kinetic-testbed")
-    return {k: str(v) for k, v in json.loads((cache / "run/env.json").read_text()).items()}
+    env = json.loads((_testbed_cache() / "run/env.json").read_text())
+    return {k: str(v) for k, v in env.items()}
+
+
+def _testbed_cache() -> Path:
+    return Path(os.environ.get("KINETIC_TESTBED_CACHE") or Path.home() / ".cache/kinetic-testbed")
+
+
+@contextlib.contextmanager
+def cluster_behind(nice: int) -> Iterator[list[str]]:
+    """The testbed's processes (API server, etcd, kubelet, container runtime, storage
+    emulator, registry) at CPU priority ``nice``, and its pods' cgroup at the least CPU
+    weight, while the block runs; the names of those changed. Needs root; restored on
+    exit.
+
+    On GKE none of them runs on the caller's machine. On a testbed sharing the caller's
+    cores they compete with its event loop for CPU as no cluster would, so this puts
+    them behind it, as another machine's work would be. Under autogroup (the
+    scheduler's per-session groups, on by default) a process's share against the
+    caller's is set by its session group's nice (``/proc/PID/autogroup``); without it,
+    by each thread's nice. Each component runs in a session of its own (``setsid``).
+    """
+    run = _testbed_cache() / "run"
+    autogroup = Path("/proc/sys/kernel/sched_autogroup_enabled")
+    grouped = autogroup.exists() and autogroup.read_text().strip() == "1"
+    restore: list[tuple[Path | int, int | str]] = []
+    names: list[str] = []
+    try:
+        for pidfile in sorted(run.glob("*.pid")):
+            try:
+                pid = int(pidfile.read_text())
+                if grouped:
+                    group = Path(f"/proc/{pid}/autogroup")
+                    before = int(group.read_text().split("nice")[1])
+                    group.write_text(str(nice))
+                    restore.append((group, before))
+                else:
+                    for task in Path(f"/proc/{pid}/task").iterdir():
+                        tid = int(task.name)
+                        before = os.getpriority(os.PRIO_PROCESS, tid)
+                        os.setpriority(os.PRIO_PROCESS, tid, nice)
+                        restore.append((tid, before))
+            except (OSError, ValueError, IndexError):
+                continue  # not running, or not ours to change
+            names.append(pidfile.stem)
+        # The pods: the container runtime's cgroup, at its least weight (v1, v2).
+        for knob, least in (("cpu/docker/cpu.shares", "2"), ("docker/cpu.weight", "1")):
+            path = Path("/sys/fs/cgroup") / knob
+            with contextlib.suppress(OSError):
+                before = path.read_text().strip()
+                path.write_text(least)
+                restore.append((path, before))
+                names.append("pods")
+        yield names
+    finally:
+        for where, before in reversed(restore):
+            with contextlib.suppress(OSError):
+                if isinstance(where, Path):
+                    where.write_text(str(before))
+                else:
+                    os.setpriority(os.PRIO_PROCESS, where, int(before))
 
 
 def testbed_target(prefix: str) -> tuple[dict[str, str], str, str, str]:
