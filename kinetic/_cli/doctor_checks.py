@@ -103,8 +103,8 @@ def packages_result(kinetic_version: str, versions: Mapping[str, str | None]) ->
 
 def kubeconfig_result(
     path: str,
-    contexts: list[Mapping[str, Any]] | None,
-    active: Mapping[str, Any] | None,
+    contexts: list[str] | None,
+    active: ContextRef | None,
     *,
     in_cluster: bool,
     error: str | None = None,
@@ -112,8 +112,8 @@ def kubeconfig_result(
 ) -> CheckResult:
     """The kubeconfig: present, parseable, with a current context. Pure.
 
-    :param contexts: the file's contexts (None: no file).
-    :param active: the current context entry (None: none set).
+    :param contexts: the names of the file's contexts (None: no file).
+    :param active: the current context (None: none set).
     :param in_cluster: a pod's service account is available instead.
     """
     get_creds = "gcloud container clusters get-credentials CLUSTER --zone ZONE --project PROJECT"
@@ -128,18 +128,16 @@ def kubeconfig_result(
         if in_cluster:
             return ok("kubeconfig", "no kubeconfig; in-cluster service account")
         return fail("kubeconfig", f"no kubeconfig at {path}", f"{get_creds}, or set KUBECONFIG")
-    if not active:
-        names = ", ".join(str(c.get("name")) for c in contexts) or "none"
+    if active is None:
         return fail(
             "kubeconfig",
-            f"{path}: no current context (contexts: {names})",
+            f"{path}: no current context (contexts: {', '.join(contexts) or 'none'})",
             "kubectl config use-context NAME",
         )
-    ctx = active.get("context") or {}
-    where = f"cluster {ctx.get('cluster')}"
-    if ctx.get("namespace"):
-        where += f", namespace {ctx['namespace']}"
-    return ok("kubeconfig", f"{path}: context {active.get('name')} ({where})")
+    where = f"cluster {active.cluster}"
+    if active.namespace:
+        where += f", namespace {active.namespace}"
+    return ok("kubeconfig", f"{path}: context {active.name} ({where})")
 
 
 def crd_result(present: bool, backend: str) -> CheckResult:
@@ -150,15 +148,6 @@ def crd_result(present: bool, backend: str) -> CheckResult:
     if backend == "pathways":
         return fail("lws-crd", detail, LWS_INSTALL)
     return warn("lws-crd", detail, LWS_INSTALL)
-
-
-def kubeconfig_path(env: Mapping[str, str], home: Path) -> str:
-    """The kubeconfig the Kubernetes client reads: the first of ``$KUBECONFIG``, else
-    ``~/.kube/config``. Pure."""
-    listed = env.get("KUBECONFIG")
-    if listed:
-        return listed.split(os.pathsep)[0]
-    return str(home / ".kube" / "config")
 
 
 # --------------------------------------------------------------------------- running
@@ -305,10 +294,12 @@ def _local_root(ctx: _Env) -> Named:
 
 
 def _kubeconfig(ctx: _Env) -> Named:
-    path = kubeconfig_path(ctx.env, Path.home())
+    from kinetic._core.kubeconfig import config_path
+
+    path = config_path(ctx.env, str(Path.home()))
     in_cluster = bool(ctx.env.get("KUBERNETES_SERVICE_HOST"))
 
-    def read() -> tuple[list[Any] | None, Any, str | None]:
+    def read() -> tuple[list[str] | None, ContextRef | None, str | None]:
         from kinetic._core import kubeconfig
 
         try:
@@ -320,10 +311,9 @@ def _kubeconfig(ctx: _Env) -> Named:
         try:
             config = kubeconfig.parse(text)
             names, current = kubeconfig.list_contexts(config)
-            contexts: list[Any] = [{"name": name} for name in names]
             if current is None:
-                return contexts, None, None
-            return contexts, _context_entry(kubeconfig.context_ref(config, current)), None
+                return names, None, None
+            return names, kubeconfig.context_ref(config, current), None
         except ConfigError as exc:
             return None, None, str(exc)
 
@@ -334,13 +324,6 @@ def _kubeconfig(ctx: _Env) -> Named:
         )
 
     return "kubeconfig", "is the kubeconfig on a slow or hung file system?", check
-
-
-def _context_entry(ref: ContextRef) -> dict[str, Any]:
-    """A kubeconfig context (a :class:`~kinetic._core.kubeconfig.ContextRef`) in the
-    shape :func:`kubeconfig_result` reads: the file's own ``{name, context}``."""
-    fields = {"cluster": ref.cluster, "user": ref.user, "namespace": ref.namespace}
-    return {"name": ref.name, "context": {k: v for k, v in fields.items() if v}}
 
 
 def _cluster(ctx: _Env) -> Named:

@@ -118,6 +118,15 @@ class ContextRef:
     namespace: str | None
 
 
+def config_path(env: Mapping[str, str], home: str) -> str:
+    """The kubeconfig file clients read, as ``kubectl`` finds it: the first file of
+    ``$KUBECONFIG`` (several are not merged), else ``{home}/.kube/config``."""
+    listed = env.get("KUBECONFIG")
+    if listed:
+        return listed.split(os.pathsep)[0]
+    return os.path.join(home, ".kube", "config")
+
+
 def parse(text: str | bytes) -> dict[str, Any]:
     """The kubeconfig document in ``text`` (YAML; JSON is YAML); empty is ``{}``.
 

@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from kinetic._cli.doctor import CheckResult, document, exit_status, fail, ok, skip, summary, warn
 from kinetic._cli.doctor_checks import (
     LWS_CRD,
     crd_result,
-    kubeconfig_path,
     kubeconfig_result,
     packages_result,
     python_result,
 )
 from kinetic._core.config import resolve_settings
+from kinetic._core.kubeconfig import ContextRef, config_path
 
 
 def test_python_versions() -> None:
@@ -44,11 +42,12 @@ def test_kubeconfig_results() -> None:
     assert missing.hint is not None
     assert "get-credentials c --zone us-central1-a --project p" in missing.hint
     assert kubeconfig_result("/k", None, None, in_cluster=True).level == "ok"
-    contexts = [{"name": "a", "context": {"cluster": "ca", "namespace": "ns"}}]
+    contexts = ["a"]
     no_current = kubeconfig_result("/k", contexts, None, in_cluster=False)
     assert no_current.level == "fail"
     assert no_current.hint == "kubectl config use-context NAME"
-    good = kubeconfig_result("/k", contexts, contexts[0], in_cluster=False)
+    active = ContextRef(name="a", cluster="ca", user=None, namespace="ns")
+    good = kubeconfig_result("/k", contexts, active, in_cluster=False)
     assert good.level == "ok"
     assert "context a (cluster ca, namespace ns)" in good.detail
     broken = kubeconfig_result("/k", None, None, in_cluster=False, error="bad yaml")
@@ -56,8 +55,8 @@ def test_kubeconfig_results() -> None:
 
 
 def test_kubeconfig_path() -> None:
-    assert kubeconfig_path({"KUBECONFIG": "/a:/b"}, Path("/h")) == "/a"
-    assert kubeconfig_path({}, Path("/h")) == "/h/.kube/config"
+    assert config_path({"KUBECONFIG": "/a:/b"}, "/h") == "/a"
+    assert config_path({}, "/h") == "/h/.kube/config"
 
 
 def test_lws_crd_is_required_by_pathways_only() -> None:

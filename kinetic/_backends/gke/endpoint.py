@@ -133,13 +133,16 @@ async def load_endpoint(
 def locate(explicit: str | None, env: Mapping[str, str], home: Path) -> str | None:
     """The kubeconfig file to read, or None for the in-cluster service account.
     Blocking (checks that the default file exists)."""
-    listed = explicit or env.get("KUBECONFIG") or None
-    if listed:
-        return listed.split(os.pathsep)[0]  # several files: the first (no merging)
-    default = home / ".kube" / "config"
-    if not default.exists() and env.get("KUBERNETES_SERVICE_HOST"):
+    if explicit:
+        return explicit.split(os.pathsep)[0]
+    path = kubeconfig.config_path(env, str(home))
+    if (
+        not env.get("KUBECONFIG")
+        and env.get("KUBERNETES_SERVICE_HOST")
+        and not os.path.exists(path)
+    ):
         return None
-    return str(default)
+    return path
 
 
 def _load(
