@@ -160,6 +160,10 @@ class SharedWatch:
         return list(self._by_job["pods"].get(job_id, {}).values())
 
     def _put(self, kind: str, obj: dict[str, Any]) -> None:
+        # The API server's record of field ownership is three quarters of each pod's and
+        # Job's JSON, and nothing reads it: cached, it would only grow the heap that the
+        # caller's garbage collector walks, and make its full passes come more often.
+        obj["metadata"].pop("managedFields", None)
         name = obj["metadata"]["name"]
         self._drop(kind, name)
         self.objects[kind][name] = obj
