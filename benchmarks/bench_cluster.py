@@ -33,7 +33,7 @@ import sys
 import time
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -70,59 +70,101 @@ def _testbed_cache() -> Path:
     return Path(os.environ.get("KINETIC_TESTBED_CACHE") or Path.home() / ".cache/kinetic-testbed")
 
 
+CPU_CGROUP = Path("/sys/fs/cgroup/cpu")  # the cgroup v1 cpu hierarchy, where mounted
+BEHIND = "kinetic-testbed-behind"
+LEAST_SHARES = "2"
+
+
 @contextlib.contextmanager
-def cluster_behind(nice: int) -> Iterator[list[str]]:
-    """The testbed's processes (API server, etcd, kubelet, container runtime, storage
-    emulator, registry) at CPU priority ``nice``, and its pods' cgroup at the least CPU
-    weight, while the block runs; the names of those changed. Needs root; restored on
-    exit.
+def cluster_behind() -> Iterator[list[str]]:
+    """The testbed (API server, etcd, kubelet, container runtime, storage emulator,
+    registry, every process they started, and the pods) at the least CPU weight while
+    the block runs; the names of those moved. Needs root; restored on exit.
 
     On GKE none of them runs on the caller's machine. On a testbed sharing the caller's
     cores they compete with its event loop for CPU as no cluster would, so this puts
-    them behind it, as another machine's work would be. Under autogroup (the
-    scheduler's per-session groups, on by default) a process's share against the
-    caller's is set by its session group's nice (``/proc/PID/autogroup``); without it,
-    by each thread's nice. Each component runs in a session of its own (``setsid``).
+    them behind it, as another machine's work would be. Where the cgroup v1 cpu
+    hierarchy is mounted they go into a cgroup of their own, which the processes they
+    start meanwhile (the runtime's shims and ``runc``, each in a session of its own)
+    inherit; the pods' own cgroup (``docker``) gets the least weight too. Elsewhere
+    each component's session group (autogroup) gets nice 19.
     """
     run = _testbed_cache() / "run"
-    autogroup = Path("/proc/sys/kernel/sched_autogroup_enabled")
-    grouped = autogroup.exists() and autogroup.read_text().strip() == "1"
-    restore: list[tuple[Path | int, int | str]] = []
-    names: list[str] = []
+    pids = {}
+    for pidfile in sorted(run.glob("*.pid")):
+        with contextlib.suppress(OSError, ValueError):
+            pids[pidfile.stem] = int(pidfile.read_text())
+    if not (CPU_CGROUP / "cgroup.procs").exists():
+        with _sessions_niced(pids.values()):
+            yield sorted(pids)
+        return
+    group, pods = CPU_CGROUP / BEHIND, CPU_CGROUP / "docker" / "cpu.shares"
+    group.mkdir(exist_ok=True)
+    (group / "cpu.shares").write_text(LEAST_SHARES)
+    pods_before = pods.read_text().strip() if pods.exists() else None
     try:
-        for pidfile in sorted(run.glob("*.pid")):
-            try:
-                pid = int(pidfile.read_text())
-                if grouped:
-                    group = Path(f"/proc/{pid}/autogroup")
-                    before = int(group.read_text().split("nice")[1])
-                    group.write_text(str(nice))
-                    restore.append((group, before))
-                else:
-                    for task in Path(f"/proc/{pid}/task").iterdir():
-                        tid = int(task.name)
-                        before = os.getpriority(os.PRIO_PROCESS, tid)
-                        os.setpriority(os.PRIO_PROCESS, tid, nice)
-                        restore.append((tid, before))
-            except (OSError, ValueError, IndexError):
-                continue  # not running, or not ours to change
-            names.append(pidfile.stem)
-        # The pods: the container runtime's cgroup, at its least weight (v1, v2).
-        for knob, least in (("cpu/docker/cpu.shares", "2"), ("docker/cpu.weight", "1")):
-            path = Path("/sys/fs/cgroup") / knob
-            with contextlib.suppress(OSError):
-                before = path.read_text().strip()
-                path.write_text(least)
-                restore.append((path, before))
-                names.append("pods")
-        yield names
+        for pid in _in_root_cgroup(_descendants(set(pids.values()))):
+            with contextlib.suppress(OSError):  # gone meanwhile
+                (group / "cgroup.procs").write_text(str(pid))
+        if pods_before is not None:
+            pods.write_text(LEAST_SHARES)
+        yield sorted(pids) + (["pods"] if pods_before is not None else [])
     finally:
-        for where, before in reversed(restore):
+        if pods_before is not None:
+            pods.write_text(pods_before)
+        for pid in (group / "cgroup.procs").read_text().split():
             with contextlib.suppress(OSError):
-                if isinstance(where, Path):
-                    where.write_text(str(before))
-                else:
-                    os.setpriority(os.PRIO_PROCESS, where, int(before))
+                (CPU_CGROUP / "cgroup.procs").write_text(pid)
+        group.rmdir()
+
+
+def _descendants(roots: set[int]) -> set[int]:
+    """``roots`` and every process descended from them (from ``/proc``)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                stat = (entry / "stat").read_text()
+                parent = int(stat[stat.rindex(")") + 2 :].split()[1])
+                children.setdefault(parent, []).append(int(entry.name))
+    found, todo = set(), list(roots)
+    while todo:
+        pid = todo.pop()
+        if pid not in found:
+            found.add(pid)
+            todo.extend(children.get(pid, ()))
+    return found
+
+
+def _in_root_cgroup(pids: set[int]) -> list[int]:
+    """Those of ``pids`` in the root cpu cgroup (a pod's processes keep their own)."""
+    kept = []
+    for pid in sorted(pids):
+        with contextlib.suppress(OSError):
+            lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+            if any(
+                line.split(":")[1] in ("cpu", "cpu,cpuacct") and line.endswith(":/")
+                for line in lines
+            ):
+                kept.append(pid)
+    return kept
+
+
+@contextlib.contextmanager
+def _sessions_niced(pids: Iterable[int], nice: int = 19) -> Iterator[None]:
+    """Each of ``pids``' session group (autogroup) at ``nice`` meanwhile."""
+    restore: list[tuple[Path, str]] = []
+    try:
+        for pid in pids:
+            group = Path(f"/proc/{pid}/autogroup")
+            with contextlib.suppress(OSError, IndexError):
+                restore.append((group, group.read_text().split("nice")[1].strip()))
+                group.write_text(str(nice))
+        yield
+    finally:
+        for group, before in restore:
+            with contextlib.suppress(OSError):
+                group.write_text(before)
 
 
 def testbed_target(prefix: str) -> tuple[dict[str, str], str, str, str]:

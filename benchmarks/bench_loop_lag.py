@@ -16,11 +16,12 @@ wait. Measured on the local backend, with a no-op function in a tiny project of 
 (d) with ``--gke-jobs N`` (20 in the issue), N concurrent single jobs on the test
     cluster (``tests/testbed/up`` first; ``--only-gke`` for this section alone): lag
     p99 / max. Targets: p99 <= 5 ms, max <= 20 ms.
-(d') the same again with the testbed's processes (API server, etcd, kubelet, container
-    runtime, emulator) at ``--cluster-nice`` (19; 0 skips it): on GKE the cluster is
-    other machines, while here it shares the caller's cores, and on 2 cores its bursts
-    alone (the floor) reach past the 20 ms target. Behind the caller's loop, as another
-    machine's work would be, it leaves what Kinetic's client costs the loop.
+(d') the same again with the testbed (API server, etcd, kubelet, container runtime,
+    emulator, what they start, the pods) at the least CPU weight
+    (``bench_cluster.cluster_behind``; ``--no-cluster-behind`` skips it): on GKE the
+    cluster is other machines, while here it shares the caller's cores, and on 2 cores
+    its bursts alone (the floor) reach past the 20 ms target. Behind the caller's loop,
+    as another machine's work would be, it leaves what Kinetic's client costs the loop.
 
 Every row also records the *floor*: the same heartbeat in a process of its own that does
 nothing else, over the same work run again (``floor_lag_*``, with this loop's lags in that
@@ -418,10 +419,10 @@ def main() -> None:
     )
     parser.add_argument("--only-gke", action="store_true", help="run (d) alone")
     parser.add_argument(
-        "--cluster-nice",
-        type=int,
-        default=19,
-        help="(d') run (d) again with the testbed's processes at this nice (0: skip; root)",
+        "--cluster-behind",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="(d') run (d) again with the testbed behind the caller for CPU (root)",
     )
     parser.add_argument(
         "--gc-freeze",
@@ -456,16 +457,15 @@ def main() -> None:
                 "rounds": rows,
                 "verdict": _lag_verdicts(rows),
             }
-            if ns.cluster_nice:
+            if ns.cluster_behind:
                 from bench_cluster import cluster_behind
 
-                print(f"(d') the same, the testbed at nice {ns.cluster_nice} ...", flush=True)
-                with cluster_behind(ns.cluster_nice) as reniced:
+                print("(d') the same, the testbed behind the caller for CPU ...", flush=True)
+                with cluster_behind() as moved:
                     rows = gke_jobs(ns, mod)
                 out["gke_concurrent_jobs_cluster_behind"] = {
                     "jobs": ns.gke_jobs,
-                    "cluster_nice": ns.cluster_nice,
-                    "reniced": reniced,
+                    "behind": moved,
                     "rounds": rows,
                     "verdict": _lag_verdicts(rows),
                 }
