@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kinetic._core import accelerators
@@ -115,37 +115,46 @@ def runner_command(bucket: str, job_id: str) -> list[str]:
     ]
 
 
-def job_manifest(
-    *,
-    job_id: str,
-    namespace: str,
-    image: str,
-    bucket: str,
-    accelerator: AcceleratorConfig,
-    output_dir: str,
-    env: Mapping[str, str] | None = None,
-    pod: PodOptions | None = None,
-    func_name: str | None = None,
-) -> dict[str, Any]:
+@dataclass(frozen=True)
+class JobTemplate:
+    """What every Job of one submission shares (a single job's, a batch's per-input
+    Jobs, a pool's one Job): where it runs and what its pods run with.
+
+    :ivar output_dir: the job's output directory (a batch's base: each input's is
+        ``{output_dir}/{member job id}``).
+    :ivar env: captured variables for the container (the runner also applies the
+        spec's copy); Kinetic's own variables win over them.
+    """
+
+    namespace: str
+    image: str
+    bucket: str
+    accelerator: AcceleratorConfig
+    output_dir: str
+    env: Mapping[str, str] | None = None
+    pod: PodOptions | None = None
+    func_name: str | None = None
+
+
+def job_manifest(template: JobTemplate, job_id: str) -> dict[str, Any]:
     """The ``batch/v1`` Job that runs job ``job_id``.
 
-    :param env: captured variables for the container (the runner also applies the
-        spec's copy); Kinetic's own variables win over them.
-    :raises ConfigError: when ``image`` or ``bucket`` is empty.
+    :raises ConfigError: when the template's ``image`` or ``bucket`` is empty.
     """
+    image, bucket, accelerator = template.image, template.bucket, template.accelerator
     if not image:
         raise ConfigError("a GKE job needs a container image")
     if not bucket:
         raise ConfigError("a GKE job needs a storage bucket")
-    pod = pod or PodOptions()
+    pod = template.pod or PodOptions()
     labels = {APP_LABEL: APP_VALUE, JOB_ID_LABEL: job_id}
-    variables: dict[str, str] = {**(env or {}), **pod.extra_env}
+    variables: dict[str, str] = {**(template.env or {}), **pod.extra_env}
     variables.update(
         {
             "JOB_ID": job_id,
             "KINETIC_STORAGE": f"gs://{bucket}",
             "KINETIC_BUCKET": bucket,
-            "KINETIC_OUTPUT_DIR": output_dir,
+            "KINETIC_OUTPUT_DIR": template.output_dir,
             "JAX_PLATFORMS": accelerators.jax_platforms(accelerator),
             "PYTHONUNBUFFERED": "1",
         }
@@ -175,14 +184,14 @@ def job_manifest(
         pod_spec["hostNetwork"] = True
         pod_spec["dnsPolicy"] = "ClusterFirstWithHostNet"
     annotations = {"kinetic/accelerator": accelerator.name + (":spot" if accelerator.spot else "")}
-    if func_name:
-        annotations["kinetic/function"] = func_name
+    if template.func_name:
+        annotations["kinetic/function"] = template.func_name
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {
             "name": job_name(job_id),
-            "namespace": namespace,
+            "namespace": template.namespace,
             "labels": labels,
             "annotations": annotations,
         },
@@ -206,44 +215,26 @@ def group_selector(group_id: str) -> str:
 
 
 def member_job_manifest(
-    *,
-    group_id: str,
-    index: int,
-    attempt: int,
-    namespace: str,
-    image: str,
-    bucket: str,
-    accelerator: AcceleratorConfig,
-    output_dir: str,
-    env: Mapping[str, str] | None = None,
-    pod: PodOptions | None = None,
-    func_name: str | None = None,
+    template: JobTemplate, *, group_id: str, index: int, attempt: int
 ) -> dict[str, Any]:
     """The Job running one attempt of input ``index`` of batch ``group_id``.
 
     Named ``kinetic-{attempt id}`` (:func:`runner.protocol.member_attempt_id`), so a
     re-creation on resume is a harmless ``409``; labelled with the batch, index and
     attempt, so one watch of the namespace shows the driver the whole batch.
-    ``output_dir`` is the batch's base: the input's is ``{output_dir}/{member job id}``.
+    The template's ``output_dir`` is the batch's base: the input's is
+    ``{output_dir}/{member job id}``.
     """
     member = member_job_id(group_id, index)
     attempt_id = member_attempt_id(group_id, index, attempt)
-    out = job_manifest(
-        job_id=attempt_id,
-        namespace=namespace,
-        image=image,
-        bucket=bucket,
-        accelerator=accelerator,
-        output_dir=f"{output_dir.rstrip('/')}/{member}",
-        env=env,
-        pod=pod,
-        func_name=func_name,
-    )
+    own_output = f"{template.output_dir.rstrip('/')}/{member}"
+    out = job_manifest(replace(template, output_dir=own_output), attempt_id)
+    bucket = template.bucket
     extra = {GROUP_ID_LABEL: group_id, GROUP_INDEX_LABEL: str(index), ATTEMPT_LABEL: str(attempt)}
     out["metadata"]["labels"].update(extra)
-    template = out["spec"]["template"]
-    template["metadata"]["labels"] = dict(out["metadata"]["labels"])
-    container = template["spec"]["containers"][0]
+    pod_template = out["spec"]["template"]
+    pod_template["metadata"]["labels"] = dict(out["metadata"]["labels"])
+    container = pod_template["spec"]["containers"][0]
     container["command"] = [
         "python", "-m", "runner", "--storage", f"gs://{bucket}", "--group", group_id,
         "--index", str(index), "--attempt", str(attempt), "--upload-logs",
@@ -291,19 +282,7 @@ def pool_job_name(group_id: str) -> str:
     return f"kinetic-{group_id}"
 
 
-def pool_job_manifest(
-    *,
-    group_id: str,
-    workers: int,
-    namespace: str,
-    image: str,
-    bucket: str,
-    accelerator: AcceleratorConfig,
-    output_dir: str,
-    env: Mapping[str, str] | None = None,
-    pod: PodOptions | None = None,
-    func_name: str | None = None,
-) -> dict[str, Any]:
+def pool_job_manifest(template: JobTemplate, *, group_id: str, workers: int) -> dict[str, Any]:
     """The one ``batch/v1`` Job of a batch run by a worker pool (:mod:`runner.pool`).
 
     ``parallelism`` is the number of workers, each pod with the batch's accelerator.
@@ -314,26 +293,17 @@ def pool_job_manifest(
     another once its lease expires. Each pod knows its own name (``KINETIC_WORKER``,
     from the downward API): claims say which worker holds an input.
     """
-    out = job_manifest(
-        job_id=group_id,
-        namespace=namespace,
-        image=image,
-        bucket=bucket,
-        accelerator=accelerator,
-        output_dir=output_dir,
-        env=env,
-        pod=pod,
-        func_name=func_name,
-    )
+    out = job_manifest(template, group_id)
+    bucket = template.bucket
     out["metadata"]["name"] = pool_job_name(group_id)
     out["metadata"]["labels"][GROUP_ID_LABEL] = group_id
     spec = out["spec"]
     del spec["completions"]
     spec["parallelism"] = max(1, workers)
     spec["backoffLimit"] = max(6, 2 * workers)
-    template = spec["template"]
-    template["metadata"]["labels"] = dict(out["metadata"]["labels"])
-    container = template["spec"]["containers"][0]
+    pod_template = spec["template"]
+    pod_template["metadata"]["labels"] = dict(out["metadata"]["labels"])
+    container = pod_template["spec"]["containers"][0]
     container["command"] = [
         "python", "-m", "runner.pool", "--storage", f"gs://{bucket}", "--group", group_id,
     ]  # fmt: skip

@@ -13,8 +13,7 @@ from kinetic._exceptions import ConfigError
 
 
 def manifest(accel: str = "cpu", **pod: Any) -> dict[str, Any]:
-    return k8s_spec.job_manifest(
-        job_id="job-1234abcd",
+    template = k8s_spec.JobTemplate(
         namespace="ns",
         image="reg/img:t",
         bucket="p-kn-c-jobs",
@@ -23,6 +22,7 @@ def manifest(accel: str = "cpu", **pod: Any) -> dict[str, Any]:
         env={"MY_VAR": "1", "JOB_ID": "overridden"},
         pod=k8s_spec.PodOptions(**pod),
     )
+    return k8s_spec.job_manifest(template, "job-1234abcd")
 
 
 def container(m: dict[str, Any]) -> dict[str, Any]:
@@ -299,17 +299,11 @@ def test_member_job_manifest_names_labels_and_command() -> None:
 
     cfg = accelerators.parse_accelerator("cpu")
     group = "grp-0123456789ab"
-    kwargs: dict[str, Any] = {
-        "group_id": group,
-        "index": 5,
-        "namespace": "ns",
-        "image": "img:1",
-        "bucket": "b",
-        "accelerator": cfg,
-        "output_dir": "gs://b/outputs",
-    }
-    first = k8s_spec.member_job_manifest(attempt=0, **kwargs)
-    retry = k8s_spec.member_job_manifest(attempt=2, **kwargs)
+    template = k8s_spec.JobTemplate(
+        namespace="ns", image="img:1", bucket="b", accelerator=cfg, output_dir="gs://b/outputs"
+    )
+    first = k8s_spec.member_job_manifest(template, group_id=group, index=5, attempt=0)
+    retry = k8s_spec.member_job_manifest(template, group_id=group, index=5, attempt=2)
     member = protocol.member_job_id(group, 5)
     assert first["metadata"]["name"] == f"kinetic-{member}"
     assert retry["metadata"]["name"] == f"kinetic-{member}-a2"

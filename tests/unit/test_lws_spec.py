@@ -15,8 +15,7 @@ JOB = "job-1234abcd"
 
 
 def job_manifest(accel: str = "tpu-v6e-8", **pod: Any) -> dict[str, Any]:
-    m = k8s_spec.job_manifest(
-        job_id=JOB,
+    template = k8s_spec.JobTemplate(
         namespace="ns",
         image="reg/img:t",
         bucket="p-kn-c-jobs",
@@ -25,6 +24,7 @@ def job_manifest(accel: str = "tpu-v6e-8", **pod: Any) -> dict[str, Any]:
         env={"MY_VAR": "1"},
         pod=k8s_spec.PodOptions(**pod),
     )
+    m = k8s_spec.job_manifest(template, JOB)
     return k8s_spec.with_gcs_fuse(m, ["data-bucket"])
 
 

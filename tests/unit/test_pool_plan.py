@@ -325,15 +325,14 @@ def test_a_stop_is_reported_once_no_pod_runs() -> None:
 
 @pytest.mark.parametrize("workers", [1, 4])
 def test_pool_job_manifest_is_a_work_queue_of_workers(workers: int) -> None:
-    job = k8s_spec.pool_job_manifest(
-        group_id="grp-0123456789ab",
-        workers=workers,
+    template = k8s_spec.JobTemplate(
         namespace="ns",
         image="img:1",
         bucket="b",
         accelerator=parse_accelerator("cpu"),
         output_dir="gs://b/outputs",
     )
+    job = k8s_spec.pool_job_manifest(template, group_id="grp-0123456789ab", workers=workers)
     spec = job["spec"]
     assert job["metadata"]["name"] == "kinetic-grp-0123456789ab"
     assert job["metadata"]["labels"]["group-id"] == "grp-0123456789ab"

@@ -128,8 +128,7 @@ class GKEBackend:
         namespace: str,
     ) -> dict[str, Any]:
         """Build (and keep for :meth:`launch`) the job's manifest. Pure, raises ConfigError."""
-        manifest = k8s_spec.job_manifest(
-            job_id=job_id,
+        template = k8s_spec.JobTemplate(
             namespace=namespace,
             image=image,
             bucket=self.bucket,
@@ -139,6 +138,7 @@ class GKEBackend:
             pod=self.options.pod,
             func_name=func_name,
         )
+        manifest = k8s_spec.job_manifest(template, job_id)
         self._pending_specs[job_id] = manifest
         return manifest
 

@@ -45,14 +45,15 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import replace
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import cloudpickle
 
 from kinetic._backends.base import BatchEvents, InputActivity, JobRef, Loaded, input_index
-from kinetic._backends.gke.engine import GroupEngine
-from kinetic._core import accelerators, batch_plan, k8s_spec, k8s_status
+from kinetic._backends.gke.engine import GroupEngine, batch_job
+from kinetic._core import batch_plan, k8s_spec, k8s_status
 from kinetic._core.exception_groups import first_error
 from kinetic._exceptions import ObjectNotFoundError
 from kinetic._storage.base import Storage
@@ -215,24 +216,13 @@ class _Driver:
 
     def _manifest_for(self, index: int, attempt: int) -> dict[str, Any]:
         assert self.manifest is not None
-        gke = self._gke()
-        accel = accelerators.parse_accelerator(gke["accelerator"])
-        job = k8s_spec.member_job_manifest(
-            group_id=self.group_id,
-            index=index,
-            attempt=attempt,
-            namespace=gke["namespace"],
-            image=gke["image"],
-            bucket=self.backend.bucket,
-            accelerator=accel,
-            output_dir=self.manifest["spec"]["output_dir"],
-            env=self.manifest["spec"]["env"],
-            pod=self.backend.options.pod,
-            func_name=self.manifest["func_name"],
+        return batch_job(
+            self.backend,
+            self.manifest,
+            partial(
+                k8s_spec.member_job_manifest, group_id=self.group_id, index=index, attempt=attempt
+            ),
         )
-        if gke.get("fuse_buckets"):
-            job = k8s_spec.with_gcs_fuse(job, gke["fuse_buckets"])
-        return job
 
     async def _create(self, launches: list[batch_plan.Launch]) -> None:
         """Create the Jobs of ``launches``, concurrently; 409 is success. The state

@@ -3,15 +3,17 @@ process, asked for its events, snapshots, outcomes and stop record.
 
 :class:`~kinetic._backends.gke.batch.GKEBatches` (one Job per input) and
 :class:`~kinetic._backends.gke.pool.GKEPool` (a worker pool) differ in how a batch
-advances (their followers) and in the answers about one input; the rest is here.
+advances (their followers) and in the answers about one input; the rest is here,
+with how a recorded batch's Jobs are built (:func:`batch_job`).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Collection
-from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
+from collections.abc import AsyncIterator, Callable, Collection
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from kinetic._backends.base import BatchEvents, Loaded
+from kinetic._core import accelerators, k8s_spec
 from kinetic._storage.base import Storage
 from runner import protocol
 
@@ -68,3 +70,31 @@ class GroupEngine(Generic[F]):
 
     async def read_stop(self, group_id: str) -> protocol.StopRecord | None:
         return await self.follower(group_id).read_stop()
+
+
+def batch_job(
+    backend: GKEBackend,
+    manifest: protocol.BatchManifest,
+    build: Callable[[k8s_spec.JobTemplate], dict[str, Any]],
+) -> dict[str, Any]:
+    """A Job of the batch ``manifest`` records: ``build`` given the batch's template (its
+    image, namespace, accelerator, outputs, environment and function; this backend's
+    bucket and pod options), with the batch's GCS FUSE volumes. Pure.
+
+    :raises ConfigError: as :func:`kinetic._core.k8s_spec.job_manifest`.
+    """
+    gke = manifest["gke"]
+    template = k8s_spec.JobTemplate(
+        namespace=gke["namespace"],
+        image=gke["image"],
+        bucket=backend.bucket,
+        accelerator=accelerators.parse_accelerator(gke["accelerator"]),
+        output_dir=manifest["spec"]["output_dir"],
+        env=manifest["spec"]["env"],
+        pod=backend.options.pod,
+        func_name=manifest["func_name"],
+    )
+    job = build(template)
+    if gke.get("fuse_buckets"):
+        job = k8s_spec.with_gcs_fuse(job, gke["fuse_buckets"])
+    return job

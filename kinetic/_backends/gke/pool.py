@@ -38,6 +38,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import AsyncIterator, Collection
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -45,8 +46,8 @@ import cloudpickle
 
 from kinetic._backends.base import BatchEvents, InputActivity, JobRef, Loaded, input_index
 from kinetic._backends.gke.batch import GKEBatches, read_outcomes, read_stop
-from kinetic._backends.gke.engine import GroupEngine
-from kinetic._core import accelerators, k8s_spec, pool_plan
+from kinetic._backends.gke.engine import GroupEngine, batch_job
+from kinetic._core import k8s_spec, pool_plan
 from kinetic._core.exception_groups import first_error
 from kinetic._exceptions import ObjectNotFoundError
 from kinetic._storage.base import Storage
@@ -165,22 +166,12 @@ class _Follower:
     def _job_manifest(self) -> dict[str, Any]:
         assert self.manifest is not None
         assert self.book is not None
-        gke = self.gke
-        job = k8s_spec.pool_job_manifest(
-            group_id=self.group_id,
-            workers=min(self.book.options.workers, self.book.options.total),
-            namespace=gke["namespace"],
-            image=gke["image"],
-            bucket=self.backend.bucket,
-            accelerator=accelerators.parse_accelerator(gke["accelerator"]),
-            output_dir=self.manifest["spec"]["output_dir"],
-            env=self.manifest["spec"]["env"],
-            pod=self.backend.options.pod,
-            func_name=self.manifest["func_name"],
+        workers = min(self.book.options.workers, self.book.options.total)
+        return batch_job(
+            self.backend,
+            self.manifest,
+            partial(k8s_spec.pool_job_manifest, group_id=self.group_id, workers=workers),
         )
-        if gke.get("fuse_buckets"):
-            job = k8s_spec.with_gcs_fuse(job, gke["fuse_buckets"])
-        return job
 
     async def create_job(self) -> None:
         await self._load()

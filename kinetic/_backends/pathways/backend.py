@@ -121,8 +121,7 @@ class PathwaysBackend:
             raise AcceleratorError(
                 f"the pathways backend runs TPU slices, not {accelerator.name!r}"
             )
-        manifest = k8s_spec.job_manifest(
-            job_id=job_id,
+        template = k8s_spec.JobTemplate(
             namespace=namespace,
             image=image,
             bucket=self.bucket,
@@ -132,6 +131,7 @@ class PathwaysBackend:
             pod=self.options.pod,
             func_name=func_name,
         )
+        manifest = k8s_spec.job_manifest(template, job_id)
         self._pending[job_id] = (manifest, accelerator)
         return manifest
 
