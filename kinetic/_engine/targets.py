@@ -14,7 +14,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import anyio.to_thread
 
@@ -23,6 +23,9 @@ from kinetic._core.accelerators import AcceleratorConfig
 from kinetic._core.config import Settings
 from kinetic._core.image_spec import JobImage
 from kinetic._exceptions import ConfigError
+
+if TYPE_CHECKING:
+    from kinetic._core.k8s_spec import JobTemplate, PodOptions
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,22 @@ class LaunchInput:
     env: Mapping[str, str]
     func_name: str
     package_root: Path
+
+    def template(self, image: str, bucket: str, pod: PodOptions) -> JobTemplate:
+        """The job's Kubernetes Job template: running ``image``, on ``bucket``, with a
+        cluster backend's ``pod`` options."""
+        from kinetic._core.k8s_spec import JobTemplate  # cluster backends only
+
+        return JobTemplate(
+            namespace=self.settings.namespace,
+            image=image,
+            bucket=bucket,
+            accelerator=self.accelerator,
+            output_dir=self.output_dir,
+            env=self.env,
+            pod=pod,
+            func_name=self.func_name,
+        )
 
 
 class Target(Protocol):
@@ -116,15 +135,7 @@ class GKETarget:
         image = await gke_image(
             backend, job.settings, job.accelerator, job.container_image, job.package_root
         )
-        backend.prepare(
-            job.job_id,
-            image=image.uri,
-            accelerator=job.accelerator,
-            output_dir=job.output_dir,
-            env=job.env,
-            func_name=job.func_name,
-            namespace=job.settings.namespace,
-        )
+        backend.prepare(job.job_id, job.template(image.uri, backend.bucket, backend.options.pod))
         return image
 
     def mount_gcs_fuse(self, backend: Backend, job_id: str, buckets: set[str]) -> None:

@@ -41,7 +41,6 @@ from kinetic._backends.gke.client import KubeClient
 from kinetic._backends.gke.pool import GKEBatchEngines
 from kinetic._backends.gke.watch import SharedWatch, either_set
 from kinetic._core import k8s_spec, k8s_status
-from kinetic._core.accelerators import AcceleratorConfig
 from kinetic._core.gke_config import GKEOptions
 from kinetic._core.status import JobStatus, StatusReport, start_failure, start_grace_left
 from kinetic._exceptions import ObjectNotFoundError
@@ -116,28 +115,9 @@ class GKEBackend:
 
     # -- launching --------------------------------------------------------------------
 
-    def prepare(
-        self,
-        job_id: str,
-        *,
-        image: str,
-        accelerator: AcceleratorConfig,
-        output_dir: str,
-        env: Mapping[str, str],
-        func_name: str,
-        namespace: str,
-    ) -> dict[str, Any]:
-        """Build (and keep for :meth:`launch`) the job's manifest. Pure, raises ConfigError."""
-        template = k8s_spec.JobTemplate(
-            namespace=namespace,
-            image=image,
-            bucket=self.bucket,
-            accelerator=accelerator,
-            output_dir=output_dir,
-            env=env,
-            pod=self.options.pod,
-            func_name=func_name,
-        )
+    def prepare(self, job_id: str, template: k8s_spec.JobTemplate) -> dict[str, Any]:
+        """Build (and keep for :meth:`launch`) the job's manifest from ``template`` (this
+        backend's bucket and pod options in it). Pure, raises ConfigError."""
         manifest = k8s_spec.job_manifest(template, job_id)
         self._pending_specs[job_id] = manifest
         return manifest

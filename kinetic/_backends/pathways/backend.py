@@ -104,33 +104,15 @@ class PathwaysBackend:
         """
         await self.lws.version()
 
-    def prepare(
-        self,
-        job_id: str,
-        *,
-        image: str,
-        accelerator: AcceleratorConfig,
-        output_dir: str,
-        env: Mapping[str, str],
-        func_name: str,
-        namespace: str,
-    ) -> dict[str, Any]:
+    def prepare(self, job_id: str, template: k8s_spec.JobTemplate) -> dict[str, Any]:
         """Build (and keep for :meth:`launch`) the pod template of every host: a GKE
-        job's manifest. Pure; raises ConfigError (AcceleratorError for non-TPU)."""
+        job's manifest from ``template`` (this backend's bucket and pod options in it).
+        Pure; raises ConfigError (AcceleratorError for non-TPU)."""
+        accelerator = template.accelerator
         if accelerator.kind != "tpu":
             raise AcceleratorError(
                 f"the pathways backend runs TPU slices, not {accelerator.name!r}"
             )
-        template = k8s_spec.JobTemplate(
-            namespace=namespace,
-            image=image,
-            bucket=self.bucket,
-            accelerator=accelerator,
-            output_dir=output_dir,
-            env=env,
-            pod=self.options.pod,
-            func_name=func_name,
-        )
         manifest = k8s_spec.job_manifest(template, job_id)
         self._pending[job_id] = (manifest, accelerator)
         return manifest

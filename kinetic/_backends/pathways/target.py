@@ -46,15 +46,8 @@ class PathwaysTarget(GKETarget):
             env=os.environ,
             progress=_progress,
         )
-        pathways.prepare(
-            job.job_id,
-            image=image.uri,
-            accelerator=job.accelerator,
-            output_dir=job.output_dir,
-            env=job.env,
-            func_name=job.func_name,
-            namespace=job.settings.namespace,
-        )
+        template = job.template(image.uri, pathways.bucket, pathways.options.pod)
+        pathways.prepare(job.job_id, template)
         return image
 
     def mount_gcs_fuse(self, backend: Backend, job_id: str, buckets: set[str]) -> None:
