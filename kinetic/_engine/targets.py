@@ -14,7 +14,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import anyio.to_thread
 
@@ -25,7 +25,9 @@ from kinetic._core.image_spec import JobImage
 from kinetic._exceptions import ConfigError
 
 if TYPE_CHECKING:
+    from kinetic._core.gke_config import GKEOptions
     from kinetic._core.k8s_spec import JobTemplate, PodOptions
+    from kinetic._storage.base import Storage
 
 
 @dataclass(frozen=True)
@@ -151,6 +153,15 @@ class GKETarget:
             backend.discard(job_id)
 
 
+@runtime_checkable
+class ClusterBackend(Protocol):
+    """What building a job's image needs of a backend whose jobs run in pods (GKE,
+    Pathways): its knobs and its bucket."""
+
+    options: GKEOptions
+    storage: Storage
+
+
 async def gke_image(
     backend: Backend,
     settings: Settings,
@@ -158,17 +169,17 @@ async def gke_image(
     container_image: str | None,
     package_root: Path,
 ) -> JobImage:
-    """The image of a GKE job or batch in its execution mode (bundled images are built
-    and pushed here when new). Nothing about the job is written.
+    """The image of a GKE or Pathways job, or a GKE batch, in its execution mode
+    (bundled images are built and pushed here when new). Nothing about the job is
+    written.
 
     :raises RequirementsError, ConfigError, ImageBuildError, BackendError: see
         :func:`kinetic._images.modes.resolve_job_image`.
     """
-    from kinetic._backends.gke.backend import GKEBackend
     from kinetic._images.modes import resolve_job_image
 
-    if not isinstance(backend, GKEBackend):
-        raise TypeError(f"expected a GKE backend, got {backend!r}")
+    if not isinstance(backend, ClusterBackend):
+        raise TypeError(f"expected a cluster backend, got {backend!r}")
     return await resolve_job_image(
         container_image,
         category=accelerator.kind,

@@ -8,13 +8,10 @@ fails fast and leaves nothing behind.
 
 from __future__ import annotations
 
-import os
-import sys
-
 from kinetic._backends.base import Backend
 from kinetic._backends.pathways.backend import PathwaysBackend
 from kinetic._core.image_spec import JobImage
-from kinetic._engine.targets import GKETarget, LaunchInput
+from kinetic._engine.targets import GKETarget, LaunchInput, gke_image
 
 
 def _expect(backend: Backend) -> PathwaysBackend:
@@ -23,28 +20,14 @@ def _expect(backend: Backend) -> PathwaysBackend:
     return backend
 
 
-def _progress(line: str) -> None:
-    if line.startswith(("building ", "Step ")):
-        print(f"kinetic: {line}", file=sys.stderr, flush=True)
-
-
 class PathwaysTarget(GKETarget):
     """LeaderWorkerSets: the GKE bucket and image, one pod per host."""
 
     async def prepare(self, backend: Backend, job: LaunchInput) -> JobImage:
-        from kinetic._images.modes import resolve_job_image
-
         pathways = _expect(backend)
         await pathways.check_cluster()
-        image = await resolve_job_image(
-            job.container_image,
-            category=job.accelerator.kind,
-            package_root=job.package_root,
-            settings=job.settings,
-            options=pathways.options,
-            storage=pathways.storage,
-            env=os.environ,
-            progress=_progress,
+        image = await gke_image(
+            pathways, job.settings, job.accelerator, job.container_image, job.package_root
         )
         template = job.template(image.uri, pathways.bucket, pathways.options.pod)
         pathways.prepare(job.job_id, template)
