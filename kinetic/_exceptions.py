@@ -20,8 +20,8 @@ a timeout), it inherits the builtin too, so ``except ValueError`` keeps working:
     ├── SerializationError                function or argument cannot be pickled
     ├── JobNotFoundError (LookupError)    no such job / batch
     ├── JobError                          a job ended without a value
-    │   ├── JobFailedError                runner failed or vanished, SystemExit, ...
-    │   ├── ResultError                   result payload missing or corrupted
+    │   ├── JobFailedError (RuntimeError) runner failed or vanished, SystemExit, ...
+    │   ├── ResultError (RuntimeError)    result payload missing or corrupted
     │   ├── JobCancelledError             the job was cancelled
     │   └── RemoteError                   user exception whose type could not be rebuilt
     ├── BatchError                        some inputs of a batch failed
@@ -118,12 +118,19 @@ class JobError(KineticError):
         self.phase = phase
 
 
-class JobFailedError(JobError):
-    """The job failed outside the user's code, or ended via ``SystemExit``/a signal."""
+class JobFailedError(JobError, RuntimeError):
+    """The job failed outside the user's code, or ended via ``SystemExit``/a signal.
+
+    Also a ``RuntimeError``: the original documents ``result()`` raising one when the job
+    fails, and ``except RuntimeError:`` written for it keeps working.
+    """
 
 
-class ResultError(JobError):
-    """The job's result payload is missing, corrupted or cannot be loaded here."""
+class ResultError(JobError, RuntimeError):
+    """The job's result payload is missing, corrupted or cannot be loaded here.
+
+    Also a ``RuntimeError``, as the original documents for a job that leaves no result.
+    """
 
 
 class JobCancelledError(JobError):

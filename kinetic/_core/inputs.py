@@ -96,6 +96,12 @@ def check_map_options(
     ):
         if not isinstance(flag, bool):
             raise ConfigError(f"{label} must be True or False, got {flag!r}")
+    if cancel_running_on_fail and not fail_fast:
+        # Not silently ignored: running inputs are ended only when fail_fast stops the batch.
+        raise ConfigError(
+            "cancel_running_on_fail=True needs fail_fast=True (running inputs are ended "
+            "when fail_fast stops the batch); pass both, or neither"
+        )
     if name is not None and not isinstance(name, str):
         raise ConfigError(f"name must be a string, got {type(name).__name__}")
     if tags is not None and (

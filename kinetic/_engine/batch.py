@@ -34,6 +34,7 @@ import anyio.lowlevel
 import anyio.to_thread
 
 from kinetic._backends.base import Backend
+from kinetic._core.arg_checks import check_timeout
 from kinetic._core.records import job_names
 from kinetic._core.status import JobStatus, stopped_report
 from kinetic._engine.batch_runner import BatchRunner, Loaded, runner_for
@@ -583,6 +584,7 @@ async def _bounded_iter(deadline: float | None, it: AsyncIterator[Any]) -> Async
 
 
 def _deadline(timeout: float | None) -> float | None:
+    check_timeout("timeout", timeout)
     return None if timeout is None else time.monotonic() + timeout
 
 

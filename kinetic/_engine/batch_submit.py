@@ -153,6 +153,12 @@ async def submit_batch(
             "volumes are not supported by run_async_map: pass the data as an argument "
             "of each call (kinetic.Data), or submit single jobs with run_async"
         )
+    if opts.debug:
+        # Not silently ignored: a batch's inputs do not wait for a debugger.
+        raise ConfigError(
+            "debug=True is for single jobs: call the function, or use run_async, to step "
+            "through one input with a debugger; decorate without debug=True to map"
+        )
     if isinstance(inputs, (str, bytes)) or not isinstance(inputs, Iterable):
         raise ConfigError("inputs must be an iterable of inputs (a list, a range, ...)")
     items = list(inputs)

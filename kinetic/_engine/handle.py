@@ -24,6 +24,7 @@ import anyio
 import anyio.to_thread
 
 from kinetic._backends.base import Backend, JobRef, StatusCallback
+from kinetic._core.arg_checks import check_count, check_timeout
 from kinetic._core.records import JobRecord
 from kinetic._core.status import JobStatus, StatusReport
 from kinetic._engine import runtime
@@ -152,7 +153,11 @@ class JobHandle(JobRecord):
             yield chunk
 
     async def tail(self, n: int = 100) -> str:
-        """The last ``n`` lines of the job's output."""
+        """The last ``n`` lines of the job's output.
+
+        :raises ConfigError: when ``n`` is not a non-negative integer.
+        """
+        check_count("n", n)
         return await self._target().logs(tail=n)
 
     async def result(
@@ -185,7 +190,12 @@ class JobHandle(JobRecord):
         :raises Exception: the user's own exception, with the remote traceback as a note.
 
         Cancelling this call leaves the job running.
+
+        :raises ConfigError: when ``timeout`` or ``cleanup_timeout`` is negative or not a
+            number.
         """
+        check_timeout("timeout", timeout)
+        check_timeout("cleanup_timeout", cleanup_timeout, optional=False)
         if cleanup is None:
             cleanup = not self.debug
         if self._outcome is not None and not stream_logs and on_status_change is None:

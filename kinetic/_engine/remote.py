@@ -11,6 +11,7 @@ import anyio
 import anyio.to_thread
 
 from kinetic._backends.base import Backend
+from kinetic._core.arg_checks import check_run_args
 from kinetic._core.config import BACKENDS
 from kinetic._core.functions import check_function
 from kinetic._core.ids import check_job_id
@@ -164,11 +165,22 @@ def run(
             "kinetic.run is a decorator factory: write @kinetic.run() (with parentheses), "
             "or @kinetic.run(accelerator=...)"
         )
-    if isinstance(capture_env_vars, str):
-        raise ConfigError(
-            f"capture_env_vars must be a list of names or PREFIX* patterns, e.g. "
-            f"[{capture_env_vars!r}], not the string {capture_env_vars!r}"
-        )
+    check_run_args(
+        {
+            "accelerator": accelerator,
+            "container_image": container_image,
+            "base_image_repo": base_image_repo,
+            "zone": zone,
+            "project": project,
+            "capture_env_vars": capture_env_vars,
+            "cluster": cluster,
+            "backend": backend,
+            "namespace": namespace,
+            "spot": spot,
+            "output_dir": output_dir,
+            "debug": debug,
+        }
+    )
     options = RunOptions(
         accelerator=accelerator,
         container_image=container_image,

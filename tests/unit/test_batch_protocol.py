@@ -132,7 +132,9 @@ def test_map_options_resolve_the_backend_default_concurrency() -> None:
         "fail_fast": False,
         "cancel_running_on_fail": False,
     }
-    opts = MapOptions(input_mode="kwargs", max_concurrent=2, cancel_running_on_fail=True)
+    opts = MapOptions(
+        input_mode="kwargs", max_concurrent=2, fail_fast=True, cancel_running_on_fail=True
+    )
     record = opts.record(default_concurrency=8)
     assert record["max_concurrent"] == 2
     assert record["input_mode"] == "kwargs"
