@@ -307,6 +307,8 @@ class PoolInfo:
     status: str
     managed: bool
     topology: str | None = None
+    service_account: str = "default"
+    """The nodes' Google service account (``default``: the project's Compute Engine one)."""
 
 
 def parse_pool(doc: Mapping[str, Any]) -> PoolInfo:
@@ -332,6 +334,7 @@ def parse_pool(doc: Mapping[str, Any]) -> PoolInfo:
         status=str(doc.get("status") or "-"),
         managed=(config.get("resourceLabels") or {}).get(RESOURCE_LABEL) == RESOURCE_LABEL_VALUE,
         topology=(doc.get("placementPolicy") or {}).get("tpuTopology"),
+        service_account=str(config.get("serviceAccount") or "default"),
     )
 
 

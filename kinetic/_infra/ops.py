@@ -20,7 +20,7 @@ cluster, and a :class:`BucketAdmin` (None: no bucket to handle).
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -33,12 +33,15 @@ from kinetic._infra import kube as k
 from kinetic._infra.bucket import BucketAdmin
 from kinetic._infra.container import ContainerClient
 from kinetic._infra.gke_api import RESOURCE_LABEL, RESOURCE_LABEL_VALUE, ClusterInfo
+from kinetic._infra.identity import WI_ANNOTATION, CloudItem, removal_order
 from kinetic._infra.plan import (
     ObjectRef,
     Record,
     Recorded,
     SetupSpec,
     StatusRow,
+    Step,
+    annotation_of,
     decide_up,
     desired_objects,
     down_order,
@@ -49,6 +52,10 @@ from kinetic._infra.plan import (
 )
 
 Progress = Callable[[str], None]
+CloudStep = Callable[[Sequence[CloudItem], list[CloudItem]], Awaitable[list["Outcome"]]]
+"""Sets up the Google Cloud side given what is recorded, appending what it creates."""
+CloudRemoval = Callable[[Sequence[CloudItem]], Awaitable[list["Outcome"]]]
+"""Removes recorded Google Cloud items."""
 STEP_TIMEOUT = 60.0
 """Seconds one step (a creation, a deletion, a wait) may take."""
 
@@ -115,8 +122,13 @@ async def set_up(
     lws_crd: Mapping[str, Any] | None = None,
     timeout: float = STEP_TIMEOUT,
     progress: Progress = _quiet,
+    cloud: CloudStep | None = None,
 ) -> list[Outcome]:
     """Create what ``spec`` wants and is missing; record it. Idempotent.
+
+    :param cloud: ``await cloud(record, created)`` sets up the Google Cloud side
+        after the bucket (:func:`kinetic._infra.cloud.ensure`): it appends what it
+        creates to ``created`` as it goes, recorded here with the rest.
 
     :raises ConfigError: a malformed record, or a bad spec.
     :raises BackendError: the API server refused or failed (what was created so far is
@@ -129,11 +141,14 @@ async def set_up(
     steps = decide_up(wanted, live, record)
     created: list[Recorded] = []
     made_bucket: str | None = None
+    made_in_cloud: list[CloudItem] = []
     outcomes: list[Outcome] = []
     try:
         for step in steps:
             if step.action != "create":
                 kept = "kept" if step.action == "keep" else "pre-existing"
+                if step.ref.kind == "ServiceAccount":
+                    kept = await _annotate(kube, step, live.get(step.ref), timeout, progress)
                 outcomes.append(Outcome(str(step.ref), kept))
                 continue
             progress(f"creating {step.ref}")
@@ -159,13 +174,35 @@ async def set_up(
                 ):
                     made_bucket = spec.bucket
                 outcomes.append(Outcome(item, "created" if made_bucket else "pre-existing"))
+        if cloud is not None:
+            outcomes += await cloud(record.cloud, made_in_cloud)
     finally:
-        if created or made_bucket:
+        if created or made_bucket or made_in_cloud:
             # Recorded even when a later step failed: `down` must find what exists.
             with anyio.CancelScope(shield=True):
-                updated = record.adding(created, made_bucket)
+                updated = record.adding(created, made_bucket, made_in_cloud)
                 await k.write_record(kube, spec.namespace, updated, record_map, timeout=timeout)
     return outcomes
+
+
+async def _annotate(
+    kube: KubeClient,
+    step: Step,
+    found: Mapping[str, Any] | None,
+    timeout: float,
+    progress: Progress,
+) -> str:
+    """Give a service account an earlier ``up`` made the Workload Identity annotation
+    it lacks (one made before ``up`` set it); a pre-existing one is left alone."""
+    want = annotation_of(step.manifest)
+    if step.action != "keep" or want is None or annotation_of(found) == want:
+        return "kept" if step.action == "keep" else "pre-existing"
+    progress(f"annotating {step.ref} with {WI_ANNOTATION}={want}")
+    body = {"metadata": {"annotations": {WI_ANNOTATION: want}}}
+    await kube._request(
+        "PATCH", step.ref.path, what=f"annotate {step.ref}", body=body, timeout=timeout
+    )
+    return "annotated"
 
 
 async def teardown_plan(
@@ -182,6 +219,7 @@ async def teardown_plan(
 def describe(record: Record, namespace: str) -> list[str]:
     """The things ``down`` removes, one line each, in order (for its prompt). Pure."""
     lines = [str(r.ref) for r in down_order(record) if r.ref.kind != "Namespace"]
+    lines += [_removal_line(i) for i in removal_order(record.cloud)]
     if record.bucket:
         lines.append(f"bucket gs://{record.bucket} and every object in it")
     if not record.empty:
@@ -189,6 +227,12 @@ def describe(record: Record, namespace: str) -> list[str]:
     if owns_namespace(record, namespace):
         lines.append(f"Namespace {namespace} and everything in it")
     return lines
+
+
+def _removal_line(item: CloudItem) -> str:
+    if item.kind == "repository":
+        return f"{item} and every image in it"
+    return str(item)
 
 
 async def tear_down(
@@ -199,11 +243,15 @@ async def tear_down(
     timeout: float = STEP_TIMEOUT,
     progress: Progress = _quiet,
     empty: Callable[[str, float], Awaitable[None]] | None = None,
+    cloud: CloudRemoval | None = None,
 ) -> list[Outcome]:
     """Remove exactly what ``up`` recorded in ``namespace`` (see the module docstring).
 
     :param empty: ``await empty(name, timeout)`` deletes every object of the
         bucket before it is deleted (default: through :class:`GCSStorage`).
+    :param cloud: ``await cloud(items)`` removes the recorded Google Cloud items
+        (:func:`kinetic._infra.cloud.remove`), after the Kubernetes objects and
+        before the bucket.
     :raises ConfigError: the record is malformed (nothing is deleted).
     :raises BackendError: a deletion failed (what is left stays recorded).
     :raises StorageError: the bucket could not be emptied or deleted.
@@ -220,6 +268,17 @@ async def tear_down(
         progress(f"deleting {r.ref}")
         result = await k.delete(kube, r.ref, r.uid, timeout=timeout)
         outcomes.append(Outcome(str(r.ref), result))
+    if record.cloud:
+        if cloud is None:
+            raise ConfigError(
+                "`kinetic up` created Google Cloud resources here (a repository, a service "
+                "account, IAM grants): run `kinetic down` with the project, not --use-kubeconfig"
+            )
+        outcomes += await cloud(record.cloud)
+        # What is gone is no longer recorded, whatever fails next.
+        record = record.without_cloud()
+        await k.write_record(kube, namespace, record, record_map, timeout=timeout)
+        record_map = (await k.read_record(kube, namespace, timeout=timeout))[1]
     if record.bucket is not None:
         item = f"bucket gs://{record.bucket}"
         if buckets is None:

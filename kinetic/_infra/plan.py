@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from kinetic._exceptions import ConfigError
+from kinetic._infra.identity import WI_ANNOTATION, CloudItem
 
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY = "kinetic"
@@ -131,6 +132,9 @@ class SetupSpec:
     :ivar project: the GCP project the bucket belongs to.
     :ivar location: the bucket's location (the zone's region).
     :ivar lws_crd: install the LeaderWorkerSet CRD (``pathways``) when absent.
+    :ivar gcp_service_account: the Google service account the pods act as through
+        Workload Identity (the service account's ``iam.gke.io/gcp-service-account``
+        annotation), or None.
     """
 
     namespace: str
@@ -139,6 +143,7 @@ class SetupSpec:
     project: str | None = None
     location: str | None = None
     lws_crd: bool = True
+    gcp_service_account: str | None = None
 
     def __post_init__(self) -> None:
         for what, value in (
@@ -186,9 +191,12 @@ def desired_objects(
             meta["namespace"] = namespace
         return labelled({"apiVersion": _API_VERSION[kind], "kind": kind, "metadata": meta, **rest})
 
+    account = obj("ServiceAccount", sa, ns)
+    if spec.gcp_service_account:
+        account["metadata"]["annotations"] = {WI_ANNOTATION: spec.gcp_service_account}
     wanted: list[tuple[ObjectRef, dict[str, Any]]] = [
         (ObjectRef("Namespace", ns), obj("Namespace", ns, None)),
-        (ObjectRef("ServiceAccount", sa, ns), obj("ServiceAccount", sa, ns)),
+        (ObjectRef("ServiceAccount", sa, ns), account),
         (
             ObjectRef("Role", ROLE_NAME, ns),
             obj("Role", ROLE_NAME, ns, rules=[dict(r) for r in ROLE_RULES]),
@@ -233,24 +241,37 @@ class Record:
 
     :ivar objects: the Kubernetes objects (the record's own ConfigMap excluded).
     :ivar bucket: the jobs bucket when ``up`` created it, else None.
+    :ivar cloud: what it created in Google Cloud (repository, Google service
+        account, IAM grants), in creation order.
     """
 
     objects: tuple[Recorded, ...] = ()
     bucket: str | None = None
+    cloud: tuple[CloudItem, ...] = ()
 
     def uid_of(self, ref: ObjectRef) -> str | None:
         """The recorded uid of ``ref``, or None when ``up`` did not create it."""
         return next((r.uid for r in self.objects if r.ref == ref), None)
 
-    def adding(self, created: Sequence[Recorded], bucket: str | None = None) -> Record:
-        """This record plus ``created`` (and the bucket, when given)."""
+    def adding(
+        self,
+        created: Sequence[Recorded],
+        bucket: str | None = None,
+        cloud: Sequence[CloudItem] = (),
+    ) -> Record:
+        """This record plus ``created`` (and the bucket, when given, and ``cloud``)."""
         known = {r.ref for r in self.objects}
         fresh = tuple(r for r in created if r.ref not in known)
-        return Record(self.objects + fresh, bucket or self.bucket)
+        more = tuple(i for i in cloud if i not in self.cloud)
+        return Record(self.objects + fresh, bucket or self.bucket, self.cloud + more)
+
+    def without_cloud(self) -> Record:
+        """This record less its Google Cloud items (``down`` removed them)."""
+        return Record(self.objects, self.bucket)
 
     @property
     def empty(self) -> bool:
-        return not self.objects and self.bucket is None
+        return not self.objects and self.bucket is None and not self.cloud
 
     def to_json(self) -> str:
         doc = {
@@ -260,6 +281,7 @@ class Record:
                 for r in self.objects
             ],
             "bucket": self.bucket,
+            "cloud": [i.to_doc() for i in self.cloud],
         }
         return json.dumps(doc, indent=1, sort_keys=True)
 
@@ -296,9 +318,10 @@ def parse_record(configmap: Mapping[str, Any] | None) -> Record:
         bucket = doc.get("bucket")
         if bucket is not None and not isinstance(bucket, str):
             raise ValueError("bucket must be a string")
+        cloud = tuple(CloudItem.from_doc(i) for i in doc.get("cloud") or [])
     except (KeyError, TypeError, ValueError) as exc:
         raise ConfigError(f"{where} is not a record of `kinetic up` ({exc}); left alone") from exc
-    return Record(objects, bucket)
+    return Record(objects, bucket, cloud)
 
 
 # --------------------------------------------------------------------------- decisions
@@ -403,12 +426,33 @@ def status_rows(
     for step in decide_up(wanted, live, record):
         present = step.action != "create"
         managed = {"create": None, "keep": "kinetic up", "foreign": "pre-existing"}[step.action]
-        rows.append(StatusRow(_COMPONENT[step.ref.kind], step.ref.name, present, managed))
+        detail = None
+        if step.ref.kind == "ServiceAccount" and present:
+            detail = identity_detail(step.manifest, live.get(step.ref))
+        rows.append(StatusRow(_COMPONENT[step.ref.kind], step.ref.name, present, managed, detail))
     if bucket is not None:  # no project: no bucket to speak of
         ours = record.bucket == bucket
         managed = None if not bucket_present else ("kinetic up" if ours else "pre-existing")
         rows.append(StatusRow("bucket", f"gs://{bucket}", bool(bucket_present), managed))
     return rows
+
+
+def annotation_of(obj: Mapping[str, Any] | None) -> str | None:
+    """The Workload Identity annotation of a service account (None: none)."""
+    if obj is None:
+        return None
+    return ((obj.get("metadata") or {}).get("annotations") or {}).get(WI_ANNOTATION) or None
+
+
+def identity_detail(wanted: Mapping[str, Any], found: Mapping[str, Any] | None) -> str | None:
+    """What ``kinetic status`` says of the pods' service account: whom it acts as
+    in Google Cloud, and whether that is what ``up`` wants. Pure."""
+    want, have = annotation_of(wanted), annotation_of(found)
+    if have is None:
+        return f"no {WI_ANNOTATION} annotation (wanted: {want})" if want else None
+    if want and have != want:
+        return f"acts as {have}, not {want}"
+    return f"acts as {have} (Workload Identity)"
 
 
 def missing(rows: Sequence[StatusRow]) -> list[StatusRow]:
