@@ -40,6 +40,7 @@ from kinetic._exceptions import (
     RemoteError,
     RequirementsError,
     ResultError,
+    RuntimeConflictError,
     SerializationError,
     StorageError,
 )
@@ -74,6 +75,7 @@ __all__ = [
     "RemoteFunction",
     "RequirementsError",
     "ResultError",
+    "RuntimeConflictError",
     "SerializationError",
     "StatusReport",
     "StorageError",

@@ -16,6 +16,7 @@ a timeout), it inherits the builtin too, so ``except ValueError`` keeps working:
     │   ├── AcceleratorError              unparseable or unservable accelerator
     │   ├── DataError                     bad ``Data`` argument
     │   └── RequirementsError             a dependency line that cannot be used
+    │       └── RuntimeConflictError      no installable set for the image's platform
     ├── InvalidFunctionError (TypeError)  the decorated object cannot run as a job
     ├── SerializationError                function or argument cannot be pickled
     ├── JobNotFoundError (LookupError)    no such job / batch
@@ -61,6 +62,7 @@ __all__ = [
     "RemoteError",
     "RequirementsError",
     "ResultError",
+    "RuntimeConflictError",
     "SerializationError",
     "StorageError",
 ]
@@ -90,6 +92,13 @@ class RequirementsError(ConfigError):
     """A line of the project's ``requirements.txt`` / ``pyproject.toml`` dependencies
     cannot be parsed, or cannot be installed where the job runs. The message names the
     file and the line."""
+
+
+class RuntimeConflictError(RequirementsError):
+    """The project's requirements, with the accelerator runtime its image carries (JAX
+    for the job's platform, Keras), have no installable set for the image's platform
+    (Linux x86-64, the image's Python). Raised at submission, before anything is built
+    or uploaded; the message names the line(s), the platform and the resolver's reason."""
 
 
 class InvalidFunctionError(KineticError, TypeError):
