@@ -20,8 +20,13 @@ is made. ``pool`` commands are GKE's only.
 
 **What.** In the cluster: the namespace, the pods' service account, a Role and a
 RoleBinding, the LeaderWorkerSet CRD; beside it, the jobs bucket
-``{project}-kn-{cluster}-jobs`` (when a project is set). See :mod:`kinetic._infra.plan`
-for what is recorded and why ``down`` removes exactly that.
+``{project}-kn-{cluster}-jobs`` (when a project is set). On GKE also the Artifact
+Registry repository ``{region}-docker.pkg.dev/{project}/kinetic``, a Google service
+account the pods act as through Workload Identity (the service account's
+``iam.gke.io/gcp-service-account`` annotation), with object access on the bucket and
+read access on the repository, and the node pools' pull access to the repository
+(:mod:`kinetic._infra.identity`). See :mod:`kinetic._infra.plan` for what is
+recorded and why ``down`` removes exactly that.
 
 Long steps report progress on stderr. ``down`` and ``pool remove`` list what they will
 delete and ask first, unless ``--yes`` (required when stdin is not a terminal: exit
@@ -179,6 +184,13 @@ def _target(ns: argparse.Namespace, *, bucket: bool = True, lws_crd: bool = True
         lws_crd=lws_crd,
     )
     gke = bool(settings.project) and not getattr(ns, "use_kubeconfig", False)
+    if gke:  # the pods act as the Google service account `up` makes (Workload Identity)
+        from dataclasses import replace
+
+        from kinetic._infra.identity import account_id, email
+
+        gsa = email(str(settings.project), account_id(settings.cluster, settings.namespace))
+        spec = replace(spec, gcp_service_account=gsa)
     return _Target(settings, gke, spec)
 
 
@@ -189,6 +201,7 @@ class _Session:
         self._stack = stack
         self.target = target
         self._token: Any = None
+        self._rest: Any = None
 
     async def token(self) -> str:
         if self._token is None:
@@ -205,6 +218,31 @@ class _Session:
         client = ContainerClient(self.token, project=s.project, location=s.zone)
         self._stack.push_async_callback(client.aclose)
         return client
+
+    def rest(self) -> Any:
+        """The client of IAM, Artifact Registry and Resource Manager (and bucket IAM)."""
+        from kinetic._infra.google_rest import GoogleRest
+
+        if self._rest is None:
+            self._rest = GoogleRest(self.token)
+            self._stack.push_async_callback(self._rest.aclose)
+        return self._rest
+
+    async def cloud_spec(self, cluster: Any) -> Any:
+        """The Google Cloud side of ``up`` for ``cluster`` (a GKE ClusterInfo)."""
+        from kinetic._infra.cloud import spec_for_cluster
+
+        s, spec = self.target.settings, self.target.spec
+        return await spec_for_cluster(
+            self.rest(),
+            project=s.project,
+            region=s.region,
+            cluster=s.cluster,
+            namespace=spec.namespace,
+            ksa=spec.service_account,
+            bucket=spec.bucket,
+            pool_accounts=[p.service_account for p in cluster.pools],
+        )
 
     def buckets(self) -> Any:
         from kinetic._infra.bucket import GCS_API, BucketAdmin, emulator_url
@@ -286,6 +324,7 @@ def _up(ns: argparse.Namespace) -> int:
 
     from kinetic._infra import ops
     from kinetic._infra.ops import Outcome
+    from kinetic._infra.plan import DEFAULT_SERVICE_ACCOUNT
 
     target = _target(ns, bucket=not ns.no_bucket, lws_crd=not ns.no_lws_crd)
     pool_body = None
@@ -309,17 +348,33 @@ def _up(ns: argparse.Namespace) -> int:
                     container, s.cluster, pool=pool_body, timeout=ns.timeout, progress=progress
                 )
             kube = await session.kube(cluster)
+            cloud_step = None
+            if cluster is not None:
+                from kinetic._infra import cloud
+
+                rest, cloud_spec = session.rest(), await session.cloud_spec(cluster)
+
+                async def cloud_step(record: Any, created: list[Any]) -> list[Outcome]:
+                    return await cloud.ensure(rest, cloud_spec, record, created, progress=progress)
+
             done += await ops.set_up(
-                kube, session.buckets(), target.spec, timeout=STEP_TIMEOUT, progress=progress
+                kube,
+                session.buckets(),
+                target.spec,
+                timeout=STEP_TIMEOUT,
+                progress=progress,
+                cloud=cloud_step,
             )
             return done
 
     outcomes = anyio.run(main)
     _outcomes(outcomes, ns.json, {"namespace": target.spec.namespace})
-    if not ns.json and os.environ.get("KINETIC_GKE_SERVICE_ACCOUNT") != target.spec.service_account:
+    sa = target.spec.service_account
+    explicit = os.environ.get("KINETIC_GKE_SERVICE_ACCOUNT")
+    if not ns.json and sa != DEFAULT_SERVICE_ACCOUNT and explicit != sa:
         print(
-            f"kinetic: pods run as the namespace's default service account unless "
-            f"KINETIC_GKE_SERVICE_ACCOUNT={target.spec.service_account} is set",
+            f"kinetic: pods run as {sa} when KINETIC_GKE_SERVICE_ACCOUNT={sa} is set "
+            f"(without it, as {DEFAULT_SERVICE_ACCOUNT} when `kinetic up` made it)",
             file=sys.stderr,
         )
     return EXIT_OK
@@ -352,6 +407,7 @@ def _down(ns: argparse.Namespace) -> int:
             if delete_cluster:
                 if record.bucket:
                     lines.append(f"bucket gs://{record.bucket} and every object in it")
+                lines += ops.cloud_lines(record)
                 lines.append(f"GKE cluster {s.cluster} and everything in it")
             else:
                 lines += ops.describe(record, target.spec.namespace)
@@ -385,18 +441,34 @@ def _down(ns: argparse.Namespace) -> int:
                     await ops.empty_bucket(record.bucket, STEP_TIMEOUT)
                     await buckets.delete(record.bucket)
                     done.append(Outcome(f"bucket gs://{record.bucket}", "deleted"))
+                if record.cloud:
+                    from kinetic._infra import cloud
+
+                    done += await cloud.remove(
+                        session.rest(), s.project, record.cloud, progress=progress
+                    )
                 progress(f"deleting GKE cluster {s.cluster} (several minutes)")
                 gone = await container.delete_cluster(
                     s.cluster, timeout=ns.timeout, progress=progress
                 )
                 done.append(Outcome(f"GKE cluster {s.cluster}", "deleted" if gone else "gone"))
                 return done
+            removal = None
+            if target.gke:
+                from kinetic._infra import cloud
+
+                rest = session.rest()
+
+                async def removal(items: Any) -> list[Outcome]:
+                    return await cloud.remove(rest, s.project, items, progress=progress)
+
             return await ops.tear_down(
                 kube,
                 session.buckets(),
                 target.spec.namespace,
                 timeout=STEP_TIMEOUT,
                 progress=progress,
+                cloud=removal,
             )
 
     _outcomes(anyio.run(main), ns.json)
@@ -440,6 +512,12 @@ def _status(ns: argparse.Namespace) -> int:
                     return rows
             kube = await session.kube(cluster)
             rows += await ops.inspect(kube, session.buckets(), target.spec, timeout=STEP_TIMEOUT)
+            if cluster is not None:
+                from kinetic._infra import cloud
+
+                record = await ops.teardown_plan(kube, target.spec.namespace)
+                spec = await session.cloud_spec(cluster)
+                rows += await cloud.inspect(session.rest(), spec, record.cloud)
             return rows
 
     rows = anyio.run(main)

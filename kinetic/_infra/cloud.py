@@ -279,3 +279,38 @@ def _row(
         return StatusRow(component, shown, False)
     ours = _ours(record, kind, name or shown) is not None
     return StatusRow(component, shown, True, "kinetic up" if ours else "pre-existing")
+
+
+# --------------------------------------------------------------------------- for a cluster
+
+
+async def spec_for_cluster(
+    rest: GoogleRest,
+    *,
+    project: str,
+    region: str,
+    cluster: str,
+    namespace: str,
+    ksa: str,
+    bucket: str | None,
+    pool_accounts: Sequence[str],
+    timeout: float = STEP_TIMEOUT,
+) -> CloudSpec:
+    """The :class:`CloudSpec` of a GKE cluster whose node pools run as
+    ``pool_accounts`` (asking the project's number when one is ``default``).
+
+    :raises ConfigError: the project's number is needed and cannot be read.
+    """
+    number = None
+    if any(a in ("", "default") for a in pool_accounts):
+        doc = await rest.send(identity.get_project(project), timeout=timeout)
+        number = identity.project_number(doc or {})
+    return CloudSpec(
+        project=project,
+        region=region,
+        cluster=cluster,
+        namespace=namespace,
+        ksa=ksa,
+        bucket=bucket,
+        node_accounts=tuple(identity.node_accounts(pool_accounts, number)),
+    )

@@ -219,7 +219,7 @@ async def teardown_plan(
 def describe(record: Record, namespace: str) -> list[str]:
     """The things ``down`` removes, one line each, in order (for its prompt). Pure."""
     lines = [str(r.ref) for r in down_order(record) if r.ref.kind != "Namespace"]
-    lines += [_removal_line(i) for i in removal_order(record.cloud)]
+    lines += cloud_lines(record)
     if record.bucket:
         lines.append(f"bucket gs://{record.bucket} and every object in it")
     if not record.empty:
@@ -227,6 +227,11 @@ def describe(record: Record, namespace: str) -> list[str]:
     if owns_namespace(record, namespace):
         lines.append(f"Namespace {namespace} and everything in it")
     return lines
+
+
+def cloud_lines(record: Record) -> list[str]:
+    """The Google Cloud things ``down`` removes, one line each, in order. Pure."""
+    return [_removal_line(i) for i in removal_order(record.cloud)]
 
 
 def _removal_line(item: CloudItem) -> str:
