@@ -160,9 +160,20 @@ def _upload(
         final_key = protocol.host_final_key(job_id, host)
     try:
         store.write(result_key, data)
-        store.write(final_key, protocol.dump_json(final))
     except BaseException as exc:  # noqa: BLE001
         print(f"kinetic runner: could not record the result ({exc})", file=sys.stderr)
+        # A small record of why often still fits (a full disk, a store refusing large
+        # objects): then the job fails in phase "upload", naming the cause.
+        data, final = build_failure("upload", exc, user=False, what=None)
+        code = protocol.EXIT_RUNNER_ERROR
+        try:
+            store.write(result_key, data)
+        except BaseException:  # noqa: BLE001
+            return code
+    try:
+        store.write(final_key, protocol.dump_json(final))
+    except BaseException as exc:  # noqa: BLE001
+        print(f"kinetic runner: could not record the final state ({exc})", file=sys.stderr)
         return protocol.EXIT_RUNNER_ERROR
     return code
 

@@ -27,6 +27,7 @@ answers for their inputs: the methods here are for single jobs only.
 from __future__ import annotations
 
 import codecs
+import errno
 import os
 import signal
 import sys
@@ -122,6 +123,7 @@ class LocalBackend:
 
         def _spawn() -> None:
             job_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            _check_free_space(job_dir)
             log_file = self.storage.path_for(protocol.logs_key(job.job_id))
             status_file = self.storage.path_for(self._key(job, _EXIT))
             # cwd: not the user's; a local `runner` package must not shadow ours. The root's
@@ -281,6 +283,23 @@ class LocalBackend:
 
     async def aclose(self) -> None:
         return None
+
+
+MIN_FREE = 1 << 20
+"""Bytes a local job needs free on its root's filesystem at launch (its output, result
+and records): with less, its runner could not even record why it failed."""
+
+
+def _check_free_space(path: Path) -> None:
+    """Refuse to launch onto a (nearly) full filesystem: raise ``ENOSPC``. Blocking."""
+    st = os.statvfs(path)
+    free = st.f_bavail * st.f_frsize
+    if free < MIN_FREE:
+        raise OSError(
+            errno.ENOSPC,
+            f"no space left for a job: {free} bytes free on the local root's filesystem "
+            f"(a job needs at least {MIN_FREE})",
+        )
 
 
 def _gpu_wait_reason(record: dict[str, Any]) -> str:
