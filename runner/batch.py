@@ -68,7 +68,7 @@ from typing import Any
 
 import cloudpickle
 
-from runner import gpu_lease, protocol, results_log
+from runner import gpu_lease, peer, protocol, results_log
 from runner.code_files import load_function
 from runner.fs import atomic_write, make_private_dirs
 from runner.job import PhaseError, build_failure, build_success, parse_args, prepare_workspace
@@ -367,6 +367,7 @@ class Supervisor:
         self.cancelling: set[int] = set()  # inputs a worker was asked to drop unstarted
         self.workers: dict[int, _Worker] = {}
         self.clients: dict[int, _Client] = {}
+        self.gate = peer.Gate(f"batch supervisor of {self.group_id}")
         self.stopping = False
         self.sel = selectors.DefaultSelector()
         # Events not yet sent to clients: inputs done (index, state letter), dispatched.
@@ -698,6 +699,8 @@ class Supervisor:
         try:
             sock, _ = self.listener.accept()
         except BlockingIOError:
+            return
+        if not self.gate.admit(sock):  # another user's: closed unread, and logged
             return
         sock.setblocking(False)
         client = _Client(sock)

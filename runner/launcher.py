@@ -57,6 +57,7 @@ import gc
 import hashlib
 import json
 import os
+import re
 import select
 import signal
 import socket
@@ -71,10 +72,11 @@ from pathlib import Path
 from typing import Any
 
 import runner
-from runner import protocol
+from runner import peer, protocol
 from runner._main import main as runner_main
 from runner.fs import atomic_write, make_private_dirs
 from runner.job import parse_args
+from runner.store import FileStore, open_store
 
 PROTOCOL = 1
 # Variables read once, when an interpreter starts: a job must find them as the
@@ -82,6 +84,7 @@ PROTOCOL = 1
 _STARTUP_PREFIXES = ("PYTHON", "LD_")
 _MAX_REQUEST = 8 << 20
 _PRUNE_AT = 1024  # leaders noted before the ended ones are forgotten
+_JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")  # no separators, no dots
 _RUNNER_MAIN = str(Path(runner.__file__).resolve().parent / "__main__.py")
 
 
@@ -143,6 +146,7 @@ class _Launcher:
     def __init__(self, root: Path, tag: str, lock: Any, listener: socket.socket) -> None:
         self.root, self.tag, self.lock, self.listener = root, tag, lock, listener
         self.code = loaded_code()
+        self.gate = peer.Gate("launcher")
         self.leaders: dict[int, int | None] = {}  # pid -> start ticks, of forked leaders
         self._prune_at = _PRUNE_AT
 
@@ -192,6 +196,8 @@ class _Launcher:
                 if time.monotonic() - last > idle or not lock_path.exists():
                     return
                 continue
+            if not self.gate.admit(conn):  # another user's: closed unread, and logged
+                continue
             last = time.monotonic()
             with conn:
                 if not self._answer(conn):
@@ -220,7 +226,7 @@ class _Launcher:
         return True
 
     def _fork(self, request: dict[str, Any], conn: socket.socket) -> dict[str, Any]:
-        job = _JobRequest(request)
+        job = _JobRequest(request, self.root)
         sys.stdout.flush()
         sys.stderr.flush()
         ready_r, ready_w = os.pipe()
@@ -246,22 +252,52 @@ class _Launcher:
 
 
 class _JobRequest:
-    """A validated request: the runner's arguments, and where and how the job runs."""
+    """A validated request: the runner's arguments, and where and how the job runs.
 
-    def __init__(self, request: dict[str, Any]) -> None:
+    A launcher runs jobs of its own root only: the runner's storage must be the root's
+    store (``{root}/storage``, whose payloads the user wrote), and every path the
+    request names (log, status, final record, working directory) must lie inside it.
+    Its peer is the launcher's own user (:class:`runner.peer.Gate`); this keeps a
+    confused or stale client from writing, or running, anything elsewhere.
+    """
+
+    def __init__(self, request: dict[str, Any], root: Path) -> None:
         if request.get("v") != PROTOCOL:
             raise ValueError(f"protocol {request.get('v')!r}, expected {PROTOCOL}")
         self.args = [str(a) for a in request["args"]]
         try:  # a malformed request fails here, not in a job
-            parse_args(self.args, {"upload-logs"})
+            options = parse_args(self.args, {"upload-logs"})
         except SystemExit as exc:
             raise ValueError(str(exc)) from None
-        self.cwd = str(request["cwd"])
+        store = store_dir(root)
+        url = options.get("storage")
+        target = open_store(url) if isinstance(url, str) and url.startswith("file://") else None
+        if not isinstance(target, FileStore) or os.path.normpath(target.root) != str(store):
+            raise ValueError(f"the storage must be {store.as_uri()}, this launcher's own")
+        job_id = options.get("job-id")
+        if not isinstance(job_id, str) or not _JOB_ID.fullmatch(job_id):
+            raise ValueError(f"not a job id: {job_id!r}")
+        self.cwd = _inside(store, request["cwd"], "cwd")
         self.env = {str(k): str(v) for k, v in dict(request["env"]).items()}
-        self.log = str(request["log"])
-        self.status = str(request["status"])
+        self.log = _inside(store, request["log"], "log")
+        self.status = _inside(store, request["status"], "status")
         final = request.get("final")
-        self.final = None if final is None else str(final)
+        self.final = None if final is None else _inside(store, final, "final")
+
+
+def store_dir(root: Path) -> Path:
+    """The store a launcher's jobs use: ``{root}/storage`` (the local backend's)."""
+    return Path(os.path.abspath(root)) / "storage"
+
+
+def _inside(store: Path, value: object, name: str) -> str:
+    """``value`` as a normalised absolute path, if it lies under ``store``."""
+    if not isinstance(value, str) or not os.path.isabs(value):
+        raise ValueError(f"{name} must be an absolute path, not {value!r}")
+    path = os.path.normpath(value)
+    if not Path(path).is_relative_to(store):
+        raise ValueError(f"{name} {path!r} lies outside this launcher's store {store}")
+    return path
 
 
 def _lead(job: _JobRequest, ready_w: int) -> None:

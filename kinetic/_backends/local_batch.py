@@ -21,6 +21,7 @@ import anyio
 import anyio.abc
 import anyio.to_thread
 import cloudpickle
+from anyio.abc import SocketAttribute
 
 from kinetic._backends._process import ProcessRef, is_alive, spawn_detached
 from kinetic._backends.base import BatchEvents, InputActivity, JobRef, Loaded, input_index
@@ -31,6 +32,7 @@ from runner import protocol, results_log
 from runner.batch import socket_address
 from runner.fs import lock_held
 from runner.gpu_lease import group_wait_key
+from runner.peer import check_server
 
 __all__ = [
     "BatchEvents",
@@ -219,11 +221,21 @@ class LocalBatches:
         return lock_held(self.group_dir(group_id) / "supervisor.lock")
 
     async def connect(self, group_id: str) -> anyio.abc.SocketStream | None:
-        """A stream of the supervisor's events, or None when no supervisor listens."""
+        """A stream of the supervisor's events, or None when no supervisor listens.
+
+        :raises BackendError: when the batch's socket is held by another user's process
+            (never talked to: it could feed us false events).
+        """
         try:
-            return await anyio.connect_unix(socket_address(self.storage.url, group_id))
+            stream = await anyio.connect_unix(socket_address(self.storage.url, group_id))
         except (ConnectionRefusedError, FileNotFoundError):
             return None
+        try:
+            check_server(stream.extra(SocketAttribute.raw_socket), f"batch {group_id}'s socket")
+        except OSError as exc:
+            await stream.aclose()
+            raise BackendError(str(exc)) from exc
+        return stream
 
     async def send(self, group_id: str, command: str) -> bool:
         """Send a command to the supervisor and wait (up to ``_ACK_TIMEOUT``) until it

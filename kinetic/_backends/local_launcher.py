@@ -32,6 +32,7 @@ from kinetic._backends._process import ProcessRef, is_alive, spawn_detached
 from kinetic._exceptions import BackendError
 from runner.fs import lock_held
 from runner.launcher import PROTOCOL, launcher_dir, launcher_tag, socket_address
+from runner.peer import check_server
 
 logger = logging.getLogger("kinetic")
 
@@ -94,7 +95,7 @@ def spawn_via_launcher(
         if reply is None or "stale" in reply:
             try:
                 _start(root, tag, argv[0], env)
-            except BackendError as exc:
+            except (BackendError, OSError) as exc:
                 failure = str(exc)
                 break
             continue
@@ -129,10 +130,16 @@ def _say_once(reason: str) -> None:
 
 
 def _connect(root: Path, tag: str, timeout: float) -> socket.socket | None:
+    """A connection to the launcher of ``root`` and ``tag``; None when none listens.
+
+    :raises PeerRefused: when the socket is held by another user's process (it must not
+        see the job's environment, nor name a process for us to signal).
+    """
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(timeout)
     try:
         sock.connect(socket_address(root, tag))
+        check_server(sock, "the launcher's socket")
     except (ConnectionRefusedError, FileNotFoundError):
         sock.close()
         return None

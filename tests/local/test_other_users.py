@@ -1,0 +1,176 @@
+"""Another user on the machine can neither run jobs as you nor steer your batches.
+
+The second account is uid 65534 (:mod:`tests.other_user`; these tests need root, as CI
+runs them). It does what the issue that found the hole did: it lists every abstract
+``@kinetic-`` socket in ``/proc/net/unix`` and knocks on each with a request.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import kinetic
+from kinetic._backends.local import job_environment
+from kinetic._backends.local_gpus import apply_job_env
+from runner.batch import socket_address as batch_socket_address
+from runner.launcher import launcher_tag, socket_address
+from tests.other_user import (
+    OTHER_UID,
+    as_other_user,
+    kinetic_socket_names,
+    knock,
+    knock_on_kinetic_sockets,
+    need_root,
+    start_as_other_user,
+)
+
+pytestmark = pytest.mark.local
+
+
+@kinetic.run()
+def square(x: int) -> int:
+    return x * x
+
+
+@kinetic.run()
+def slow_square(x: int) -> int:
+    time.sleep(0.3)
+    return x * x
+
+
+def launcher_name(root: Path) -> str:
+    """The abstract socket name (as ``/proc/net/unix`` shows it) of ``root``'s launcher
+    for this interpreter, as the local backend addresses it."""
+    env = job_environment(root / "contexts")
+    apply_job_env(env, "cpu", root)
+    return "@" + socket_address(root.absolute(), launcher_tag(sys.executable, env))[1:].decode()
+
+
+def launcher_request(root: Path, planted: Path) -> bytes:
+    """What the second account sent the launcher: run a job, log into ``planted``."""
+    request = {
+        "v": 1,
+        "args": ["--storage", (root / "storage").as_uri(), "--job-id", "job-0badc0de"],
+        "cwd": "/",
+        "env": {},
+        "log": str(planted),
+        "status": f"{planted}.status",
+    }
+    return json.dumps(request).encode() + b"\n"
+
+
+def refusals(log: Path) -> list[str]:
+    text = log.read_text() if log.exists() else ""
+    return [line for line in text.splitlines() if "refused a connection" in line]
+
+
+def wait_until(check: Callable[[], Any], timeout: float = 20.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (value := check()):
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+    return value
+
+
+def test_the_launcher_serves_only_its_own_user(kinetic_env: Path) -> None:
+    need_root()
+    assert square(3) == 9  # the root's launcher now listens
+    planted = kinetic_env / "storage" / "planted.log"
+
+    def probe() -> list[dict[str, Any]]:
+        return knock_on_kinetic_sockets(lambda name: launcher_request(kinetic_env, planted))
+
+    knocked = [k for k in as_other_user(probe) if k["name"].startswith("@kinetic-launcher-")]
+    assert launcher_name(kinetic_env) in [k["name"] for k in knocked]
+    for k in knocked:
+        assert k["connected"]  # the name is visible and connectable ...
+        assert k["received"] == ""  # ... but nothing is read or answered
+    assert not planted.exists()
+    assert not Path(f"{planted}.status").exists()
+    logged = [line for log in (kinetic_env / "launcher").glob("*.log") for line in refusals(log)]
+    assert logged
+    assert all(f"uid {OTHER_UID}" in line for line in logged)
+    assert square(4) == 16  # and it still serves its own user
+
+
+def test_the_launcher_forks_only_inside_its_own_store(kinetic_env: Path, tmp_path: Path) -> None:
+    """Even from its own user, a request naming paths or a store elsewhere is refused."""
+    assert square(3) == 9
+    launcher = launcher_name(kinetic_env)
+    assert launcher in kinetic_socket_names()
+    outside = tmp_path / "outside.log"
+    other_store = tmp_path / "other-root"
+    cases = {
+        "log": launcher_request(kinetic_env, outside),
+        "storage": launcher_request(other_store, kinetic_env / "storage" / "x.log"),
+    }
+    for what, request in cases.items():
+        answer = json.loads(knock(launcher, request)["received"])
+        assert "error" in answer, what
+        assert ("outside this launcher's store" if what == "log" else "storage must be") in (
+            answer["error"]
+        )
+    assert not outside.exists()
+    assert not (kinetic_env / "storage" / "x.log").exists()
+
+
+def test_a_batch_supervisor_ignores_other_users(kinetic_env: Path) -> None:
+    need_root()
+    batch = slow_square.run_async_map(range(12), max_concurrent=2)
+    store = (kinetic_env / "storage").absolute().as_uri()
+    supervisor = "@" + batch_socket_address(store, batch.group_id)[1:].decode()
+    wait_until(lambda: supervisor in kinetic_socket_names())
+
+    def probe() -> list[dict[str, Any]]:
+        # Cancel the batch, cancel two inputs, and ask for the event stream.
+        return knock_on_kinetic_sockets(lambda name: b"C\nc 0\nc 5\np\n")
+
+    knocked = [k for k in as_other_user(probe) if k["name"].startswith("@kinetic-batch-")]
+    assert supervisor in [k["name"] for k in knocked]
+    for k in knocked:
+        assert k["connected"]
+        assert k["received"] == ""
+    assert batch.results() == [x * x for x in range(12)]
+    log = kinetic_env / "storage" / "_groups" / batch.group_id / "supervisor.log"
+    assert any(f"uid {OTHER_UID}" in line for line in refusals(log))
+
+
+def test_a_launcher_name_taken_by_another_user_gets_nothing(
+    kinetic_env: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Another user who binds the launcher's name first receives no request: the job
+    runs without the launcher, and the warning says why."""
+    address = b"\0" + launcher_name(kinetic_env)[1:].encode()
+
+    def squat(ready: Callable[[], None]) -> str:
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(address)
+        listener.listen(8)
+        listener.settimeout(20.0)
+        ready()
+        received = b""
+        try:
+            conn, _ = listener.accept()  # the job's submitter knocks ...
+            conn.settimeout(5.0)
+            while chunk := conn.recv(65536):  # ... and hangs up without a word
+                received += chunk
+        except TimeoutError:
+            return "nobody came"
+        return received.decode(errors="replace")
+
+    squatter = start_as_other_user(squat)
+    squatter.wait_ready()
+    with caplog.at_level("WARNING", logger="kinetic"):
+        assert square(5) == 25
+    assert squatter.result() == ""
+    assert any(f"uid {OTHER_UID}" in r.getMessage() for r in caplog.records), caplog.text
+    assert os.stat(kinetic_env).st_uid == os.geteuid()
