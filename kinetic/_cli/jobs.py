@@ -37,6 +37,7 @@ from kinetic._cli._output import (
     report_error,
     table,
 )
+from kinetic._core.exception_groups import one_error
 from kinetic._exceptions import KineticError
 
 if TYPE_CHECKING:
@@ -219,9 +220,10 @@ async def _jobs_with_status(
         async with limiter:
             reports[h.job_id] = await h.status_report()
 
-    async with anyio.create_task_group() as tg:
-        for h in handles:
-            tg.start_soon(one, h)
+    with one_error():
+        async with anyio.create_task_group() as tg:
+            for h in handles:
+                tg.start_soon(one, h)
     return [(h, reports[h.job_id]) for h in handles]
 
 
@@ -344,7 +346,8 @@ async def _batch_manifests(
             {k: m.get(k) for k in ("group_id", "name", "func_name", "total", "created_at", "tags")}
         )
 
-    async with anyio.create_task_group() as tg:
-        for key in keys:
-            tg.start_soon(one, key)
+    with one_error():
+        async with anyio.create_task_group() as tg:
+            for key in keys:
+                tg.start_soon(one, key)
     return sorted(found, key=lambda m: (str(m["created_at"]), str(m["group_id"])), reverse=True)

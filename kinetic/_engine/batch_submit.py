@@ -26,6 +26,7 @@ from kinetic._backends.base import Backend
 from kinetic._backends.local import LocalBackend
 from kinetic._core.accelerators import AcceleratorConfig
 from kinetic._core.config import Settings, capture_env
+from kinetic._core.exception_groups import one_error
 from kinetic._core.ids import check_group_id, new_group_id
 from kinetic._core.image_spec import JobImage
 from kinetic._core.inputs import MapOptions, chunk_size, to_call
@@ -413,8 +414,9 @@ async def _record(
         async with limiter:
             await storage.write(protocol.group_inputs_key(group_id, n), chunk)
 
-    async with anyio.create_task_group() as tg:
-        for n, chunk in enumerate(chunks):
-            tg.start_soon(_write_chunk, n, chunk)
+    with one_error():
+        async with anyio.create_task_group() as tg:
+            for n, chunk in enumerate(chunks):
+                tg.start_soon(_write_chunk, n, chunk)
     await storage.write(protocol.group_manifest_key(group_id), protocol.dump_json(manifest))
     return manifest

@@ -22,8 +22,9 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
+from kinetic._core.exception_groups import one_error
 from kinetic._data.data import Data
-from kinetic._exceptions import DataError
+from kinetic._exceptions import DataError, StorageError
 from kinetic._storage.base import Storage
 from runner import protocol
 from runner.data import FUSE_ROOT, DataRef, cache_key, marker_key
@@ -227,9 +228,10 @@ async def _references(
         async with limiter:
             refs[d] = await _reference(d, storage, local_backend, prepared)
 
-    async with anyio.create_task_group() as tg:
-        for d in found:
-            tg.start_soon(make, d)
+    with one_error():
+        async with anyio.create_task_group() as tg:
+            for d in found:
+                tg.start_soon(make, d)
     return refs
 
 
@@ -295,11 +297,20 @@ async def upload_to_cache(storage: Storage, path: Path, digest: str) -> bool:
 
     async def put(rel: str, source: Path) -> None:
         async with limiter:
-            await storage.upload_file(cache_key(digest, rel), source)
+            try:
+                await storage.upload_file(cache_key(digest, rel), source)
+            except StorageError as exc:
+                if await anyio.to_thread.run_sync(os.path.exists, source):
+                    raise
+                raise DataError(
+                    f"Data path {str(path)!r} changed while it was uploaded: "
+                    f"{str(source)!r} is gone"
+                ) from exc
 
-    async with anyio.create_task_group() as tg:
-        for rel, source in files:
-            tg.start_soon(put, rel, source)
+    with one_error():
+        async with anyio.create_task_group() as tg:
+            for rel, source in files:
+                tg.start_soon(put, rel, source)
     marker = {"files": [rel for rel, _ in files], "dirs": dirs, "name": path.name}
     await storage.write(marker_key(digest), protocol.dump_json(marker))
     return True

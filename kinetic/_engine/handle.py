@@ -25,6 +25,7 @@ import anyio.to_thread
 
 from kinetic._backends.base import Backend, JobRef, StatusCallback
 from kinetic._core.arg_checks import check_count, check_timeout
+from kinetic._core.exception_groups import one_error
 from kinetic._core.records import JobRecord
 from kinetic._core.status import JobStatus, StatusReport
 from kinetic._engine import runtime
@@ -216,10 +217,11 @@ class JobHandle(JobRecord):
         with anyio.move_on_after(timeout) as scope:
             if stream_logs:
                 finished = anyio.Event()
-                async with anyio.create_task_group() as tg:
-                    tg.start_soon(self._print_logs, target, finished)
-                    report = await target.wait(notify)
-                    finished.set()
+                with one_error():
+                    async with anyio.create_task_group() as tg:
+                        tg.start_soon(self._print_logs, target, finished)
+                        report = await target.wait(notify)
+                        finished.set()
             else:
                 report = await target.wait(notify)
         if scope.cancelled_caught or report is None:

@@ -16,6 +16,7 @@ from typing import Any, Literal
 import anyio
 
 from kinetic._backends.gke.client import KubeClient, KubeHTTPError
+from kinetic._core.exception_groups import one_error
 from kinetic._exceptions import BackendError
 from kinetic._infra.plan import ObjectRef, Record, parse_record, record_manifest, record_ref
 
@@ -42,9 +43,10 @@ async def read_all(
     async def one(ref: ObjectRef) -> None:
         found[ref] = await read(kube, ref, timeout=timeout)
 
-    async with anyio.create_task_group() as tg:
-        for ref in refs:
-            tg.start_soon(one, ref)
+    with one_error():
+        async with anyio.create_task_group() as tg:
+            for ref in refs:
+                tg.start_soon(one, ref)
     return found
 
 

@@ -57,7 +57,7 @@ from tenacity import (
     wait_random_exponential,
 )
 
-from kinetic._core.exception_groups import first_error
+from kinetic._core.exception_groups import one_error
 from kinetic._exceptions import ConfigError, KineticError, ObjectNotFoundError, StorageError
 from kinetic._net import tls_closing_connector
 from kinetic._storage.base import DEFAULT_TIMEOUT, TRANSFER_TIMEOUT, check_key
@@ -258,12 +258,10 @@ class GCSStorage:
         :raises StorageError: when a write fails (the others are cancelled, and those
             done stay written).
         """
-        try:
+        with one_error():
             async with anyio.create_task_group() as tg:
                 for key, data in objects.items():
                     tg.start_soon(partial(self.write, key, data, timeout=timeout))
-        except BaseExceptionGroup as group:
-            raise first_error(group) from None
 
     async def create_if_absent(
         self, key: str, data: bytes, *, timeout: float = DEFAULT_TIMEOUT
@@ -414,14 +412,15 @@ class GCSStorage:
             finally:
                 limiter.release_on_behalf_of(borrower)
 
-        async with anyio.create_task_group() as tg:
-            for key in keys:
-                borrower = object()
-                await limiter.acquire_on_behalf_of(borrower)
-                if errors:
-                    limiter.release_on_behalf_of(borrower)
-                    break
-                tg.start_soon(delete_one, key, borrower, tg)
+        with one_error():
+            async with anyio.create_task_group() as tg:
+                for key in keys:
+                    borrower = object()
+                    await limiter.acquire_on_behalf_of(borrower)
+                    if errors:
+                        limiter.release_on_behalf_of(borrower)
+                        break
+                    tg.start_soon(delete_one, key, borrower, tg)
         if errors:
             raise StorageError(
                 f"{self.url}: delete_prefix {prefix!r} stopped after {deleted} deletion(s): "

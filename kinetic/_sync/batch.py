@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 import anyio
 
+from kinetic._core.exception_groups import one_error
 from kinetic._core.status import JobStatus
 from kinetic._engine import batch as _aio_batch
 from kinetic._engine import batch_submit as _aio_batch_submit
@@ -162,13 +163,14 @@ def _with_progress(batch: _aio_batch.BatchHandle, work: Callable[[], Awaitable[T
                     paint()
                     await anyio.sleep(_REFRESH)
 
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(repaint)
-                try:
-                    result = await work()
-                finally:
-                    tg.cancel_scope.cancel()
-                    paint()
+            with one_error():
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(repaint)
+                    try:
+                        result = await work()
+                    finally:
+                        tg.cancel_scope.cancel()
+                        paint()
             return result
 
     return call(run)

@@ -41,6 +41,7 @@ from kinetic._backends.gke.client import KubeClient
 from kinetic._backends.gke.pool import GKEBatchEngines
 from kinetic._backends.gke.watch import SharedWatch, either_set
 from kinetic._core import k8s_spec, k8s_status
+from kinetic._core.exception_groups import one_error
 from kinetic._core.gke_config import GKEOptions
 from kinetic._core.status import JobStatus, StatusReport, start_failure, start_grace_left
 from kinetic._exceptions import ObjectNotFoundError
@@ -453,10 +454,8 @@ async def known_job_ids(
             if tail == "handle.json":
                 found.add(head)
 
-    try:
+    with one_error():  # a missing namespace says so plainly
         async with anyio.create_task_group() as tg:
             tg.start_soon(from_cluster)
             tg.start_soon(from_storage)
-    except BaseExceptionGroup as group:
-        raise group.exceptions[0] from None  # a missing namespace says so plainly
     return sorted(found)

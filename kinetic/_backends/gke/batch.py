@@ -54,7 +54,7 @@ import cloudpickle
 from kinetic._backends.base import BatchEvents, InputActivity, JobRef, Loaded, input_index
 from kinetic._backends.gke.engine import GroupEngine, batch_job
 from kinetic._core import batch_plan, k8s_spec, k8s_status
-from kinetic._core.exception_groups import first_error
+from kinetic._core.exception_groups import one_error
 from kinetic._exceptions import ObjectNotFoundError
 from kinetic._storage.base import Storage
 from runner import protocol
@@ -243,13 +243,12 @@ class _Driver:
                     raise
 
         try:
-            async with anyio.create_task_group() as tg:
-                for launch in launches:
-                    tg.start_soon(one, launch)
-        except BaseException as exc:
+            with one_error():  # one Kinetic error, not a group of the same
+                async with anyio.create_task_group() as tg:
+                    for launch in launches:
+                        tg.start_soon(one, launch)
+        except BaseException:
             self.state = self.state.launch_failed(launches, failed)
-            if isinstance(exc, BaseExceptionGroup):
-                raise first_error(exc) from None  # one Kinetic error, not a group of the same
             raise
 
     async def _perform(self, plan: batch_plan.BatchStep) -> None:
@@ -415,12 +414,10 @@ async def read_outcomes(
 
     if not indices:
         return
-    try:
+    with one_error():
         async with anyio.create_task_group() as tg:
             for index in indices:
                 tg.start_soon(one, index)
-    except BaseExceptionGroup as group:
-        raise first_error(group) from None
 
 
 async def _delete(backend: GKEBackend, namespace: str, selector: str) -> None:

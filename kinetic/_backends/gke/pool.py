@@ -48,7 +48,7 @@ from kinetic._backends.base import BatchEvents, InputActivity, JobRef, Loaded, i
 from kinetic._backends.gke.batch import GKEBatches, read_outcomes, read_stop
 from kinetic._backends.gke.engine import GroupEngine, batch_job
 from kinetic._core import k8s_spec, pool_plan
-from kinetic._core.exception_groups import first_error
+from kinetic._core.exception_groups import one_error
 from kinetic._exceptions import ObjectNotFoundError
 from kinetic._storage.base import Storage
 from runner import protocol
@@ -266,12 +266,10 @@ class _Follower:
             async with limiter:
                 book.learn_claim(await self._read_claim(index, number))
 
-        try:
+        with one_error():
             async with anyio.create_task_group() as tg:
                 for index, number in stale:
                     tg.start_soon(one, index, number)
-        except BaseExceptionGroup as group:
-            raise first_error(group) from None
         if book.stop is None:
             stop = await self.read_stop()
             if stop is not None:

@@ -49,6 +49,7 @@ import anyio
 
 from kinetic._backends.gke.client import KubeClient, KubeHTTPError, collection_path
 from kinetic._core import k8s_status
+from kinetic._core.exception_groups import one_error
 from kinetic._exceptions import BackendError, ConfigError
 
 log = logging.getLogger(__name__)
@@ -119,12 +120,13 @@ class SharedWatch:
             self._synced = dict.fromkeys(KINDS, False)
         self._subscribers += 1
         try:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(self._drive)
-                try:
-                    yield self
-                finally:
-                    tg.cancel_scope.cancel()
+            with one_error():  # the subscriber's own error, not a group of it
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(self._drive)
+                    try:
+                        yield self
+                    finally:
+                        tg.cancel_scope.cancel()
         finally:
             self._subscribers -= 1
             if self._subscribers == 0:

@@ -41,6 +41,7 @@ from kinetic._backends.gke.watch import either_set
 from kinetic._backends.pathways.api import LwsApi
 from kinetic._core import accelerators, k8s_spec, k8s_status, lws_spec, lws_status
 from kinetic._core.accelerators import AcceleratorConfig
+from kinetic._core.exception_groups import one_error
 from kinetic._core.gke_config import GKEOptions
 from kinetic._core.lws_status import GroupReport
 from kinetic._core.status import JobStatus, StatusReport, start_failure, start_grace_left
@@ -177,9 +178,10 @@ class PathwaysBackend:
             if isinstance(record, dict):
                 cache[host] = record
 
-        async with anyio.create_task_group() as tg:
-            for host in new:
-                tg.start_soon(read, host)
+        with one_error():
+            async with anyio.create_task_group() as tg:
+                for host in new:
+                    tg.start_soon(read, host)
         return dict(cache)
 
     async def _derive(

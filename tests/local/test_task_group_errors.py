@@ -1,0 +1,128 @@
+"""Errors of concurrent steps reach the user as one Kinetic error, never as an
+``ExceptionGroup`` (``kinetic/_core/exception_groups.py``): ``except kinetic.DataError``
+catches a ``Data`` path removed before the call, and the CLI prints ``kinetic: message``
+for a cluster it cannot reach."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import kinetic
+from kinetic import Data
+from kinetic._engine.data_refs import upload_to_cache
+from kinetic._storage.local import LocalStorage
+
+pytestmark = pytest.mark.local
+
+
+def count_files(d: object) -> int:
+    return len(os.listdir(str(d)))
+
+
+def look(path: str) -> list[str]:
+    return sorted(os.listdir(path))
+
+
+@pytest.fixture
+def gone(tmp_path: Path) -> Data:
+    """A ``Data`` whose directory was removed after it was made."""
+    root = tmp_path / "dataset"
+    root.mkdir()
+    (root / "a.txt").write_text("alpha")
+    d = Data(str(root))
+    shutil.rmtree(root)
+    return d
+
+
+def test_a_removed_data_argument_is_a_data_error(gone: Data) -> None:
+    fn = kinetic.run()(count_files)
+    with pytest.raises(kinetic.DataError) as caught:
+        fn(gone)
+    assert not isinstance(caught.value, BaseExceptionGroup)
+    with pytest.raises(kinetic.DataError):
+        fn.run_async(gone)
+
+
+def test_a_removed_volume_is_a_data_error(gone: Data) -> None:
+    fn = kinetic.run(volumes={"/kinetic-test-data": gone})(look)
+    with pytest.raises(kinetic.DataError):
+        fn("/kinetic-test-data")
+
+
+@pytest.mark.anyio
+async def test_a_removed_data_argument_is_a_data_error_when_awaited(gone: Data) -> None:
+    fn = kinetic.run()(count_files)
+    with pytest.raises(kinetic.DataError):
+        await fn.aio(gone)
+    with pytest.raises(kinetic.DataError):
+        await fn.aio.run_async(gone)
+
+
+@pytest.mark.anyio
+async def test_a_file_gone_during_the_upload_is_a_data_error(tmp_path: Path) -> None:
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    for i in range(8):
+        (tree / f"f{i}.txt").write_text(str(i))
+    (tree / "vanished.txt").symlink_to(tmp_path / "nowhere")  # listed, then unreadable
+    storage = LocalStorage(str(tmp_path / "store"))
+    with pytest.raises(kinetic.DataError, match="vanished.txt' is gone"):
+        await upload_to_cache(storage, tree, "0" * 64)
+
+
+def kinetic_cli(*args: str, kubeconfig: Path, home: Path) -> subprocess.CompletedProcess[str]:
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("KINETIC_PROJECT", "GOOGLE_CLOUD_PROJECT")
+    }
+    env.update(KUBECONFIG=str(kubeconfig), HOME=str(home))
+    return subprocess.run(
+        [sys.executable, "-m", "kinetic", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+
+
+def refused_port() -> int:
+    """A loopback port nothing listens on (bound, then closed)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+UNREACHABLE = """\
+apiVersion: v1
+kind: Config
+clusters: [{{name: c, cluster: {{server: "https://127.0.0.1:{port}"}}}}]
+users: [{{name: u, user: {{token: abc}}}}]
+contexts: [{{name: x, context: {{cluster: c, user: u}}}}]
+current-context: x
+"""
+
+
+@pytest.mark.parametrize("command", [["status"], ["up", "--use-kubeconfig"]])
+def test_no_kubeconfig_or_an_unreachable_server_is_one_line(
+    command: list[str], tmp_path: Path
+) -> None:
+    missing = kinetic_cli(*command, kubeconfig=tmp_path / "none.yaml", home=tmp_path)
+    assert missing.returncode == 2, missing.stderr
+    assert missing.stderr.startswith("kinetic: no kubeconfig at"), missing.stderr
+    assert len(missing.stderr.splitlines()) == 1
+
+    kubeconfig = tmp_path / "kubeconfig.yaml"
+    kubeconfig.write_text(UNREACHABLE.format(port=refused_port()))
+    down = kinetic_cli(*command, kubeconfig=kubeconfig, home=tmp_path)
+    assert down.returncode == 1, down.stderr
+    assert down.stderr.startswith("kinetic: Kubernetes API:"), down.stderr
+    assert "ExceptionGroup" not in down.stderr
+    assert "Traceback" not in down.stderr
