@@ -24,7 +24,11 @@ from kinetic._core.config import Settings, SettingSource
 from kinetic._exceptions import KineticError
 
 KNOBS: tuple[tuple[str, str, str], ...] = (
-    ("gke_service_account", "KINETIC_GKE_SERVICE_ACCOUNT", "the namespace's default"),
+    (
+        "gke_service_account",
+        "KINETIC_GKE_SERVICE_ACCOUNT",
+        "kinetic if `kinetic up` made it, else the namespace's",
+    ),
     ("gke_host_network", "KINETIC_GKE_HOST_NETWORK", "false"),
     ("gke_image_pull_policy", "KINETIC_GKE_IMAGE_PULL_POLICY", "Kubernetes' choice"),
     ("gke_start_grace", "KINETIC_GKE_START_GRACE", "300 seconds"),

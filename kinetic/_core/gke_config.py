@@ -2,7 +2,7 @@
 
 | variable | meaning | default |
 |---|---|---|
-| ``KINETIC_GKE_SERVICE_ACCOUNT`` | pods' ``serviceAccountName`` | the namespace default |
+| ``KINETIC_GKE_SERVICE_ACCOUNT`` | pods' ``serviceAccountName`` | ``kinetic`` when the namespace has it (``kinetic up``), else the namespace default |
 | ``KINETIC_GKE_HOST_NETWORK`` | ``hostNetwork: true`` (clusters without a CNI) | false |
 | ``KINETIC_GKE_IMAGE_PULL_POLICY`` | ``Always``/``IfNotPresent``/``Never`` | Kubernetes' choice |
 | ``KINETIC_GKE_START_GRACE`` | seconds a job may be unable to start before it fails | 300 |

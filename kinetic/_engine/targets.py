@@ -180,6 +180,10 @@ async def gke_image(
 
     if not isinstance(backend, ClusterBackend):
         raise TypeError(f"expected a cluster backend, got {backend!r}")
+    from kinetic._backends.gke.pod_identity import settle_service_account
+
+    # Before the job's manifest is built from the options: which service account.
+    await settle_service_account(backend)  # type: ignore[arg-type]
     return await resolve_job_image(
         container_image,
         category=accelerator.kind,
