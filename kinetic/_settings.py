@@ -26,7 +26,8 @@ def active_profile() -> dict[str, str] | None:
     """The profile named by ``KINETIC_PROFILE`` or the file's ``current``; None if none.
 
     :raises ProfileError: when the file exists but is malformed (the message names it),
-        or ``KINETIC_PROFILE`` names a profile the file does not have.
+        or ``KINETIC_PROFILE`` names a profile the file does not have (or there is no
+        file).
     """
     return active_profile_entry()[1]
 
@@ -41,6 +42,12 @@ def active_profile_entry() -> tuple[str | None, dict[str, str] | None]:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
+        wanted = os.environ.get("KINETIC_PROFILE")
+        if wanted:  # asked for by name: not silently the defaults
+            raise ProfileError(
+                f"profile {wanted!r} (KINETIC_PROFILE) does not exist: there is no profiles "
+                f"file {path} (create it with `kinetic profile create {wanted} ...`)"
+            ) from None
         return None, None
     except OSError as exc:
         raise ProfileError(f"cannot read profiles file {path}: {exc}") from exc
