@@ -40,11 +40,11 @@ PACKAGES = (
     "aiohttp",
     "cloudpickle",
     "gcloud-aio-storage",
+    "gcloud-aio-auth",
     "pyyaml",
     "httpx",
     "tenacity",
     "rich",
-    "aiofiles",
     "packaging",
     "pathspec",
 )
