@@ -178,7 +178,9 @@ async def _edit(
         if policy is None:
             if not add:
                 raise _NoResource(grant.resource)
-            raise BackendError(f"cannot grant {grant}: the {grant.target} does not exist")
+            raise BackendError(
+                f"cannot grant {grant}: the {grant.target} {grant.resource} does not exist"
+            )
         if add:
             new = with_member(policy, grant.role, grant.member)
         else:
