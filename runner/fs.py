@@ -35,6 +35,31 @@ def make_private_dirs(path: Path) -> None:
         p.mkdir(mode=DIR_MODE, exist_ok=True)
 
 
+def check_private_dir(path: Path) -> None:
+    """Return if ``path`` is missing, or a directory of ours that no one else may write.
+
+    A local root holds payloads that jobs unpickle: another user who can write there can
+    run code as us. So it must be owned by our effective uid, with no write permission
+    for group or others (created by :func:`make_private_dirs`, it is 0700).
+
+    :raises PermissionError: naming the owner or mode that is wrong, and the fix.
+    """
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return
+    if st.st_uid != os.geteuid():
+        raise PermissionError(
+            f"{path} belongs to uid {st.st_uid}, not to this user (uid {os.geteuid()}): "
+            "a local root must be your own; point KINETIC_LOCAL_ROOT at a directory of yours"
+        )
+    if st.st_mode & 0o022:
+        raise PermissionError(
+            f"{path} is writable by other users (mode {st.st_mode & 0o777:o}): they could "
+            f"plant jobs that run as you; make it private with `chmod 700 {path}`"
+        )
+
+
 def _temp_file(directory: Path) -> tuple[int, str]:
     """A new private file in ``directory`` (tempfile's mkstemp, without its import cost)."""
     while True:

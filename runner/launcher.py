@@ -74,7 +74,7 @@ from typing import Any
 import runner
 from runner import peer, protocol
 from runner._main import main as runner_main
-from runner.fs import atomic_write, make_private_dirs
+from runner.fs import atomic_write, check_private_dir, make_private_dirs
 from runner.job import parse_args
 from runner.store import FileStore, open_store
 
@@ -416,6 +416,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     idle = float(str(args.get("idle", "300")))
     where = launcher_dir(root)
     make_private_dirs(where)
+    try:  # jobs of a root another user may write could be theirs (runner.fs)
+        check_private_dir(root)
+    except PermissionError as exc:
+        raise SystemExit(f"kinetic launcher: {exc}") from None
     lock = open(where / f"{tag}.lock", "a")  # noqa: SIM115 - held for our lifetime
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -51,10 +51,10 @@ from kinetic._backends.local_batch import LocalBatches, LocalBatchRunner
 from kinetic._backends.local_launcher import spawn_via_launcher
 from kinetic._core.status import JobStatus, StatusReport, status_from_local_records
 from kinetic._exceptions import ObjectNotFoundError
-from kinetic._storage.local import LocalStorage
+from kinetic._storage.local import LocalStorage, check_root
 from runner import protocol
 from runner.contexts import CACHE_ENV
-from runner.fs import atomic_write
+from runner.fs import atomic_write, make_private_dirs
 from runner.gpu_lease import job_gpus_key
 
 _LAUNCH = "launch.json"
@@ -122,7 +122,8 @@ class LocalBackend:
         apply_job_env(env, getattr(job, "accelerator", "") or "cpu", self.root)
 
         def _spawn() -> None:
-            job_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            check_root(self.root)
+            make_private_dirs(job_dir)
             _check_free_space(job_dir)
             log_file = self.storage.path_for(protocol.logs_key(job.job_id))
             status_file = self.storage.path_for(self._key(job, _EXIT))

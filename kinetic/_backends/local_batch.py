@@ -27,7 +27,7 @@ from kinetic._backends._process import ProcessRef, is_alive, spawn_detached
 from kinetic._backends.base import BatchEvents, InputActivity, JobRef, Loaded, input_index
 from kinetic._core.status import GPU_WAIT_REASON
 from kinetic._exceptions import BackendError, ObjectNotFoundError
-from kinetic._storage.local import LocalStorage
+from kinetic._storage.local import LocalStorage, check_root
 from runner import protocol, results_log
 from runner.batch import socket_address
 from runner.fs import lock_held
@@ -198,6 +198,7 @@ class LocalBatches:
         apply_job_env(env, str(accelerator or "cpu"), self.storage.root.parent)
 
         def _spawn() -> None:
+            check_root(self.storage.root.parent)
             with self._launching:
                 launched = self._launched
                 previous = launched.get(group_id)

@@ -155,6 +155,10 @@ def target_settings(opts: RunOptions) -> tuple[Settings, accelerators.Accelerato
         if chosen != settings.backend:
             settings = replace(settings, backend=chosen)
     import_backend_code(settings.backend)  # here, in a worker thread, not on the loop
+    if settings.backend == "local":  # before anything is written there (docs/security.md)
+        from kinetic._storage.local import check_root
+
+        check_root(Path(settings.local_root).absolute())
     return settings, accel
 
 

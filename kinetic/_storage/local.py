@@ -19,9 +19,16 @@ from typing import TypeVar
 import anyio
 import anyio.to_thread
 
-from kinetic._exceptions import ObjectNotFoundError, StorageError
+from kinetic._exceptions import ConfigError, ObjectNotFoundError, StorageError
 from kinetic._storage.base import DEFAULT_TIMEOUT, TRANSFER_TIMEOUT, check_key
-from runner.fs import atomic_copy, atomic_write, iter_files, make_private_dirs, remove_tree
+from runner.fs import (
+    atomic_copy,
+    atomic_write,
+    check_private_dir,
+    iter_files,
+    make_private_dirs,
+    remove_tree,
+)
 
 T = TypeVar("T")
 
@@ -232,6 +239,17 @@ class LocalStorage:
     def ensure_root(self) -> None:
         """Create the root directory (0700) if it is missing."""
         make_private_dirs(self.root)
+
+
+def check_root(root: Path) -> None:
+    """Refuse a local root (the directory above a local backend's store) that is another user's, or that others may write. Blocking.
+
+    :raises ConfigError: naming the owner or mode, and the fix.
+    """
+    try:
+        check_private_dir(root)
+    except PermissionError as exc:
+        raise ConfigError(f"unsafe local root: {exc}") from None
 
 
 def _key_of(root: Path, filename: object) -> str:

@@ -174,3 +174,21 @@ def test_a_launcher_name_taken_by_another_user_gets_nothing(
     assert squatter.result() == ""
     assert any(f"uid {OTHER_UID}" in r.getMessage() for r in caplog.records), caplog.text
     assert os.stat(kinetic_env).st_uid == os.geteuid()
+
+
+@pytest.mark.parametrize("unsafe", ["another user's", "writable by others"])
+def test_a_local_root_others_can_write_is_refused(kinetic_env: Path, unsafe: str) -> None:
+    """Payloads in a root another user may write could be theirs: no job runs from it."""
+    kinetic_env.mkdir(mode=0o700)
+    if unsafe == "another user's":
+        need_root()
+        os.chown(kinetic_env, OTHER_UID, OTHER_UID)
+    else:
+        kinetic_env.chmod(0o777)
+    with pytest.raises(kinetic.ConfigError, match="unsafe local root") as caught:
+        square(2)
+    assert ("uid 65534" if unsafe == "another user's" else "chmod 700") in str(caught.value)
+    assert not (kinetic_env / "storage").exists()  # nothing was written there
+    with pytest.raises(kinetic.ConfigError, match="unsafe local root"):
+        square.run_async_map([1, 2])
+    assert not (kinetic_env / "storage").exists()
