@@ -35,7 +35,7 @@ import anyio.to_thread
 
 from kinetic._backends.base import Backend
 from kinetic._core.arg_checks import check_timeout
-from kinetic._core.records import job_names
+from kinetic._core.records import job_names, utcnow_iso
 from kinetic._core.status import JobStatus, stopped_report
 from kinetic._engine.batch_runner import BatchRunner, Loaded, runner_for
 from kinetic._engine.handle import JobHandle
@@ -57,6 +57,12 @@ _HANDLE_SLICE = 128  # finished inputs read and given handles per worker-thread 
 _CODES: dict[str, int] = {"succeeded": 1, "failed": 2, "cancelled": 3}
 _NAMES: tuple[protocol.InputState | None, ...] = (None, *protocol.INPUT_STATES)
 _LOAD_BATCH = 4096  # results() reads and decodes outcomes this many at a time
+
+
+class CleanedSummary(protocol.BatchSummary, total=False):
+    """``summary.json`` as this client writes it: also when the cleanup ran."""
+
+    cleaned_at: str
 
 
 class _States(Collection[int]):
@@ -138,6 +144,7 @@ class BatchHandle:
         self._reasons: dict[int, tuple[str, str | None]] = {}  # never-run inputs: reason, phase
         self._running: set[int] = set()
         self._cleaned = False
+        self._cleaned_at: str | None = None  # when the cleanup ran, where known
         # Inputs collected through carried outcomes; the batch is cleaned up once all were.
         self._tally = CleanupTally(
             self._total - len(self._submission_failures), self._cleanup_after_collection
@@ -356,7 +363,17 @@ class BatchHandle:
             of raising.
         :raises BatchError: when some inputs failed and ``return_exceptions`` is False.
         :raises JobTimeoutError: when ``timeout`` passes first.
+        :raises ResultError: when the batch was collected and cleaned up before: its
+            results are deleted (the message says when; :meth:`failures` and
+            :meth:`status_counts` still answer).
         """
+        check_timeout("timeout", timeout)
+        if self._cleaned:
+            raise ResultError(
+                f"batch {self.group_id} was collected and cleaned up{self._when_cleaned()}: "
+                "its results are deleted (failures() and status_counts() still answer; "
+                "pass cleanup=False to results() to keep them next time)"
+            )
         # One slot per input, filled chunk by chunk as outcomes are read in bulk.
         values: list[Any] = [None] * self.total
         got = bytearray(self.total)
@@ -463,8 +480,15 @@ class BatchHandle:
                 out[index] = KnownOutcome(job_id, index, None, error, self._tally)
         return out
 
+    def _when_cleaned(self) -> str:
+        return f" at {self._cleaned_at}" if self._cleaned_at else ""
+
     def _never_ran_error(self, index: int, job_id: str) -> Exception:
-        missing = "its result was deleted by the batch's cleanup" if self._cleaned else None
+        missing = (
+            f"its result was deleted by the batch's cleanup{self._when_cleaned()}"
+            if self._cleaned
+            else None
+        )
         reason, phase = self._reasons.get(index, (missing or "its result is missing", None))
         if self._states.get(index) == "cancelled":
             return JobCancelledError(f"input {index} ({job_id}): {reason}", job_id=job_id)
@@ -495,7 +519,7 @@ class BatchHandle:
                 protocol.group_stop_key(self.group_id), protocol.dump_json(record)
             )
 
-    def _summary(self) -> protocol.BatchSummary:
+    def _summary(self) -> CleanedSummary:
         """Each input's final state, for after cleanup: once all are accounted for, the
         inputs that did not succeed and ``"others": "succeeded"`` (a million successes
         make a few bytes, not a 20 MB map)."""
@@ -507,8 +531,9 @@ class BatchHandle:
         others = {str(i): _state(c) for i, c in enumerate(codes) if c and c != succeeded}
         return {"states": others, "others": "succeeded"}
 
-    def _restore_summary(self, summary: protocol.BatchSummary) -> None:
+    def _restore_summary(self, summary: CleanedSummary) -> None:
         """Take the states a cleaned-up batch left in its summary (see :meth:`_summary`)."""
+        self._cleaned_at = summary.get("cleaned_at")
         for key, state in summary.get("states", {}).items():
             self._record(int(key), state)
         others = summary.get("others")
@@ -541,6 +566,7 @@ class BatchHandle:
             return
         await self._refresh()
         summary = self._summary()
+        summary["cleaned_at"] = self._cleaned_at = utcnow_iso()
         storage = self._backend.storage
         await storage.write(protocol.group_summary_key(self.group_id), protocol.dump_json(summary))
         for prefix in ("inputs/", "results/", "logs/"):

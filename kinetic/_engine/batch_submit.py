@@ -32,7 +32,7 @@ from kinetic._core.image_spec import JobImage
 from kinetic._core.inputs import MapOptions, chunk_size, to_call
 from kinetic._core.records import job_spec, shared_handle, utcnow_iso
 from kinetic._engine import runtime, targets
-from kinetic._engine.batch import BatchHandle
+from kinetic._engine.batch import BatchHandle, CleanedSummary
 from kinetic._engine.batch_runner import runner_for
 from kinetic._engine.data_refs import PreparedCalls, prepare_calls_data
 from kinetic._engine.packaging import (
@@ -276,9 +276,7 @@ async def attach_batch(
             )
         await anyio.sleep(interval)
     handle = BatchHandle(backend=target, manifest=manifest)
-    summary: protocol.BatchSummary | None = await _read_json(
-        storage, protocol.group_summary_key(group_id)
-    )
+    summary: CleanedSummary | None = await _read_json(storage, protocol.group_summary_key(group_id))
     if summary is not None:
         handle._restore_summary(summary)
     return handle
