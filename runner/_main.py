@@ -159,7 +159,7 @@ def _upload(
         result_key = protocol.host_result_key(job_id, host)
         final_key = protocol.host_final_key(job_id, host)
     try:
-        store.write(result_key, data)
+        store.write(result_key, protocol.seal(data))
     except BaseException as exc:  # noqa: BLE001
         print(f"kinetic runner: could not record the result ({exc})", file=sys.stderr)
         # A small record of why often still fits (a full disk, a store refusing large
@@ -167,7 +167,7 @@ def _upload(
         data, final = build_failure("upload", exc, user=False, what=None)
         code = protocol.EXIT_RUNNER_ERROR
         try:
-            store.write(result_key, data)
+            store.write(result_key, protocol.seal(data))
         except BaseException:  # noqa: BLE001
             return code
     try:

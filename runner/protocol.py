@@ -11,7 +11,7 @@ Object layout (keys relative to the bucket or local storage root)::
     {job_id}/handle.json     the JobHandle, written at submission
     {job_id}/spec.json       what the runner needs: digests, paths, env
     {job_id}/payload.pkl     cloudpickle of {"fn", "args", "kwargs"}
-    {job_id}/result.pkl      cloudpickle of the result payload (runner)
+    {job_id}/result.pkl      the result payload: cloudpickle, sealed (see seal())
     {job_id}/status.json     the final record, written after result.pkl (runner)
     {job_id}/logs.txt        the job's output
     default/contexts/{sha256}.zip   content-addressed context archives
@@ -19,6 +19,7 @@ Object layout (keys relative to the bucket or local storage root)::
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any, Final, Literal, NotRequired, TypedDict, cast
 
@@ -156,6 +157,32 @@ def result_payload(
     }
 
 
+SEAL: Final = b"KNRS1\n"
+"""The start of a sealed result payload: then its SHA-256 (32 bytes), then the pickle."""
+
+
+def seal(payload: bytes) -> bytes:
+    """A pickled result payload framed with its SHA-256, as stored in ``result.pkl``: a
+    reader then tells any change of the bytes (a flipped bit, a truncation) from the value
+    (unpickling alone may well succeed, with another value)."""
+    return b"".join((SEAL, hashlib.sha256(payload).digest(), payload))
+
+
+def unseal(data: bytes) -> bytes:
+    """The pickle inside a sealed payload; an unsealed pickle (older runners) unchanged.
+
+    :raises ValueError: the bytes are neither, or do not match their digest.
+    """
+    if data.startswith(SEAL):
+        digest, payload = data[len(SEAL) : len(SEAL) + 32], data[len(SEAL) + 32 :]
+        if hashlib.sha256(payload).digest() != digest:
+            raise ValueError("its bytes do not match their SHA-256 (changed in storage)")
+        return payload
+    if not data.startswith(b"\x80"):  # every pickle of protocol 2 or later starts so
+        raise ValueError("it is neither a sealed nor a pickled result payload")
+    return data
+
+
 # --- Batches (``run_async_map``) ---------------------------------------------------
 #
 #   _groups/{group_id}/recording.json     written first: who is recording the batch
@@ -279,6 +306,9 @@ class OutcomeHeader(TypedDict):
     """Pool batches: the worker that ran it."""
     output: NotRequired[str]
     """Pool batches: the tail of the input's output."""
+    sha256: NotRequired[str]
+    """GKE outcome objects: the SHA-256 of the payload after the header (checked when
+    read: a changed payload is an error, never another value)."""
 
 
 class StopRecord(TypedDict):
@@ -463,20 +493,26 @@ def group_member_logs_key(group_id: str, index: int) -> str:
 
 
 def encode_outcome(header: OutcomeHeader, payload: bytes) -> bytes:
-    """One input's outcome object: a JSON header line (state, phase, error, attempt),
-    then the pickled result payload. The header is readable without unpickling."""
-    return dump_json(header) + b"\n" + payload
+    """One input's outcome object: a JSON header line (state, phase, error, attempt, the
+    payload's SHA-256), then the pickled result payload. The header is readable without
+    unpickling."""
+    sealed: OutcomeHeader = {**header, "sha256": hashlib.sha256(payload).hexdigest()}
+    return dump_json(sealed) + b"\n" + payload
 
 
 def decode_outcome(data: bytes) -> tuple[OutcomeHeader, bytes]:
     """Split an outcome object into its header and payload.
 
-    :raises ValueError: when ``data`` is not an outcome object.
+    :raises ValueError: when ``data`` is not an outcome object, or its payload does not
+        match the SHA-256 in its header.
     """
     head, sep, payload = data.partition(b"\n")
     header = load_json(head)
     if not sep or not isinstance(header, dict) or "state" not in header:
         raise ValueError("not a batch outcome object")
+    digest = header.pop("sha256", None)  # checked here; not part of what it says
+    if digest is not None and hashlib.sha256(payload).hexdigest() != digest:
+        raise ValueError("the outcome's payload does not match its SHA-256")
     return cast(OutcomeHeader, header), payload
 
 

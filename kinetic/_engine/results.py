@@ -8,6 +8,7 @@ from typing import Any
 import cloudpickle
 
 from kinetic._exceptions import JobFailedError, RemoteError, ResultError
+from runner import protocol
 
 _NOT_REBUILT = ("builtins.SystemExit", "builtins.KeyboardInterrupt", "builtins.GeneratorExit")
 
@@ -15,9 +16,16 @@ _NOT_REBUILT = ("builtins.SystemExit", "builtins.KeyboardInterrupt", "builtins.G
 def load_payload(data: bytes, job_id: str) -> dict[str, Any]:
     """Unpickle a result payload. Blocking (may be large): call in a worker thread.
 
-    :raises ResultError: when the bytes are not a result payload, or it refers to
-        code that cannot be imported here.
+    :raises ResultError: when the bytes are not a result payload (or not the bytes
+        the job stored: a sealed payload is checked against its SHA-256), or it refers
+        to code that cannot be imported here.
     """
+    try:
+        data = protocol.unseal(data)
+    except ValueError as exc:
+        raise ResultError(
+            f"the result payload of job {job_id} is corrupted: {exc}", job_id=job_id
+        ) from exc
     try:
         payload = cloudpickle.loads(data)
     except (ModuleNotFoundError, AttributeError, ImportError) as exc:

@@ -407,9 +407,12 @@ async def read_outcomes(
                 return
         try:
             header, payload = protocol.decode_outcome(data)
-        except ValueError:
-            log.warning("batch %s: outcome of input %d is corrupted", group_id, index)
-            return
+        except ValueError as exc:
+            # Outcome objects are written whole, once: this one will stay as it is. The
+            # input failed (its value is lost), with an empty payload: a ResultError.
+            log.warning("batch %s: outcome of input %d is corrupted: %s", group_id, index, exc)
+            header = {"state": "failed", "error": f"its outcome object is corrupted: {exc}"}
+            payload = b""
         learn(index, header, payload)
 
     if not indices:

@@ -482,7 +482,7 @@ def _annotate(data: bytes, note: str) -> bytes:
     import cloudpickle
 
     try:
-        payload = cloudpickle.loads(data)
+        payload = cloudpickle.loads(protocol.unseal(data))
         exc = payload.get("exception")
         if isinstance(exc, BaseException):
             exc.add_note(note)
