@@ -7,7 +7,9 @@ Each check ends ``ok``, ``warn`` (works, but something is missing or odd), ``fai
 failure), with what it saw and, when not ok, a hint that fixes it. The checks:
 Python, Kinetic's packages, the settings, the local root, and, when the backend is
 ``gke`` or ``pathways``: the kubeconfig and its current context, the cluster's API
-server, the namespace, the pods' service account, the LeaderWorkerSet CRD (needed
+server, the namespace, the pods' service account (and, where jobs reach Google
+Cloud for real, its Workload Identity binding, the Google service account's access
+to the bucket and, with the nodes', to the image repository), the LeaderWorkerSet CRD (needed
 by ``pathways`` only: a warning otherwise), the jobs bucket (written, read back and
 deleted), the image registry and the image builder (Docker Engine socket or Cloud
 Build credentials).

@@ -6,8 +6,9 @@ Theory of operation
 cluster backend it then reads the kubeconfig, runs the API server (when the
 kubeconfig is usable), bucket, registry and builder checks concurrently in one task
 group, and last what needs a reachable API server (namespace, then service account
-and LeaderWorkerSet CRD). A check that an earlier failure makes meaningless is
-``skip``. Every check runs under ``anyio.fail_after(timeout)``
+and LeaderWorkerSet CRD); where jobs reach Google Cloud for real, the Google side
+of the pods' identity (:mod:`kinetic._cli.doctor_identity`). A check that an earlier
+failure makes meaningless is ``skip``. Every check runs under ``anyio.fail_after(timeout)``
 and turns its own failure into a ``fail`` result: one broken piece never hides
 the others, and nothing here raises. Blocking work (reading the kubeconfig,
 touching files) runs in worker threads. The clients opened here (one Kubernetes
@@ -160,6 +161,7 @@ class _Env:
     timeout: float
     kube: Any = None  # KubeClient, opened when the backend is a cluster
     storage: Any = None  # GCSStorage on the jobs bucket
+    pods_account: tuple[str, str | None] | None = None  # (name, its Google account)
 
 
 async def run_checks(arguments: Mapping[str, str | None], timeout: float) -> list[CheckResult]:
@@ -221,6 +223,10 @@ async def run_checks(arguments: Mapping[str, str | None], timeout: float) -> lis
             else:
                 results.append(skip("service-account", "the namespace is missing"))
             results += await _gather(ctx, later)
+            from kinetic._cli.doctor_identity import workload_identity_applies
+
+            if workload_identity_applies(settings, ctx.env):
+                results += await _google_identity(ctx)
         else:
             for name in ("namespace", "service-account", "lws-crd"):
                 results.append(skip(name, "the API server is not reachable"))
@@ -356,27 +362,66 @@ def _namespace(ctx: _Env) -> Named:
 
 
 def _service_account(ctx: _Env) -> Named:
+    from kinetic._cli import doctor_identity as di
+    from kinetic._infra.identity import account_id, email
+
     ns = ctx.settings.namespace
     explicit = ctx.env.get("KINETIC_GKE_SERVICE_ACCOUNT")
-    sa = explicit or "default"
+    project = ctx.settings.project
+    gsa = email(project, account_id(ctx.settings.cluster, ns)) if project else None
 
-    async def check() -> CheckResult:
-        found = await ctx.kube.get(
-            f"/api/v1/namespaces/{ns}/serviceaccounts/{sa}",
-            what=f"get service account {ns}/{sa}",
+    async def read(name: str) -> Any:
+        return await ctx.kube.get(
+            f"/api/v1/namespaces/{ns}/serviceaccounts/{name}",
+            what=f"get service account {ns}/{name}",
             timeout=ctx.timeout,
         )
-        if found is None:
-            source = "KINETIC_GKE_SERVICE_ACCOUNT" if explicit else "the namespace's default"
-            return fail(
-                "service-account",
-                f"service account {ns}/{sa} ({source}) does not exist",
-                f"kubectl create serviceaccount {sa} -n {ns}"
-                + ("" if explicit else " (or set KINETIC_GKE_SERVICE_ACCOUNT)"),
-            )
-        return ok("service-account", f"pods run as {ns}/{sa}")
+
+    async def check() -> CheckResult:
+        # The GKE backend's own choice (kinetic._backends.gke.pod_identity).
+        name = explicit or di.UP_ACCOUNT
+        found = await read(name)
+        if found is None and not explicit:
+            name = "default"
+            found = await read(name)
+        if found is not None:
+            ctx.pods_account = (name, di.annotation(found))
+        return di.service_account_result(
+            ns,
+            name,
+            found,
+            explicit=bool(explicit),
+            workload_identity=di.workload_identity_applies(ctx.settings, ctx.env),
+            gsa=gsa,
+        )
 
     return "service-account", _CLUSTER_HINT, check
+
+
+async def _google_identity(ctx: _Env) -> list[CheckResult]:
+    """The Google side of the pods' identity (see :mod:`kinetic._cli.doctor_identity`)."""
+    from kinetic._cli import doctor_identity as di
+    from kinetic._images.gauth import google_token_source
+    from kinetic._infra.google_rest import GoogleRest
+
+    names = ("google-service-account", "bucket-access", "registry-access")
+    if ctx.pods_account is None:
+        return []
+    ksa, gsa = ctx.pods_account
+    if gsa is None:  # not bound to a Google account: the service-account check says so
+        return []
+    hint = "gcloud auth application-default login (the checks read IAM policies)"
+    try:
+        with anyio.fail_after(ctx.timeout * 3):
+            async with google_token_source() as token, GoogleRest(token, attempts=2) as rest:
+                nodes = await di.node_accounts_of(ctx.settings, rest, token, ctx.timeout)
+                return await di.google_checks(
+                    rest, ctx.settings, ksa=ksa, gsa=gsa, node_accounts=nodes, timeout=ctx.timeout
+                )
+    except TimeoutError:
+        return [fail(n, f"no answer within {ctx.timeout * 3:g}s", hint) for n in names]
+    except KineticError as exc:
+        return [warn(n, f"not checked: {exc}", hint) for n in names]
 
 
 def _crd(ctx: _Env) -> Named:
@@ -438,8 +483,8 @@ def _registry(ctx: _Env) -> Named:
                 "registry",
                 str(exc),
                 "check KINETIC_IMAGE_REGISTRY, or create the Artifact Registry repository: "
-                f"gcloud artifacts repositories create kinetic --repository-format=docker "
-                f"--location {ctx.settings.region}",
+                "kinetic up, or gcloud artifacts repositories create kinetic "
+                f"--repository-format=docker --location {ctx.settings.region}",
             )
         return ok("registry", f"{registry} answers")
 
