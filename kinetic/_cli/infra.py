@@ -194,6 +194,12 @@ def _target(ns: argparse.Namespace, *, bucket: bool = True, lws_crd: bool = True
     return _Target(settings, gke, spec)
 
 
+CLOUD_APIS = (
+    "the Container API (GKE clusters, node pools; with IAM and Artifact Registry in up/down)"
+)
+"""What up/down/status/pool's Google tokens are for, named when there are none."""
+
+
 class _Session:
     """The clients one command uses, opened on demand and closed at its end."""
 
@@ -207,7 +213,7 @@ class _Session:
         if self._token is None:
             from kinetic._images.gauth import google_token_source
 
-            self._token = await self._stack.enter_async_context(google_token_source())
+            self._token = await self._stack.enter_async_context(google_token_source(CLOUD_APIS))
         value: str = await self._token()
         return value
 
@@ -607,6 +613,7 @@ def _pool(ns: argparse.Namespace) -> int:
 
         async def add() -> None:
             async with _session(target) as session:
+                await session.token()  # no credentials: said before "creating"
                 progress(f"creating node pool {body['name']} in {s.cluster}")
                 await (await session.container()).create_pool(
                     s.cluster, body, timeout=ns.timeout, progress=progress

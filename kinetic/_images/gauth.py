@@ -21,11 +21,17 @@ TokenSource = Callable[[], Awaitable[str]]
 log = logging.getLogger(__name__)
 
 
+BUILD_APIS = "Cloud Build / Artifact Registry"
+"""What the images' tokens are for (the default purpose named when there are none)."""
+
+
 @contextlib.asynccontextmanager
-async def google_token_source() -> AsyncIterator[TokenSource]:
+async def google_token_source(purpose: str = BUILD_APIS) -> AsyncIterator[TokenSource]:
     """A token source for the cloud-platform scope (Application Default Credentials:
     ``GOOGLE_APPLICATION_CREDENTIALS``, gcloud's user credentials, or the metadata
     server), whose session is closed on exit. Needs the asyncio backend.
+
+    :param purpose: the APIs the tokens are for, named when there are no credentials.
 
     :raises BackendError: no credentials could be found (on entry) or refreshed (from
         the source).
@@ -36,13 +42,13 @@ async def google_token_source() -> AsyncIterator[TokenSource]:
         # The constructor reads the credentials file: not on the event loop.
         token = await anyio.to_thread.run_sync(lambda: Token(scopes=[CLOUD_PLATFORM_SCOPE]))
     except Exception as exc:  # the auth library raises many kinds; translated here
-        raise _no_credentials(exc) from exc
+        raise _no_credentials(purpose, exc) from exc
 
     async def get() -> str:
         try:
             return await token.get() or ""
         except Exception as exc:
-            raise _no_credentials(exc) from exc
+            raise _no_credentials(purpose, exc) from exc
 
     try:
         yield get
@@ -55,9 +61,9 @@ async def google_token_source() -> AsyncIterator[TokenSource]:
                 log.debug("closing the Google auth session failed: %s", exc)
 
 
-def _no_credentials(exc: BaseException) -> BackendError:
+def _no_credentials(purpose: str, exc: BaseException) -> BackendError:
     return BackendError(
-        f"no usable Google credentials for Cloud Build / Artifact Registry ({exc}); run "
+        f"no usable Google credentials for {purpose} ({exc}); run "
         "`gcloud auth application-default login` or set GOOGLE_APPLICATION_CREDENTIALS"
     )
 
