@@ -300,22 +300,20 @@ def _local_root(ctx: _Env) -> Named:
 
 
 def _kubeconfig(ctx: _Env) -> Named:
-    from kinetic._core.kubeconfig import config_path
+    from kinetic._core.kubeconfig import config_paths
 
-    path = config_path(ctx.env, str(Path.home()))
+    paths = config_paths(ctx.env, str(Path.home()))
+    path = os.pathsep.join(paths)  # a KUBECONFIG list is merged, as kubectl does
     in_cluster = bool(ctx.env.get("KUBERNETES_SERVICE_HOST"))
 
     def read() -> tuple[list[str] | None, ContextRef | None, str | None]:
+        from kinetic._backends.gke.endpoint import read_kubeconfig
         from kinetic._core import kubeconfig
 
-        try:
-            text = Path(path).read_bytes()
-        except FileNotFoundError:
+        if not any(os.path.exists(p) for p in paths):
             return None, None, None
-        except OSError as exc:
-            return None, None, f"{type(exc).__name__}: {exc}"
         try:
-            config = kubeconfig.parse(text)
+            config, _ = read_kubeconfig(paths)
             names, current = kubeconfig.list_contexts(config)
             if current is None:
                 return names, None, None

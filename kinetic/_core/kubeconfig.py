@@ -11,6 +11,14 @@ request headers. :func:`in_cluster` builds the same value for a pod's service
 account. Nothing here reads a file: paths are resolved (relative ones against the
 kubeconfig's directory, as ``kubectl`` does) and left for the IO side to read.
 
+Several files (a ``KUBECONFIG`` list, :func:`config_paths`) are merged by
+:func:`merge` as ``kubectl`` merges them (Kubernetes' documented rules): files that
+do not exist and empty names are skipped; the first file to set a value or a map key
+wins and is never changed: the first ``current-context``, and of two ``clusters``,
+``users`` or ``contexts`` entries of one name, the first file's whole entry (none of
+the second's fields are mixed in). Each file's relative paths are relative to that
+file, so :func:`merge` makes them absolute before the files meet.
+
 Supported: ``token``, ``tokenFile``, ``username``/``password`` (basic), client
 certificates, ``exec`` credential plugins (``client.authentication.k8s.io/v1`` and
 ``v1beta1``; ``gke-gcloud-auth-plugin`` is one), CA data or file,
@@ -45,6 +53,7 @@ CA_FILE = f"{SERVICE_ACCOUNT_DIR}/ca.crt"
 NAMESPACE_FILE = f"{SERVICE_ACCOUNT_DIR}/namespace"
 
 _IMPERSONATION = ("as", "as-uid", "as-groups", "as-user-extra")
+_USER_PATHS = ("client-certificate", "client-key", "tokenFile")
 
 
 @dataclass(frozen=True)
@@ -118,13 +127,44 @@ class ContextRef:
     namespace: str | None
 
 
+def config_paths(env: Mapping[str, str], home: str) -> list[str]:
+    """The kubeconfig files clients read, in order, as ``kubectl`` finds them: the
+    non-empty entries of ``$KUBECONFIG`` (merged by :func:`merge`), else
+    ``{home}/.kube/config``."""
+    listed = [path for path in env.get("KUBECONFIG", "").split(os.pathsep) if path]
+    return listed or [os.path.join(home, ".kube", "config")]
+
+
 def config_path(env: Mapping[str, str], home: str) -> str:
-    """The kubeconfig file clients read, as ``kubectl`` finds it: the first file of
-    ``$KUBECONFIG`` (several are not merged), else ``{home}/.kube/config``."""
-    listed = env.get("KUBECONFIG")
-    if listed:
-        return listed.split(os.pathsep)[0]
-    return os.path.join(home, ".kube", "config")
+    """The first of :func:`config_paths`: the file ``kubectl config`` would create."""
+    return config_paths(env, home)[0]
+
+
+def merge(files: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str, Any]:
+    """One kubeconfig from the parsed documents of several files, ``(path, document)``
+    in ``KUBECONFIG`` order (files that do not exist left out), by ``kubectl``'s
+    rules (module docstring). Relative paths in each come out absolute, against its
+    own file's directory. One file alone comes out with only its paths made absolute.
+
+    :raises ConfigError: a document's ``clusters``, ``users`` or ``contexts`` is
+        malformed (the message names the file).
+    """
+    merged: dict[str, Any] = {"clusters": [], "users": [], "contexts": []}
+    for path, document in files:
+        directory = os.path.dirname(os.path.abspath(path))
+        try:
+            for key, inner in (("clusters", "cluster"), ("users", "user"), ("contexts", "context")):
+                known = {entry["name"] for entry in merged[key]}
+                for name, body in _named(document, key, inner):
+                    if name not in known:  # the first file's entry, whole
+                        known.add(name)
+                        merged[key].append({"name": name, inner: _absolute(inner, body, directory)})
+        except ConfigError as exc:
+            raise ConfigError(f"{path}: {exc}") from None
+        current = document.get("current-context")
+        if current and "current-context" not in merged:
+            merged["current-context"] = current
+    return merged
 
 
 def parse(text: str | bytes) -> dict[str, Any]:
@@ -296,6 +336,24 @@ def _text(entry: Mapping[str, Any], key: str, where: str) -> str | None:
     if not isinstance(value, str):
         raise ConfigError(f"{where}: {key} must be a string, got {type(value).__name__}")
     return value
+
+
+def _absolute(inner: str, body: Mapping[str, Any], directory: str) -> dict[str, Any]:
+    """``body`` (a cluster, user or context) with its relative file paths made absolute
+    against ``directory``, as ``kubectl`` resolves each file's paths before merging.
+    Values of the wrong type are left for :func:`resolve` to refuse."""
+    out = dict(body)
+    keys = {"cluster": ("certificate-authority",), "user": _USER_PATHS}.get(inner, ())
+    for key in keys:
+        value = out.get(key)
+        if isinstance(value, str) and value:
+            out[key] = _path(directory, value)
+    spec = out.get("exec") if inner == "user" else None
+    if isinstance(spec, dict) and isinstance(spec.get("command"), str):
+        command = spec["command"]
+        if not os.path.isabs(command) and os.sep in command:  # as resolve() reads it
+            out["exec"] = {**spec, "command": _path(directory, command)}
+    return out
 
 
 def _path(directory: str, path: str) -> str:

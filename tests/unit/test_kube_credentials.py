@@ -377,11 +377,11 @@ async def test_configuration_errors_name_the_file(tmp_path: Path) -> None:
 
 
 def test_locate_follows_kubectl(tmp_path: Path) -> None:
-    assert locate("/x/explicit", {"KUBECONFIG": "/y"}, tmp_path) == "/x/explicit"
-    assert locate(None, {"KUBECONFIG": "/a:/b"}, tmp_path) == "/a"
-    assert locate(None, {}, tmp_path) == str(tmp_path / ".kube" / "config")
+    assert locate("/x/explicit", {"KUBECONFIG": "/y"}, tmp_path) == ["/x/explicit"]
+    assert locate(None, {"KUBECONFIG": "/a::/b"}, tmp_path) == ["/a", "/b"]  # all, merged
+    assert locate(None, {}, tmp_path) == [str(tmp_path / ".kube" / "config")]
     in_pod = {"KUBERNETES_SERVICE_HOST": "10.96.0.1"}
     assert locate(None, in_pod, tmp_path) is None  # no file: the service account
     (tmp_path / ".kube").mkdir()
     (tmp_path / ".kube" / "config").write_text("{}")
-    assert locate(None, in_pod, tmp_path) == str(tmp_path / ".kube" / "config")
+    assert locate(None, in_pod, tmp_path) == [str(tmp_path / ".kube" / "config")]

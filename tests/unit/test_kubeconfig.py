@@ -402,3 +402,76 @@ def test_failure_messages_name_command_status_stderr_and_hint() -> None:
     assert text.endswith("pip install plugin")
     missing = exec_credential.failure_message(spec, returncode=None, stderr="", reason="was lost")
     assert "'/bin/plugin' was lost" in missing
+
+
+# --------------------------------------------------------------------------- merging
+
+
+def test_config_paths_are_every_kubeconfig_entry_in_order() -> None:
+    assert kubeconfig.config_paths({"KUBECONFIG": "/a::/b:"}, "/h") == ["/a", "/b"]
+    assert kubeconfig.config_paths({"KUBECONFIG": ""}, "/h") == ["/h/.kube/config"]
+    assert kubeconfig.config_paths({}, "/h") == ["/h/.kube/config"]
+
+
+def test_merge_the_first_file_to_set_a_key_wins_and_is_never_changed() -> None:
+    # Kubernetes' documented rules: the first current-context; of two entries of one
+    # name, the first file's whole entry (the second's extra fields are discarded).
+    first = {
+        "current-context": "one",
+        "users": [{"name": "red-user", "user": {"token": "first"}}],
+        "contexts": [{"name": "one", "context": {"cluster": "shared", "user": "red-user"}}],
+    }
+    second = {
+        "current-context": "two",
+        "clusters": [{"name": "shared", "cluster": {"server": "https://second:6443"}}],
+        "users": [
+            {"name": "red-user", "user": {"token": "second", "username": "extra"}},
+            {"name": "blue-user", "user": {"token": "blue"}},
+        ],
+        "contexts": [
+            {"name": "one", "context": {"cluster": "elsewhere"}},
+            {"name": "two", "context": {"cluster": "shared", "user": "blue-user"}},
+        ],
+    }
+    merged = kubeconfig.merge([("/k/first", first), ("/k/second", second)])
+    assert merged["current-context"] == "one"
+    assert kubeconfig.list_contexts(merged) == (["one", "two"], "one")
+    target = kubeconfig.resolve(merged, "/k")
+    assert (target.server, target.token, target.username) == ("https://second:6443", "first", None)
+    assert kubeconfig.resolve(merged, "/k", "two").token == "blue"
+    # A file without current-context leaves it to the next one that sets it.
+    merged = kubeconfig.merge([("/k/a", {"clusters": []}), ("/k/second", second)])
+    assert merged["current-context"] == "two"
+
+
+def test_merge_makes_each_files_relative_paths_absolute_against_that_file() -> None:
+    cluster = {"server": "https://h:1", "certificate-authority": "ca.pem"}
+    user = {
+        "client-certificate": "certs/me.pem",
+        "client-key": "/abs/me.key",
+        "tokenFile": "../tok",
+        "exec": {"apiVersion": V1, "command": "./bin/plugin", "args": ["a"]},
+    }
+    bare = {"exec": {"apiVersion": V1, "command": "gke-gcloud-auth-plugin"}}
+    first = {"contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}]}
+    second = {
+        "current-context": "x",
+        "clusters": [{"name": "c", "cluster": cluster}],
+        "users": [{"name": "u", "user": user}, {"name": "bare", "user": bare}],
+    }
+    merged = kubeconfig.merge([("/home/me/.kube/config", first), ("/etc/kube/extra", second)])
+    resolved = merged["users"][0]["user"]
+    assert merged["clusters"][0]["cluster"]["certificate-authority"] == "/etc/kube/ca.pem"
+    assert resolved["client-certificate"] == "/etc/kube/certs/me.pem"
+    assert resolved["client-key"] == "/abs/me.key"
+    assert resolved["tokenFile"] == "/etc/tok"
+    assert resolved["exec"] == {"apiVersion": V1, "command": "/etc/kube/bin/plugin", "args": ["a"]}
+    assert merged["users"][1]["user"] == bare  # a bare command is looked up on PATH
+    assert user["tokenFile"] == "../tok"  # the parsed documents are not changed
+    # Resolved against any directory, the paths stay the second file's.
+    assert kubeconfig.resolve(merged, "/elsewhere").ca == Pem(path="/etc/kube/ca.pem")
+
+
+def test_merge_names_the_file_of_a_malformed_section() -> None:
+    with pytest.raises(ConfigError, match="/k/bad: .*'users' is not a list"):
+        kubeconfig.merge([("/k/good", config()), ("/k/bad", {"users": {"u": {}}})])

@@ -2,9 +2,9 @@
 
 Theory of operation
 -------------------
-:func:`load_endpoint` finds the configuration as ``kubectl`` does (the first file of
-``$KUBECONFIG``, else ``~/.kube/config``, else a pod's service account), applies the
-pure rules of :mod:`kinetic._core.kubeconfig`, reads the CA and client certificate
+:func:`load_endpoint` finds the configuration as ``kubectl`` does (the files of
+``$KUBECONFIG``, merged, else ``~/.kube/config``, else a pod's service account),
+applies the pure rules of :mod:`kinetic._core.kubeconfig`, reads the CA and client certificate
 files, builds the ``ssl.SSLContext`` and decides whether the session may consult
 the environment (proxies, netrc). All of that is blocking, so it runs in one worker
 thread, never on the event loop. The result, an :class:`Endpoint`, is immutable and
@@ -29,7 +29,7 @@ import encodings.idna  # noqa: F401
 import os
 import ssl
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -62,7 +62,8 @@ class Endpoint:
     """An API server as the configuration describes it; built by :func:`load_endpoint`.
 
     :ivar target: the resolved configuration (server, credentials' sources).
-    :ivar source: the kubeconfig file it came from, or None (in-cluster).
+    :ivar source: the kubeconfig file it came from (several merged: joined with
+        ``os.pathsep``, as in ``KUBECONFIG``), or None (in-cluster).
     :ivar ssl: the TLS context without an exec plugin's client certificate.
     :ivar ca_data: the CA's PEM bytes (for an exec plugin's cluster info), or None.
     :ivar trust_env: whether sessions consult proxy variables and netrc
@@ -110,8 +111,9 @@ async def load_endpoint(
 ) -> Endpoint:
     """Read the configuration (in a worker thread) and build the endpoint.
 
-    :param kubeconfig_path: an explicit file; default ``$KUBECONFIG`` (its first
-        file), then ``~/.kube/config``, then the in-cluster service account.
+    :param kubeconfig_path: an explicit file (or a list like ``KUBECONFIG``'s, merged);
+        default the files of ``$KUBECONFIG``, merged, then ``~/.kube/config``, then the
+        in-cluster service account.
     :param context: the context to use; default the one :func:`choose_context`
         picks for ``cluster_context``/``context_override``, else the current one.
     :raises ConfigError: no configuration, or one that cannot be used (the message
@@ -130,19 +132,47 @@ async def load_endpoint(
     )
 
 
-def locate(explicit: str | None, env: Mapping[str, str], home: Path) -> str | None:
-    """The kubeconfig file to read, or None for the in-cluster service account.
-    Blocking (checks that the default file exists)."""
+def locate(explicit: str | None, env: Mapping[str, str], home: Path) -> list[str] | None:
+    """The kubeconfig files to read and merge, or None for the in-cluster service
+    account. Blocking (checks that the default file exists)."""
     if explicit:
-        return explicit.split(os.pathsep)[0]
-    path = kubeconfig.config_path(env, str(home))
+        return [path for path in explicit.split(os.pathsep) if path] or [explicit]
+    paths = kubeconfig.config_paths(env, str(home))
     if (
         not env.get("KUBECONFIG")
         and env.get("KUBERNETES_SERVICE_HOST")
-        and not os.path.exists(path)
+        and not os.path.exists(paths[0])
     ):
         return None
-    return path
+    return paths
+
+
+def read_kubeconfig(paths: Sequence[str]) -> tuple[dict[str, Any], list[str]]:
+    """The merged kubeconfig of ``paths`` (:func:`kinetic._core.kubeconfig.merge`) and
+    the files it came from: those that exist, as ``kubectl`` skips the others. Blocking.
+
+    :raises ConfigError: none of the files exists, or one cannot be read or parsed (the
+        message names it).
+    """
+    documents: list[tuple[str, dict[str, Any]]] = []
+    for path in paths:
+        try:
+            text = Path(path).read_bytes()
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise ConfigError(f"cannot read the kubeconfig {path}: {exc}") from exc
+        try:
+            documents.append((path, kubeconfig.parse(text)))
+        except ConfigError as exc:
+            raise ConfigError(f"{path}: {exc}") from exc
+    if not documents:
+        where = paths[0] if len(paths) == 1 else f"any of {', '.join(paths)}"
+        raise ConfigError(
+            f"no kubeconfig at {where}: set KUBECONFIG, or run `gcloud container clusters "
+            "get-credentials CLUSTER --zone ZONE --project PROJECT`"
+        )
+    return kubeconfig.merge(documents), [path for path, _ in documents]
 
 
 def _load(
@@ -151,28 +181,21 @@ def _load(
     cluster_context: str | None,
     context_override: str | None,
 ) -> Endpoint:
-    path = locate(explicit, os.environ, Path.home())
-    if path is None:
+    paths = locate(explicit, os.environ, Path.home())
+    if paths is None:
         target = kubeconfig.in_cluster(os.environ)
         return _endpoint(target, None)
+    config, sources = read_kubeconfig(paths)
+    source = os.pathsep.join(sources)
     try:
-        text = Path(path).read_bytes()
-    except FileNotFoundError:
-        raise ConfigError(
-            f"no kubeconfig at {path}: set KUBECONFIG, or run `gcloud container clusters "
-            "get-credentials CLUSTER --zone ZONE --project PROJECT`"
-        ) from None
-    except OSError as exc:
-        raise ConfigError(f"cannot read the kubeconfig {path}: {exc}") from exc
-    try:
-        config = kubeconfig.parse(text)
         if context is None and (cluster_context or context_override):
             names, current = kubeconfig.list_contexts(config)
             context = choose_context(cluster_context, context_override, names, current)
-        target = kubeconfig.resolve(config, os.path.dirname(os.path.abspath(path)), context)
-        return _endpoint(target, path)
+        # Every relative path is absolute by now (merge); the directory is a formality.
+        target = kubeconfig.resolve(config, os.path.dirname(os.path.abspath(sources[0])), context)
+        return _endpoint(target, source)
     except ConfigError as exc:
-        raise ConfigError(f"{path}: {exc}") from exc
+        raise ConfigError(f"{source}: {exc}") from exc
 
 
 def _endpoint(target: KubeTarget, source: str | None) -> Endpoint:
