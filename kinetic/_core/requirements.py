@@ -5,8 +5,8 @@ Strings in, values out: no file IO and no environment reads (the IO side is
 
 * :func:`choose_requirements` picks the package root's ``requirements.txt`` if there is
   one, else ``pyproject.toml`` ``[project].dependencies``, else nothing.
-* :func:`filter_for_category` drops the accelerator runtime (JAX, libtpu) that GPU/TPU
-  images provide themselves, unless a line carries ``# kn:keep``.
+* Which lines the image's accelerator runtime takes over (JAX, Keras, libtpu) is
+  :mod:`kinetic._core.accel_runtime`'s business.
 * :func:`check_installable_remotely` rejects lines that only make sense on this machine
   (local paths, local editables, ``-r``/``-c`` includes) before a prebuilt-mode job
   tries to ``uv pip install`` them in a pod.
@@ -30,11 +30,9 @@ from packaging.utils import canonicalize_name
 from kinetic._exceptions import RequirementsError
 
 __all__ = [
-    "ACCELERATOR_RUNTIME",
     "Requirement",
     "check_installable_remotely",
     "choose_requirements",
-    "filter_for_category",
     "packaging_requirement",
     "parse_pyproject_dependencies",
     "parse_requirements_txt",
@@ -42,13 +40,7 @@ __all__ = [
     "requirements_lines",
 ]
 
-#: Distributions that GPU and TPU images ship in versions matched to the hardware; a
-#: user's pin (often a CPU-only ``jax`` from a laptop) would replace them.
-ACCELERATOR_RUNTIME = frozenset({"jax", "jaxlib", "libtpu", "libtpu-nightly"})
-
 _KEEP = re.compile(r"\bkn:keep\b")
-
-CATEGORIES = ("cpu", "gpu", "tpu")
 
 
 @dataclass(frozen=True)
@@ -327,22 +319,6 @@ def choose_requirements(
 
 
 # --- judging ------------------------------------------------------------------------------
-
-
-def filter_for_category(reqs: Iterable[Requirement], category: str) -> list[Requirement]:
-    """The requirements to install on an accelerator ``category`` ("cpu", "gpu", "tpu").
-
-    On GPU and TPU the image's own JAX/libtpu (:data:`ACCELERATOR_RUNTIME`, matched by
-    name, so ``jax[tpu]>=0.4`` counts) is kept by dropping the user's lines for them,
-    except lines marked ``# kn:keep``. On CPU everything is kept.
-
-    :raises ValueError: for another category.
-    """
-    if category not in CATEGORIES:
-        raise ValueError(f"category must be one of {', '.join(CATEGORIES)}, not {category!r}")
-    if category == "cpu":
-        return list(reqs)
-    return [r for r in reqs if r.keep or r.name not in ACCELERATOR_RUNTIME]
 
 
 _PREBUILT_CONTEXT = (

@@ -3,33 +3,41 @@
 ========== ============================== =============================================
 mode       ``container_image``            image
 ========== ============================== =============================================
-bundled    None or ``"bundled"``          built here: Kinetic's runner + the project's
-                                          filtered requirements, tag = digest of both
+bundled    None or ``"bundled"``          built here: the category's runtime image
+                                          (shared), and on it the project's requirements
 prebuilt   ``"prebuilt"``                 ``{base_image_repo}/base-{cat}:{version}``;
                                           the pod installs the requirements with uv
 custom     anything else                  used as given
 ========== ============================== =============================================
+
+In bundled and prebuilt mode the project's requirements and the image's runtime are
+resolved together for the image's platform before anything is built or written
+(:mod:`kinetic._engine.runtime_resolve`).
 
 See ``docs/execution-modes.md``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import sys
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import anyio.to_thread
 
-from kinetic._core import image_spec
+from kinetic._core import accel_runtime, image_spec
+from kinetic._core.accel_runtime import RuntimeRequest
 from kinetic._core.config import Settings
 from kinetic._core.gke_config import GKEOptions
 from kinetic._core.image_spec import JobImage
 from kinetic._core.requirements import (
+    Requirement,
     check_installable_remotely,
-    filter_for_category,
     requirements_lines,
 )
+from kinetic._engine import runtime_resolve
 from kinetic._engine.requirements_io import read_project_requirements
+from kinetic._engine.runtime_resolve import ResolvedRuntime
 from kinetic._exceptions import ConfigError
 from kinetic._images import runner_image
 from kinetic._images.builder import ImageBuilder, Progress, choose_builder
@@ -60,6 +68,39 @@ def make_builder(
     return CloudBuildBuilder(project=settings.project, storage=storage, bucket=settings.bucket_name)
 
 
+_said: set[str] = set()
+
+
+def say_once(notes: Iterable[str]) -> None:
+    """Print each note about the user's requirement lines once per process."""
+    for note in notes:
+        if note not in _said:
+            _said.add(note)
+            print(f"kinetic: note: {note}", file=sys.stderr, flush=True)
+
+
+async def resolve_runtime(
+    reqs: Iterable[Requirement], category: str, base_image: str
+) -> tuple[RuntimeRequest, ResolvedRuntime]:
+    """The runtime an image of ``category`` on ``base_image`` carries for these
+    requirements, resolved for its platform, and the project's lines checked on top of
+    it. Notes on rewritten lines are said once. Blocking work runs in a worker thread.
+
+    :raises RuntimeConflictError: no installable set; names the line and the platform.
+    """
+    request = accel_runtime.runtime_request(reqs, category)
+    say_once(request.notes)
+    python = accel_runtime.image_python(base_image)
+
+    def resolve() -> ResolvedRuntime:
+        kinetic_lines = runner_image.runtime_inputs()
+        resolved = runtime_resolve.resolve_runtime(request, python, kinetic_lines)
+        runtime_resolve.check_project(resolved, request.project)
+        return resolved
+
+    return request, await anyio.to_thread.run_sync(resolve)
+
+
 async def resolve_job_image(
     container_image: str | None,
     *,
@@ -71,12 +112,16 @@ async def resolve_job_image(
     env: Mapping[str, str],
     progress: Progress | None = None,
 ) -> JobImage:
-    """The image (and install list) of a job, building the bundled image if it is new.
+    """The image (and install list) of a job, building its runtime and project images
+    if they are new. Everything that can be wrong with the requirements is found before
+    anything is built.
 
     :raises RequirementsError: a requirement line cannot be parsed, or (prebuilt mode)
         cannot be installed from a package index.
+    :raises RuntimeConflictError: the requirements and the runtime have no installable
+        set for the image's platform.
     :raises ConfigError: no registry for bundled images; unknown builder.
-    :raises ImageBuildError: the bundled image could not be built or pushed.
+    :raises ImageBuildError: an image could not be built or pushed.
     :raises BackendError: the registry failed, or (prebuilt) lacks the base image.
     """
     mode = image_spec.execution_mode(container_image)
@@ -84,10 +129,9 @@ async def resolve_job_image(
         assert container_image is not None
         return JobImage(container_image, "custom")
     reqs = await anyio.to_thread.run_sync(read_project_requirements, package_root)
-    reqs = filter_for_category(reqs, category)
-    lines = tuple(requirements_lines(reqs))
     if mode == "prebuilt":
         check_installable_remotely(reqs)
+        request, _ = await resolve_runtime(reqs, category, options.base_image)
         uri = image_spec.prebuilt_uri(settings.base_image_repo, category, __version__)
         if not await runner_image.image_exists(uri):
             raise ConfigError(
@@ -95,17 +139,23 @@ async def resolve_job_image(
                 f"`kinetic build-image --repo {settings.base_image_repo} --category "
                 f"{category}`, or set base_image_repo= / KINETIC_BASE_IMAGE_REPO"
             )
+        # The base carries the default runtime; a user's pin of it is installed at start.
+        pins = () if request.is_default else tuple(r.line for r in request.user_runtime)
+        lines = (*pins, *requirements_lines(request.project))
         return JobImage(uri, "prebuilt", install=lines)
+    request, resolved = await resolve_runtime(reqs, category, options.base_image)
     registry = options.image_registry or settings.default_registry
-    the_plan = await anyio.to_thread.run_sync(
-        lambda: runner_image.plan(
-            registry, options.base_image, category=category, user_requirements=lines
-        )
+    runtime = await anyio.to_thread.run_sync(
+        runner_image.runtime_plan, registry, options.base_image, resolved
     )
-    await runner_image.ensure_image(
-        the_plan,
-        lambda: make_builder(settings, storage, env),
-        lock_storage=storage,
-        progress=progress,
-    )
-    return JobImage(the_plan.uri, "bundled")
+
+    def builder() -> ImageBuilder:
+        return make_builder(settings, storage, env)
+
+    await runner_image.ensure_image(runtime, builder, lock_storage=storage, progress=progress)
+    lines = tuple(requirements_lines(request.project))
+    if not lines:
+        return JobImage(runtime.uri, "bundled")
+    project = runner_image.project_plan(runtime, lines)
+    await runner_image.ensure_image(project, builder, lock_storage=storage, progress=progress)
+    return JobImage(project.uri, "bundled")

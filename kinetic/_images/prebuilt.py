@@ -1,8 +1,11 @@
 """Prebuilt base images: ``{repo}/base-{cpu,gpu,tpu}:{version}`` for prebuilt mode.
 
-Each is Kinetic's runner image with ``uv`` among its packages, so that a pod installs
-the job's requirements at start (:mod:`runner.install`). ``kinetic build-image``
-builds and pushes them with the selected builder.
+Each is the category's runtime image (:func:`kinetic._images.runner_image.runtime_plan`:
+JAX for the category and Keras at this release's default versions, Kinetic's runner,
+``uv`` so that a pod installs the job's requirements at start, :mod:`runner.install`),
+pushed under this name. Its content is the bundled runtime image's, so a registry
+holding both stores its layers once. ``kinetic build-image`` builds and pushes them with
+the selected builder.
 """
 
 from __future__ import annotations
@@ -12,25 +15,34 @@ from collections.abc import Sequence
 
 import anyio.to_thread
 
-from kinetic._core import image_spec
+from kinetic._core import accel_runtime, image_spec
+from kinetic._engine import runtime_resolve
+from kinetic._engine.runtime_resolve import ResolvedRuntime
 from kinetic._images import runner_image
 from kinetic._images.builder import ImageBuilder, Progress
 
 
-def base_plan(repo: str, category: str, tag: str, base_image: str) -> runner_image.BuildPlan:
-    """What ``base-{category}:{tag}`` is made of. Blocking the first time per process.
+def base_plan(
+    repo: str, category: str, tag: str, base_image: str, runtime: ResolvedRuntime
+) -> runner_image.BuildPlan:
+    """What ``base-{category}:{tag}`` is made of: ``runtime``'s image. Blocking the
+    first time per process.
 
     :raises ValueError: for an unknown category.
     """
-    the_plan = runner_image.plan(
-        repo,
-        base_image,
-        f"base-{category}",
-        category=category,
-        extra_requirements=(image_spec.UV_REQUIREMENT,),
-    )
     uri = image_spec.prebuilt_uri(repo, category, tag)
-    return dataclasses.replace(the_plan, uri=uri, tag=tag)
+    the_plan = runner_image.runtime_plan(repo, base_image, runtime)
+    return dataclasses.replace(the_plan, uri=uri, repository=f"base-{category}", tag=tag)
+
+
+def default_runtime(category: str, base_image: str) -> ResolvedRuntime:
+    """The default runtime of ``category`` for ``base_image``'s Python, resolved. Blocking.
+
+    :raises RuntimeConflictError: it cannot be installed there (e.g. an old Python).
+    """
+    request = accel_runtime.runtime_request((), category)
+    python = accel_runtime.image_python(base_image)
+    return runtime_resolve.resolve_runtime(request, python, runner_image.runtime_inputs())
 
 
 async def build_base_images(
@@ -52,7 +64,10 @@ async def build_base_images(
     """
     uris = []
     for category in categories:
-        the_plan = await anyio.to_thread.run_sync(base_plan, repo, category, tag, base_image)
+        runtime = await anyio.to_thread.run_sync(default_runtime, category, base_image)
+        the_plan = await anyio.to_thread.run_sync(
+            base_plan, repo, category, tag, base_image, runtime
+        )
         if rebuild or not await runner_image.image_exists(the_plan.uri):
             await runner_image.build(the_plan, builder, progress=progress)
         elif progress is not None:

@@ -1,10 +1,16 @@
 """Build (once) and push Kinetic's images: content-addressed, offline, cached.
 
+Two kinds of plan (see :mod:`kinetic._core.image_spec`): :func:`plan` for a runner
+image, which with a resolved runtime set (:func:`runtime_plan`) is the **runtime
+image** of a category, shared by every project and the same image as the prebuilt
+base; and :func:`project_plan` for a project's requirements ``FROM`` a runtime image.
+
 :func:`ensure_image` computes an image's tag from its inputs
-(:func:`kinetic._core.image_spec.image_tag`): the accelerator category, the base
-image, Kinetic's own dependencies pinned to the versions installed here, the source of
-the ``kinetic`` and ``runner`` packages, and (bundled mode) the user's filtered
-requirements. If the registry already has that tag, it is returned at once (one
+(:func:`kinetic._core.image_spec.image_tag`, :func:`~kinetic._core.image_spec.project_tag`):
+the accelerator category, the base image, the runtime set and Kinetic's own
+dependencies pinned, the source of the ``kinetic`` and ``runner`` packages, and
+(project images) the runtime image and the user's lines. If the registry already has
+that tag, it is returned at once (one
 registry request; none for a tag this process already saw). Otherwise the wheels are
 downloaded on this host (``pip download``, cached under ``~/.cache/kinetic/wheels/``)
 so the build needs no network, the build context is assembled, one builder (the
@@ -33,6 +39,7 @@ import anyio.to_thread
 import kinetic
 import runner
 from kinetic._core import image_spec
+from kinetic._engine.runtime_resolve import PIP_PLATFORMS, ResolvedRuntime
 from kinetic._exceptions import ImageBuildError
 from kinetic._images import build_lock
 from kinetic._images.builder import ImageBuilder, Progress
@@ -41,13 +48,9 @@ from kinetic._images.gauth import google_registry_credentials, is_google_registr
 from kinetic._storage.base import Storage
 
 DISTRIBUTION = "kinetic-aio"
-PLATFORMS = (
-    "manylinux2014_x86_64",
-    "manylinux_2_17_x86_64",
-    "manylinux_2_28_x86_64",
-    "manylinux_2_34_x86_64",
-    "linux_x86_64",
-)
+PLATFORMS = PIP_PLATFORMS
+RUNTIME_REPOSITORY = "kinetic-runtime"
+"""Where runtime images go in the image registry (project images: ``kinetic-runner``)."""
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*")
 _LOCKS: dict[str, anyio.Lock] = {}
 _KNOWN: set[str] = set()
@@ -56,7 +59,12 @@ _KNOWN: set[str] = set()
 
 @dataclass(frozen=True)
 class BuildPlan:
-    """What :func:`ensure_runner_image` would build, and where it goes."""
+    """What an image is made of, and where it goes.
+
+    A runner (runtime) image when ``user_requirements`` is empty: ``requirements`` on
+    ``base_image``, with ``sources``. A project image otherwise: ``user_requirements``
+    on ``base_image`` (a runtime image) under the ``requirements`` as constraints.
+    """
 
     uri: str
     registry: str
@@ -67,6 +75,11 @@ class BuildPlan:
     requirements: tuple[str, ...]
     sources: dict[str, bytes]
     user_requirements: tuple[str, ...] = ()
+    python: str = "3.11"
+
+    @property
+    def is_project(self) -> bool:
+        return bool(self.user_requirements)
 
 
 def pinned_requirements(distribution: str = DISTRIBUTION) -> list[str]:
@@ -131,19 +144,29 @@ def plan(
     repository: str = image_spec.DEFAULT_REPOSITORY,
     *,
     category: str = "cpu",
-    user_requirements: tuple[str, ...] = (),
     extra_requirements: tuple[str, ...] = (),
+    python: str = "3.11",
 ) -> BuildPlan:
-    """The image for this code (and the user's requirement lines, bundled mode).
-
-    :param extra_requirements: added to Kinetic's own (``uv`` for prebuilt bases).
-    Blocking the first time in a process (reads the sources), then pure.
+    """The runner image for this code: Kinetic's pinned dependencies and
+    ``extra_requirements`` on ``base_image``. Blocking the first time in a process (reads
+    the sources), then pure.
     """
-    pinned, sources, digests = runner_inputs()
-    requirements = (*pinned, *extra_requirements)
-    tag = image_spec.image_tag(
-        base_image, requirements, digests, category=category, user_requirements=user_requirements
+    pinned, _, _ = runner_inputs()
+    return _runner_plan(
+        registry, base_image, repository, category, (*pinned, *extra_requirements), python
     )
+
+
+def _runner_plan(
+    registry: str,
+    base_image: str,
+    repository: str,
+    category: str,
+    requirements: tuple[str, ...],
+    python: str,
+) -> BuildPlan:
+    _, sources, digests = runner_inputs()
+    tag = image_spec.image_tag(base_image, requirements, digests, category=category)
     return BuildPlan(
         uri=image_spec.image_uri(registry, tag, repository),
         registry=registry,
@@ -153,7 +176,43 @@ def plan(
         category=category,
         requirements=requirements,
         sources=sources,
+        python=python,
+    )
+
+
+def runtime_inputs() -> tuple[str, ...]:
+    """Kinetic's own lines of a runtime image: its pinned dependencies, the runner's
+    tools and ``uv`` (prebuilt mode installs with it). Blocking the first time."""
+    pinned, _, _ = runner_inputs()
+    return (*pinned, image_spec.UV_REQUIREMENT)
+
+
+def runtime_plan(registry: str, base_image: str, runtime: ResolvedRuntime) -> BuildPlan:
+    """The runtime image of ``runtime`` (resolved with :func:`runtime_inputs`): its exact
+    set on ``base_image``, in ``{registry}/kinetic-runtime``. Blocking the first time."""
+    return _runner_plan(
+        registry, base_image, RUNTIME_REPOSITORY, runtime.category, runtime.pins, runtime.python
+    )
+
+
+def project_plan(
+    runtime: BuildPlan, user_requirements: tuple[str, ...], registry: str | None = None
+) -> BuildPlan:
+    """A project image: ``user_requirements`` on the runtime image ``runtime``, under its
+    pins, in ``{registry}/kinetic-runner`` (the runtime's registry by default). Pure."""
+    registry = registry or runtime.registry
+    tag = image_spec.project_tag(runtime.uri, user_requirements)
+    return BuildPlan(
+        uri=image_spec.image_uri(registry, tag, image_spec.DEFAULT_REPOSITORY),
+        registry=registry,
+        repository=image_spec.DEFAULT_REPOSITORY,
+        tag=tag,
+        base_image=runtime.uri,
+        category=runtime.category,
+        requirements=runtime.requirements,
+        sources={},
         user_requirements=user_requirements,
+        python=runtime.python,
     )
 
 
@@ -168,16 +227,19 @@ def download_wheels(
     python_version: str = "3.11",
     *,
     with_installer: bool = True,
+    constraints: tuple[str, ...] = (),
 ) -> dict[str, bytes]:
     """Wheels for ``requirements`` (requirement lines, options such as ``--index-url``
     included) and their dependencies, for CPython ``python_version`` on x86-64 Linux,
     from the package index this host uses (cached). Blocking.
 
     :param with_installer: also fetch ``pip`` and ``setuptools`` (the venv's own).
+    :param constraints: pins the download must keep (a runtime image's set).
     :raises ImageBuildError: pip could not download them; the message names pip's reason.
     """
     lines = (*requirements, *(("pip", "setuptools") if with_installer else ()))
-    key = hashlib.sha256(("\n".join(lines) + python_version).encode()).hexdigest()[:16]
+    key_text = "\n".join((*lines, "-c", *constraints, *PLATFORMS)) + python_version
+    key = hashlib.sha256(key_text.encode()).hexdigest()[:16]
     dest = wheel_cache() / key
     done = dest / ".complete"
     if not done.exists():
@@ -209,6 +271,10 @@ def download_wheels(
         with tempfile.TemporaryDirectory() as tmp:
             req_file = Path(tmp) / "requirements.txt"
             req_file.write_text("".join(f"{line}\n" for line in lines))
+            if constraints:
+                cons_file = Path(tmp) / "constraints.txt"
+                cons_file.write_text("".join(f"{line}\n" for line in constraints))
+                cmd += ["-c", str(cons_file)]
             proc = subprocess.run(
                 [*cmd, "-r", str(req_file)],
                 check=False,
@@ -248,20 +314,21 @@ async def image_exists(uri: str) -> bool:
 
 
 def _context(the_plan: BuildPlan) -> bytes:
-    wheels = download_wheels(the_plan.requirements)
-    user_wheels = (
-        download_wheels(the_plan.user_requirements, with_installer=False)
-        if the_plan.user_requirements
-        else None
-    )
-    files = image_spec.context_files(
-        the_plan.base_image,
-        the_plan.requirements,
-        the_plan.sources,
-        wheels,
-        user_requirements=the_plan.user_requirements,
-        user_wheels=user_wheels,
-    )
+    if the_plan.is_project:
+        user_wheels = download_wheels(
+            the_plan.user_requirements,
+            the_plan.python,
+            with_installer=False,
+            constraints=the_plan.requirements,
+        )
+        files = image_spec.project_context_files(
+            the_plan.base_image, the_plan.user_requirements, user_wheels, the_plan.requirements
+        )
+    else:
+        wheels = download_wheels(the_plan.requirements, the_plan.python)
+        files = image_spec.context_files(
+            the_plan.base_image, the_plan.requirements, the_plan.sources, wheels
+        )
     return image_spec.build_context(files)
 
 
@@ -324,8 +391,10 @@ async def ensure_runner_image(
     docker_host: str | None = None,
     repository: str = image_spec.DEFAULT_REPOSITORY,
 ) -> str:
-    """The URI of the CPU runner image (no user requirements), built with the local
-    Docker daemon if needed.
+    """The URI of a plain runner image (Kinetic's dependencies and code, no accelerator
+    runtime), built with the local Docker daemon if needed. Jobs never get it on their
+    own (their images carry the runtime: :func:`runtime_plan`); the test tiers and
+    benchmarks use it as a small custom image.
 
     :raises ImageBuildError, BackendError: see :func:`ensure_image`.
     """

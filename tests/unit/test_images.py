@@ -52,43 +52,54 @@ def test_prebuilt_uri() -> None:
 def _tag(**kw: object) -> str:
     args: dict[str, object] = {
         "base_image": "base",
-        "requirements": ["anyio==4"],
+        "requirements": ["anyio==4", "jax==0.10.2"],
         "sources": {"runner/a.py": "d1"},
         "category": "cpu",
-        "user_requirements": ["tabulate==0.9.0"],
     }
     args.update(kw)
     return image_spec.image_tag(**args)  # type: ignore[arg-type]
 
 
-def test_bundled_tag_is_a_digest_of_exactly_its_inputs() -> None:
+def test_runtime_tag_is_a_digest_of_exactly_its_inputs() -> None:
     tag = _tag()
     assert tag == _tag()
+    assert tag == _tag(requirements=["jax==0.10.2", "anyio==4"])  # a set: order is noise
     changed = [
         _tag(category="gpu"),
         _tag(base_image="base2"),
-        _tag(requirements=["anyio==5"]),
+        _tag(requirements=["anyio==5", "jax==0.10.2"]),
+        _tag(requirements=["anyio==4", "jax==0.7.0"]),
         _tag(sources={"runner/a.py": "d2"}),
-        _tag(user_requirements=["tabulate==0.9.1"]),
-        _tag(user_requirements=["tabulate==0.9.0", "six"]),
-        _tag(user_requirements=[]),
     ]
     assert tag not in changed
     assert len(set(changed)) == len(changed)
 
 
-def test_user_layers_come_after_the_runner_layers() -> None:
-    plain = image_spec.dockerfile("b")
-    bundled = image_spec.dockerfile("b", user_requirements=True)
-    # The runner's layers are a prefix: a changed requirement never rebuilds them.
-    runner_part = plain.removesuffix("WORKDIR /tmp\n")
-    assert bundled.startswith(runner_part)
-    assert "user-requirements.txt" in bundled.removeprefix(runner_part)
-    files = image_spec.context_files(
-        "b", ["x==1"], {}, {}, user_requirements=["tabulate"], user_wheels={"t.whl": b"w"}
+def test_project_tag_is_a_digest_of_its_runtime_and_its_lines() -> None:
+    tag = image_spec.project_tag("reg/kinetic-runtime:k1", ["tabulate==0.9.0"])
+    assert tag == image_spec.project_tag("reg/kinetic-runtime:k1", ["tabulate==0.9.0"])
+    changed = [
+        image_spec.project_tag("reg/kinetic-runtime:k2", ["tabulate==0.9.0"]),
+        image_spec.project_tag("reg/kinetic-runtime:k1", ["tabulate==0.9.1"]),
+        image_spec.project_tag("reg/kinetic-runtime:k1", ["tabulate==0.9.0", "six"]),
+    ]
+    assert tag not in changed
+    assert len(set(changed)) == len(changed)
+
+
+def test_a_project_image_builds_from_its_runtime_under_its_pins() -> None:
+    runtime = image_spec.dockerfile("b")
+    assert "KERAS_BACKEND=jax" in runtime
+    project = image_spec.project_dockerfile("reg/kinetic-runtime:k1")
+    assert "FROM reg/kinetic-runtime:k1\n" in project
+    assert "-c /tmp/runtime-constraints.txt" in project
+    files = image_spec.project_context_files(
+        "reg/kinetic-runtime:k1", ["tabulate"], {"t.whl": b"w"}, ["jax==0.10.2", "anyio==4"]
     )
     assert files["user-requirements.txt"] == b"tabulate\n"
+    assert files["runtime-constraints.txt"] == b"anyio==4\njax==0.10.2\n"
     assert files["user-wheels/t.whl"] == b"w"
+    assert not any(name.startswith(("src/", "wheels/")) for name in files)
 
 
 # -- builder choice and settings (pure) --------------------------------------------------

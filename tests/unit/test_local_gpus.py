@@ -205,9 +205,13 @@ def test_job_environment_is_the_pods(monkeypatch: pytest.MonkeyPatch, tmp_path: 
     monkeypatch.setenv("KINETIC_LOCAL_GPUS", "0")  # declared (or restricting NVML's)
     env = {REQUEST_ENV: "stale", "JAX_PLATFORMS": "tpu"}
     apply_job_env(env, "cpu", tmp_path)
-    assert env == {"JAX_PLATFORMS": "cpu", "CUDA_VISIBLE_DEVICES": ""}
+    pod = {"JAX_PLATFORMS": "cpu", "CUDA_VISIBLE_DEVICES": "", "KERAS_BACKEND": "jax"}
+    assert env == pod
     apply_job_env(env, "tpu-v6e-8", tmp_path)  # admitted: emulated on CPUs
-    assert env == {"JAX_PLATFORMS": "cpu", "CUDA_VISIBLE_DEVICES": ""}
+    assert env == pod
+    own = {"KERAS_BACKEND": "torch"}  # the user's own choice stays
+    apply_job_env(own, "cpu", tmp_path)
+    assert own["KERAS_BACKEND"] == "torch"
     apply_job_env(env, "gpu:spot", tmp_path)
     assert env["JAX_PLATFORMS"] == "cuda"
     assert env["CUDA_VISIBLE_DEVICES"] == ""  # until the job's lease names its GPUs

@@ -8,7 +8,6 @@ from kinetic._core.requirements import (
     Requirement,
     check_installable_remotely,
     choose_requirements,
-    filter_for_category,
     parse_pyproject_dependencies,
     parse_requirements_txt,
     requirements_digest_text,
@@ -199,41 +198,6 @@ def test_unparsable_line(text: str, line_ref: str, line_text: str) -> None:
     assert repr(line_text) in message
     assert "Expected" in message or "argument" in message  # the parser's reason
     assert isinstance(info.value, ConfigError)
-
-
-# --- the accelerator filter -----------------------------------------------------------
-
-FILTER_INPUT = """\
-numpy
-jax[tpu]>=0.4
-JAX
-jaxlib==0.4.30
-libtpu-nightly
-LibTPU
-flax
-jax  # kn:keep
--e git+https://example.invalid/jax.git#egg=jax
---pre
-"""
-
-
-@pytest.mark.parametrize(
-    ("category", "expected"),
-    [
-        pytest.param("tpu", ["numpy", "flax", "jax  # kn:keep", "--pre"], id="tpu"),
-        pytest.param("gpu", ["numpy", "flax", "jax  # kn:keep", "--pre"], id="gpu"),
-        pytest.param("cpu", FILTER_INPUT.splitlines(), id="cpu-keeps-all"),
-    ],
-)
-def test_filter_for_category(category: str, expected: list[str]) -> None:
-    reqs = parse_requirements_txt(FILTER_INPUT)
-    kept = filter_for_category(reqs, category)
-    assert requirements_lines(kept) == [line.split("  #")[0] for line in expected]
-
-
-def test_filter_rejects_unknown_category() -> None:
-    with pytest.raises(ValueError, match="tpu"):
-        filter_for_category([], "npu")
 
 
 # --- prebuilt mode: what a pod can install --------------------------------------------

@@ -3,8 +3,8 @@
 :func:`admit` runs when a job or batch is submitted, before anything is written: it
 refuses what the machine cannot do (more GPUs than it has, a TPU without the CPU
 opt-in) and says once what it substitutes. :func:`apply_job_env` gives an admitted
-job the environment its pod would have: the same ``JAX_PLATFORMS``, no GPU for a CPU
-job (``CUDA_VISIBLE_DEVICES=""``), and for a GPU job the request its own process
+job the environment its pod would have: the same ``JAX_PLATFORMS``, ``KERAS_BACKEND=jax``
+unless the user set it, no GPU for a CPU job (``CUDA_VISIBLE_DEVICES=""``), and for a GPU job the request its own process
 turns into an exclusive lease (:mod:`runner.gpu_lease`) before it runs.
 """
 
@@ -16,6 +16,7 @@ from collections.abc import MutableMapping
 from pathlib import Path
 
 from kinetic._backends.local_gpus.inventory import machine_gpus
+from kinetic._core.accel_runtime import KERAS_BACKEND
 from kinetic._core.accelerators import (
     LOCAL_ACCELERATOR_CHOICES,
     AcceleratorConfig,
@@ -69,6 +70,7 @@ def apply_job_env(env: MutableMapping[str, str], accelerator: str, root: Path) -
     machine = machine_gpus() if cfg.kind == "gpu" else ()
     plan = plan_local(cfg, machine, tpu_on_cpu=True)
     env["JAX_PLATFORMS"] = plan.jax_platforms
+    env.setdefault("KERAS_BACKEND", KERAS_BACKEND)  # as in every image Kinetic builds
     # Until its lease names its GPUs, and for good when it needs none, a job sees none.
     env["CUDA_VISIBLE_DEVICES"] = ""
     env.pop(REQUEST_ENV, None)
