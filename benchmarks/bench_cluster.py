@@ -66,6 +66,14 @@ def testbed_env() -> dict[str, str]:
     return {k: str(v) for k, v in env.items()}
 
 
+def current_context(kubeconfig: str) -> str:
+    """The active context of the testbed's kubeconfig."""
+    import yaml
+
+    with open(kubeconfig, encoding="utf-8") as f:
+        return str(yaml.safe_load(f)["current-context"])
+
+
 def _testbed_cache() -> Path:
     return Path(os.environ.get("KINETIC_TESTBED_CACHE") or Path.home() / ".cache/kinetic-testbed")
 
@@ -175,6 +183,8 @@ def testbed_target(prefix: str) -> tuple[dict[str, str], str, str, str]:
         os.environ[key] = env[key]
     os.environ["KINETIC_GKE_HOST_NETWORK"] = env["KINETIC_TESTBED_HOST_NETWORK"]
     os.environ["KINETIC_GKE_SERVICE_ACCOUNT"] = env["KINETIC_TESTBED_SERVICE_ACCOUNT"]
+    # The jobs name a cluster (its bucket) with no GKE context: the testbed's, outright.
+    os.environ["KINETIC_KUBE_CONTEXT"] = current_context(env["KUBECONFIG"])
     os.environ["KINETIC_QUIET"] = "1"
     image = anyio.run(
         ensure_runner_image, env["KINETIC_TESTBED_REGISTRY"], env["KINETIC_TESTBED_BASE_IMAGE"]

@@ -93,6 +93,13 @@ def discovery(runs: int) -> dict[str, Any]:
     return result
 
 
+def _current_context(kubeconfig: str) -> str:
+    import yaml
+
+    with open(kubeconfig, encoding="utf-8") as f:
+        return str(yaml.safe_load(f)["current-context"])
+
+
 def testbed_env() -> dict[str, str]:
     subprocess.run([str(REPO / "tests/testbed/up")], check=True, capture_output=True)
     cache = Path(os.environ.get("KINETIC_TESTBED_CACHE") or Path.home() / ".cache/kinetic-testbed")
@@ -251,6 +258,8 @@ def per_mode_startup(env: dict[str, str], runs: int) -> dict[str, Any]:
         os.environ[key] = env[key]
     os.environ["KINETIC_GKE_HOST_NETWORK"] = env["KINETIC_TESTBED_HOST_NETWORK"]
     os.environ["KINETIC_GKE_SERVICE_ACCOUNT"] = env["KINETIC_TESTBED_SERVICE_ACCOUNT"]
+    # The jobs name a cluster (its bucket) with no GKE context: the testbed's, outright.
+    os.environ["KINETIC_KUBE_CONTEXT"] = _current_context(env["KUBECONFIG"])
     os.environ["KINETIC_QUIET"] = "1"
     os.environ["KINETIC_BUILDER"] = "docker"
     os.environ["KINETIC_IMAGE_REGISTRY"] = f"{env['KINETIC_TESTBED_REGISTRY']}/bench"

@@ -181,6 +181,14 @@ class GKETarget:
         urllib.request.urlopen(req, timeout=10).close()
 
 
+def current_context(kubeconfig: str) -> str:
+    """The active context of the testbed's kubeconfig."""
+    import yaml
+
+    with open(kubeconfig, encoding="utf-8") as f:
+        return str(yaml.safe_load(f)["current-context"])
+
+
 @pytest.fixture
 def gke(testbed: Testbed, runner_image: str, monkeypatch: pytest.MonkeyPatch) -> GKETarget:
     """A fresh bucket and the environment for GKE jobs on the testbed."""
@@ -190,6 +198,9 @@ def gke(testbed: Testbed, runner_image: str, monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setenv("KINETIC_GKE_HOST_NETWORK", env.get("KINETIC_TESTBED_HOST_NETWORK", "false"))
     monkeypatch.setenv("KINETIC_GKE_SERVICE_ACCOUNT", env["KINETIC_TESTBED_SERVICE_ACCOUNT"])
     monkeypatch.setenv("KINETIC_GKE_START_GRACE", START_GRACE)
+    # The jobs name a cluster (its bucket) that has no GKE context: they go to the
+    # testbed's active context because the tests ask for it outright.
+    monkeypatch.setenv("KINETIC_KUBE_CONTEXT", current_context(env["KUBECONFIG"]))
     project, cluster = "kt", f"c{uuid.uuid4().hex[:10]}"
     bucket = f"{project}-kn-{cluster}-jobs"
     emulator = env["STORAGE_EMULATOR_HOST"]

@@ -51,6 +51,9 @@ class Settings:
     local_accelerator: str | None = None
     """``KINETIC_LOCAL_ACCELERATOR`` or the profile: ``cpu`` runs TPU jobs locally on CPUs
     (None: a TPU accelerator is an error on the local backend)."""
+    cluster_named: bool = False
+    """True when the cluster or zone was named (argument, environment or profile), not
+    defaulted: a job must then go to that cluster (:mod:`kinetic._core.kube_context`)."""
 
     @property
     def region(self) -> str:
@@ -147,6 +150,9 @@ def resolve_settings(
         or DEFAULT_BASE_IMAGE_REPO,
         builder=pick(None, "KINETIC_BUILDER", "builder"),
         local_accelerator=pick(None, "KINETIC_LOCAL_ACCELERATOR", "local_accelerator"),
+        cluster_named=bool(
+            pick(cluster, "KINETIC_CLUSTER", "cluster") or pick(zone, "KINETIC_ZONE", "zone")
+        ),
     )
 
 

@@ -57,3 +57,25 @@ def choose_context(
             f"{OVERRIDE_ENV} to the context to use"
         )
     return None  # a cluster of another kind (a test cluster): its active context
+
+
+def check_named_cluster(wanted: str, available: Sequence[str], current: str | None) -> None:
+    """A cluster the user named (``cluster=``/``zone=``) must have its context, unless
+    they asked for one outright (``KINETIC_KUBE_CONTEXT``, checked by the caller).
+
+    Otherwise :func:`choose_context` sends the job to the active context when that is no
+    GKE cluster's (kind, k3d), while its records go to the named cluster's bucket.
+
+    :raises ConfigError: ``wanted`` is not in ``available`` and ``current`` is a context
+        of another kind (a different GKE cluster's is :func:`choose_context`'s error).
+    """
+    if wanted in available or not current or current.startswith("gke_"):
+        return
+    _, project, zone, cluster = (wanted.split("_", 3) + ["", "", ""])[:4]
+    raise ConfigError(
+        f"cluster {cluster!r} (project {project!r}, zone {zone!r}) has no kubeconfig context "
+        f"{wanted!r}, and the active context {current!r} is not that GKE cluster: the job "
+        f"would run there while its records went to cluster {cluster!r}'s bucket. Run "
+        f"`gcloud container clusters get-credentials {cluster} --zone {zone} --project "
+        f"{project}`, or set {OVERRIDE_ENV}={current} to use the active context"
+    )

@@ -155,6 +155,10 @@ def target_settings(opts: RunOptions) -> tuple[Settings, accelerators.Accelerato
         if chosen != settings.backend:
             settings = replace(settings, backend=chosen)
     import_backend_code(settings.backend)  # here, in a worker thread, not on the loop
+    if settings.backend != "local":
+        from kinetic._engine.cluster_check import check_cluster_choice
+
+        check_cluster_choice(settings)  # reads the kubeconfig: here, in a worker thread
     if settings.backend == "local":  # before anything is written there (docs/security.md)
         from kinetic._storage.local import check_root
 

@@ -65,6 +65,7 @@ def test_two_clusters_side_by_side_in_one_process(
     path = _kubeconfig(gke, tmp_path, dead)
     before = yaml.safe_load(path.read_text())["current-context"]
     monkeypatch.setenv("KUBECONFIG", str(path))
+    monkeypatch.delenv("KINETIC_KUBE_CONTEXT")  # each cluster= has its context here
 
     live = kinetic.run(**gke.run_args(zone=ZONE))(square)
     unreachable = kinetic.run(**gke.run_args(zone=ZONE, cluster=dead))(square)

@@ -15,7 +15,7 @@ import pytest
 
 from kinetic.testing import local_environment
 from tests.doc_examples import REPO, clean_environment, extract, pages, run_session
-from tests.fix_cluster import GKETarget
+from tests.fix_cluster import GKETarget, current_context
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
 
@@ -34,6 +34,7 @@ def _cluster_env(gke: GKETarget, tmp_path: Path) -> dict[str, str]:
             "KINETIC_CLUSTER": gke.cluster,
             "KINETIC_NAMESPACE": gke.namespace,
             "KUBECONFIG": bed["KUBECONFIG"],
+            "KINETIC_KUBE_CONTEXT": current_context(bed["KUBECONFIG"]),
             "STORAGE_EMULATOR_HOST": bed["STORAGE_EMULATOR_HOST"],
             "DOCKER_HOST": bed["DOCKER_HOST"],
             "KINETIC_GKE_HOST_NETWORK": bed.get("KINETIC_TESTBED_HOST_NETWORK", "false"),
