@@ -1,0 +1,51 @@
+"""The local backend says once what a GPU or TPU job's image would have that this
+interpreter lacks (its runtime: JAX's CUDA plugin or libtpu, Keras), and gives every job
+``KERAS_BACKEND=jax`` unless the user chose another."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+import kinetic
+from kinetic._engine import targets
+
+pytestmark = pytest.mark.local
+
+
+def keras_backend() -> str | None:
+    return os.environ.get("KERAS_BACKEND")
+
+
+def test_a_tpu_job_names_what_its_image_has_and_this_interpreter_lacks(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("KINETIC_LOCAL_ACCELERATOR", "cpu")  # TPU jobs on this machine's CPUs
+    monkeypatch.setattr(targets, "_warned_categories", set())
+    monkeypatch.delenv("KERAS_BACKEND", raising=False)
+    remote = kinetic.run(accelerator="tpu-v5litepod-4")(keras_backend)
+    assert remote() == "jax"
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "TPU job's image" in line]
+    assert len(warnings) == 1
+    assert "libtpu (JAX's TPU backend)" in warnings[0]
+    assert "keras (" not in warnings[0]  # the test extra holds keras and jax
+    assert remote() == "jax"
+    assert "TPU job's image" not in capsys.readouterr().err  # said once
+
+
+def test_the_users_keras_backend_wins_and_cpu_jobs_say_nothing(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(targets, "_warned_categories", set())
+    monkeypatch.setenv("KERAS_BACKEND", "torch")
+    assert kinetic.run()(keras_backend)() == "torch"
+    monkeypatch.delenv("KERAS_BACKEND")
+    assert kinetic.run()(keras_backend)() == "jax"
+    assert "job's image" not in capsys.readouterr().err
+
+
+def test_what_a_gpu_job_lacks_here_is_named() -> None:
+    missing = targets.missing_runtime("gpu")
+    assert missing == ["jax-cuda12-plugin (JAX's CUDA plugin)"]  # jax, keras: installed
+    assert targets.missing_runtime("cpu") == []
