@@ -1,0 +1,335 @@
+"""Faults injected on the testbed: nothing lost.
+
+Every test here points its jobs at :class:`tests.faultproxy.FaultProxy` instances in
+front of fake-gcs-server (``STORAGE_EMULATOR_HOST``, which the pods inherit: their
+runner's storage traffic meets the same faults) and the kube-apiserver (a kubeconfig
+whose server is the proxy, serving TLS). The proxies answer 5xx and 429, reset
+connections before or after the upstream served a request, and add latency, at set
+rates from a seed. No timed asserts: the times are figures, written with the faults
+counted to ``benchmarks/results/faults.json`` (see benchmarks/README.md).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import urllib.request
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+import kinetic
+from kinetic import JobStatus
+from kinetic._engine import runtime
+from tests.faultproxy import FaultProxy, Faults, proxies
+from tests.fix_cluster import REPO, GKETarget
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
+
+STORAGE_FAULTS = Faults(rate=0.10, latency_rate=0.10, seed=24)
+API_FAULTS = Faults(rate=0.05, latency_rate=0.05, seed=42)
+NONE = Faults()
+FIGURES = REPO / "benchmarks" / "results" / "faults.json"
+
+
+def triple(x: int) -> int:
+    return 3 * x
+
+
+def slow_triple(x: float) -> float:
+    time.sleep(x)
+    return 3 * x
+
+
+@dataclass
+class Faulty:
+    """The testbed behind two fault proxies."""
+
+    gke: GKETarget
+    storage: FaultProxy
+    api: FaultProxy
+
+    def set(self, storage: Faults, api: Faults) -> None:
+        self.storage.set_faults(storage)
+        self.api.set_faults(api)
+
+    def snapshot(self) -> dict[str, Counter[str]]:
+        return {"storage": Counter(self.storage.counts), "api": Counter(self.api.counts)}
+
+    def since(self, before: dict[str, Counter[str]]) -> dict[str, dict[str, int]]:
+        now = self.snapshot()
+        out: dict[str, dict[str, int]] = {}
+        for side in ("storage", "api"):
+            diff = now[side] - before[side]
+            diff["injected"] = sum(
+                n for k, n in diff.items() if k.startswith(("status-", "reset-"))
+            )
+            out[side] = dict(sorted(diff.items()))
+        return out
+
+    def put_object(self, key: str, data: bytes) -> None:
+        """Overwrite an object, straight on the emulator (not through the proxy)."""
+        quoted = urllib.request.quote(key, safe="")
+        req = urllib.request.Request(
+            f"{self.gke.emulator}/upload/storage/v1/b/{self.gke.bucket}/o"
+            f"?uploadType=media&name={quoted}",
+            data=data,
+            headers={"Content-Type": "application/octet-stream"},
+            method="POST",
+        )
+        urllib.request.urlopen(req, timeout=10).close()
+
+    def get_object(self, key: str) -> bytes:
+        quoted = urllib.request.quote(key, safe="")
+        url = f"{self.gke.emulator}/storage/v1/b/{self.gke.bucket}/o/{quoted}?alt=media"
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            data: bytes = resp.read()
+            return data
+
+
+def proxied_kubeconfig(source: Path, server: str, target: Path) -> Path:
+    """A copy of the testbed's kubeconfig whose clusters are reached through ``server``
+    (the proxy's certificate is its own: verification is skipped)."""
+    import yaml
+
+    doc = yaml.safe_load(source.read_text())
+    for entry in doc.get("clusters") or []:
+        cluster = entry["cluster"]
+        cluster.pop("certificate-authority-data", None)
+        cluster.pop("certificate-authority", None)
+        cluster["server"] = server
+        cluster["insecure-skip-tls-verify"] = True
+    target.write_text(json.dumps(doc))
+    return target
+
+
+@pytest.fixture
+def faulty(gke: GKETarget, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Faulty]:
+    kubeconfig = Path(os.environ["KUBECONFIG"])
+    server = "https://127.0.0.1:6443"
+    import yaml
+
+    clusters = yaml.safe_load(kubeconfig.read_text()).get("clusters") or []
+    if clusters:
+        server = clusters[0]["cluster"]["server"]
+    with proxies(gke.emulator, server, NONE, NONE, tmp_path) as (storage, api):
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", storage.url)
+        monkeypatch.setenv(
+            "KUBECONFIG", str(proxied_kubeconfig(kubeconfig, api.url, tmp_path / "kubeconfig"))
+        )
+        yield Faulty(gke=gke, storage=storage, api=api)
+
+
+def record(section: str, figures: dict[str, Any]) -> None:
+    """Merge one test's figures into ``benchmarks/results/faults.json``."""
+    try:
+        doc = json.loads(FIGURES.read_text())
+    except (OSError, ValueError):
+        doc = {}
+    doc["about"] = (
+        "tests/cluster/test_faults.py on the testbed: fault proxies in front of "
+        "fake-gcs-server and the kube-apiserver (tests/faultproxy.py)"
+    )
+    doc[section] = {"date": time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime()), **figures}
+    FIGURES.parent.mkdir(parents=True, exist_ok=True)
+    FIGURES.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+
+
+def test_a_500_input_pool_batch_under_faults_loses_and_doubles_nothing(faulty: Faulty) -> None:
+    n, workers = 500, 4
+    fn = kinetic.run(**faulty.gke.run_args())(triple)
+    runs: dict[str, dict[str, Any]] = {}
+    for label, storage, api in (("baseline", NONE, NONE), ("faults", STORAGE_FAULTS, API_FAULTS)):
+        faulty.set(storage, api)
+        before = faulty.snapshot()
+        started = time.monotonic()
+        batch = fn.run_async_map(range(n), max_concurrent=workers)
+        values = batch.results(timeout=420, cleanup=False)
+        elapsed = time.monotonic() - started
+        faulty.set(NONE, NONE)
+        group = f"_groups/{batch.group_id}/"
+        results = [k for k in faulty.gke.object_names(group + "results/") if k.endswith(".res")]
+        claims = faulty.gke.object_names(group + "claims/")
+        batch.cleanup()
+        assert values == [3 * i for i in range(n)], label  # every value right, in order
+        assert len(results) == len(set(results)) == n, label  # one outcome per input
+        runs[label] = {
+            "seconds": round(elapsed, 2),
+            "inputs_per_s": round(n / elapsed, 1),
+            "values_lost": n - sum(v == 3 * i for i, v in enumerate(values)),
+            "values_duplicated": len(values) - len(set(values)),
+            "claims": len(claims),
+            "proxies": faulty.since(before),
+        }
+    extra = runs["faults"]["seconds"] - runs["baseline"]["seconds"]
+    record(
+        "pool_batch_500",
+        {
+            "inputs": n,
+            "workers": workers,
+            "storage_faults": STORAGE_FAULTS.rate,
+            "api_faults": API_FAULTS.rate,
+            "extra_seconds": round(extra, 2),
+            "slowdown": round(runs["faults"]["seconds"] / runs["baseline"]["seconds"], 2),
+            **runs,
+        },
+    )
+
+
+def test_20_concurrent_jobs_under_faults_are_right_or_fail_clearly(faulty: Faulty) -> None:
+    n, timeout = 20, 240.0
+    fn = kinetic.run(**faulty.gke.run_args())(triple)
+    outcomes: dict[int, Any] = {}
+    waited: dict[int, float] = {}
+
+    async def one(i: int) -> None:
+        started = time.monotonic()
+        try:
+            job = await fn.aio.run_async(i)
+            outcomes[i] = await job.result(timeout=timeout)
+        except kinetic.KineticError as exc:
+            outcomes[i] = exc
+        waited[i] = time.monotonic() - started
+
+    async def main() -> None:
+        try:
+            async with anyio.create_task_group() as tg:
+                for i in range(n):
+                    tg.start_soon(one, i)
+        finally:
+            await runtime.aclose_backends()
+
+    faulty.set(STORAGE_FAULTS, API_FAULTS)
+    before = faulty.snapshot()
+    started = time.monotonic()
+    anyio.run(main)
+    elapsed = time.monotonic() - started
+    faulty.set(NONE, NONE)
+    errors = {i: v for i, v in outcomes.items() if isinstance(v, BaseException)}
+    assert sorted(outcomes) == list(range(n))
+    for i, value in outcomes.items():
+        if i not in errors:
+            assert value == 3 * i
+    for i, exc in errors.items():  # a clear error naming where it failed, never a hang
+        assert not isinstance(exc, kinetic.JobTimeoutError), (i, exc)
+        assert isinstance(exc, kinetic.KineticError), (i, exc)
+    record(
+        "single_jobs_20",
+        {
+            "jobs": n,
+            "storage_faults": STORAGE_FAULTS.rate,
+            "api_faults": API_FAULTS.rate,
+            "seconds": round(elapsed, 2),
+            "slowest_job_seconds": round(max(waited.values()), 2),
+            "values_right": n - len(errors),
+            "values_lost": 0,
+            "clear_errors": {str(i): f"{type(e).__name__}: {e}"[:300] for i, e in errors.items()},
+            "proxies": faulty.since(before),
+        },
+    )
+
+
+def test_waiters_resume_after_the_apiserver_goes_away_during_a_watch(faulty: Faulty) -> None:
+    n, outage = 6, 8.0
+    fn = kinetic.run(**faulty.gke.run_args())(slow_triple)
+    seen: dict[str, Any] = {}
+
+    async def main() -> None:
+        backend = faulty.gke.backend()
+        try:
+            jobs = [await fn.aio.run_async(6.0 + 0.2 * i) for i in range(n)]
+            values: dict[int, Any] = {}
+
+            async def wait(i: int) -> None:
+                values[i] = await jobs[i].result(timeout=180)
+
+            async with anyio.create_task_group() as tg:
+                for i in range(n):
+                    tg.start_soon(wait, i)
+                # The waiters' watch is open; once every pod runs, the apiserver goes away
+                # (all connections dropped, new ones refused) while the jobs end (they
+                # sleep 6-7 s; the outage lasts longer).
+                for _ in range(240):
+                    statuses = [await j.status() for j in jobs]
+                    if JobStatus.PENDING not in statuses:
+                        break
+                    await anyio.sleep(0.5)
+                else:
+                    pytest.fail("the jobs did not all start within 120 s")
+                watch = backend.cluster.watch(faulty.gke.namespace)
+                seen["connects_before"] = watch.connects
+                faulty.api.outage(outage)
+                seen["outage_at"] = time.monotonic()
+            seen["done_at"] = time.monotonic()
+            seen["connects_after"] = watch.connects
+            seen["values"] = values
+        finally:
+            await runtime.aclose_backends()
+
+    before = faulty.snapshot()
+    anyio.run(main)
+    counts = faulty.since(before)["api"]
+    assert counts.get("outages") == 1
+    assert counts.get("dropped", 0) >= 1  # the watch's connections among them
+    assert seen["values"] == {i: 3 * (6.0 + 0.2 * i) for i in range(n)}
+    assert seen["connects_after"] > seen["connects_before"]  # it resumed
+    record(
+        "apiserver_outage_during_watch",
+        {
+            "stand_in": "the API proxy drops every connection and refuses new ones "
+            f"(listening socket closed) for {outage} s; the real apiserver keeps running",
+            "jobs": n,
+            "outage_seconds": outage,
+            "connections_dropped": counts.get("dropped", 0),
+            "watch_reconnects": seen["connects_after"] - seen["connects_before"],
+            "last_result_after_outage_start_s": round(seen["done_at"] - seen["outage_at"], 2),
+            "values_lost": 0,
+        },
+    )
+
+
+def test_a_corrupted_result_in_storage_is_a_result_error(faulty: Faulty) -> None:
+    fn = kinetic.run(**faulty.gke.run_args())(triple)
+    job = fn.run_async(7_000_007)
+    assert job.result(timeout=180, cleanup=False) == 21_000_021
+    key = f"{job.job_id}/result.pkl"
+    stored = faulty.get_object(key)
+    for position in (len(stored) // 2, len(stored) - 20, 3):
+        changed = bytearray(stored)
+        changed[position] ^= 0x01
+        faulty.put_object(key, bytes(changed))
+        with pytest.raises(kinetic.ResultError, match="corrupted"):
+            kinetic.attach(job.job_id, backend="gke", **_where(faulty)).result(
+                timeout=60, cleanup=False
+            )
+    faulty.put_object(key, stored[: len(stored) // 2])  # truncated
+    with pytest.raises(kinetic.ResultError, match="corrupted"):
+        kinetic.attach(job.job_id, backend="gke", **_where(faulty)).result(
+            timeout=60, cleanup=False
+        )
+    job.cleanup()
+
+    # A pool batch's outcome object: that input fails with a ResultError, the rest arrive.
+    batch = fn.run_async_map(range(6), max_concurrent=2)
+    assert batch.results(timeout=240, cleanup=False) == [3 * i for i in range(6)]
+    key = f"_groups/{batch.group_id}/results/{2:07d}.res"
+    stored = faulty.get_object(key)
+    changed = bytearray(stored)
+    changed[-12] ^= 0x01
+    faulty.put_object(key, bytes(changed))
+    again = kinetic.attach_batch(batch.group_id, backend="gke", **_where(faulty))
+    out = again.results(timeout=120, cleanup=False, return_exceptions=True)
+    assert isinstance(out[2], kinetic.ResultError), out
+    assert out[:2] + out[3:] == [0, 3, 9, 12, 15]
+    batch.cleanup()
+    record("corrupted_results", {"single_job": "ResultError", "pool_outcome": "ResultError"})
+
+
+def _where(faulty: Faulty) -> dict[str, str]:
+    return {"project": faulty.gke.project, "cluster": faulty.gke.cluster}
