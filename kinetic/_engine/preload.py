@@ -53,9 +53,17 @@ BACKEND_CODE: Mapping[str, tuple[str, ...]] = {
 
 def import_backend_code(backend: str) -> None:
     """Import the modules :data:`BACKEND_CODE` lists for ``backend`` (none for an unknown
-    name: choosing the backend reports that). Blocking: call it in a worker thread."""
+    name: choosing the backend reports that), and build the TLS trust context the
+    cluster backends' sessions share (loading the CA store: tens of ms, also not for
+    the loop). Blocking: call it in a worker thread."""
     for name in BACKEND_CODE.get(backend, ()):
         importlib.import_module(name)
+    if backend in ("gke", "pathways"):
+        from kinetic._exceptions import ConfigError
+        from kinetic._net import trust_context
+
+        with contextlib.suppress(ConfigError):  # reported where a connection needs it
+            trust_context()
 
 
 def settings_with_code(**options: Any) -> Settings:

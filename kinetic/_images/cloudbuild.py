@@ -78,6 +78,7 @@ from kinetic._exceptions import (
 )
 from kinetic._images.builder import BUILD_TIMEOUT, Progress
 from kinetic._images.gauth import TokenSource, google_token_source
+from kinetic._net import trust_context
 from kinetic._storage.base import Storage
 
 __all__ = [
@@ -396,6 +397,7 @@ class CloudBuildBuilder:
                 transport=self._transport,
                 base_url=self._base_url,
                 timeout=httpx.Timeout(REQUEST_TIMEOUT),
+                verify=trust_context(),
             ) as client,
         ):
             source = await self._upload(run, context, timeout)

@@ -13,11 +13,9 @@ a timeout.
 from __future__ import annotations
 
 import base64
-import functools
 import json
 import os
 import re
-import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -27,6 +25,7 @@ import httpx
 from kinetic._exceptions import BackendError, ConfigError, ImageBuildError
 from kinetic._images.builder import BUILD_TIMEOUT as BUILD_AND_PUSH_TIMEOUT
 from kinetic._images.builder import Progress
+from kinetic._net import trust_context
 
 BUILD_TIMEOUT = 900.0
 PUSH_TIMEOUT = 600.0
@@ -38,13 +37,6 @@ _MANIFEST_TYPES = (
     "application/vnd.oci.image.manifest.v1+json, "
     "application/vnd.oci.image.index.v1+json"
 )
-
-
-@functools.cache
-def _tls() -> ssl.SSLContext:
-    # Building a verifying context loads the CA bundle: tens to hundreds of ms. One per
-    # process, shared by every registry query (a warm submission makes one).
-    return httpx.create_ssl_context()
 
 
 def docker_socket(docker_host: str | None = None) -> str:
@@ -229,7 +221,8 @@ class Registry:
             async with httpx.AsyncClient(
                 timeout=httpx.Timeout(timeout),
                 transport=self._transport,
-                verify=_tls() if self.base.startswith("https:") else False,
+                # The process's one trust configuration (kinetic._net), built once.
+                verify=trust_context() if self.base.startswith("https:") else False,
             ) as client:
                 resp = await client.get(url, headers=self._headers())
                 if (

@@ -36,12 +36,23 @@ async def google_token_source(purpose: str = BUILD_APIS) -> AsyncIterator[TokenS
     :raises BackendError: no credentials could be found (on entry) or refreshed (from
         the source).
     """
+    import aiohttp
     from gcloud.aio.auth import Token  # imported late: only these paths need it
 
+    from kinetic._net import tls_closing_connector, trust_context
+
+    # The token endpoint is reached with the one trust configuration (kinetic._net),
+    # on a session of ours: the library's own would trust aiohttp's default context.
+    await anyio.to_thread.run_sync(trust_context)  # built once, off the loop
+    session = aiohttp.ClientSession(connector=tls_closing_connector())
     try:
         # The constructor reads the credentials file: not on the event loop.
-        token = await anyio.to_thread.run_sync(lambda: Token(scopes=[CLOUD_PLATFORM_SCOPE]))
+        token = await anyio.to_thread.run_sync(
+            lambda: Token(scopes=[CLOUD_PLATFORM_SCOPE], session=session)
+        )
     except Exception as exc:  # the auth library raises many kinds; translated here
+        with anyio.CancelScope(shield=True):
+            await session.close()
         raise _no_credentials(purpose, exc) from exc
 
     async def get() -> str:
@@ -56,7 +67,8 @@ async def google_token_source(purpose: str = BUILD_APIS) -> AsyncIterator[TokenS
         # Closing is cleanup: the caller's own outcome stands whatever happens here.
         with anyio.CancelScope(shield=True):
             try:
-                await token.close()
+                await token.close()  # a session it was given stays open: ours, below
+                await session.close()
             except Exception as exc:  # noqa: BLE001
                 log.debug("closing the Google auth session failed: %s", exc)
 

@@ -20,6 +20,7 @@ import httpx
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
 from kinetic._exceptions import KineticError, StorageError
+from kinetic._net import trust_context
 
 GCS_API = "https://storage.googleapis.com"
 DEFAULT_TIMEOUT = 30.0
@@ -56,7 +57,9 @@ class BucketAdmin:
         backoff: float = 0.25,
     ) -> None:
         self._token = token
-        self._http = httpx.AsyncClient(base_url=base_url, transport=transport, timeout=None)
+        self._http = httpx.AsyncClient(
+            base_url=base_url, transport=transport, timeout=None, verify=trust_context()
+        )
         self._attempts = attempts
         self._backoff = backoff
 

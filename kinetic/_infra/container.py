@@ -36,6 +36,7 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait
 from kinetic._exceptions import BackendError, ConfigError, JobTimeoutError, KineticError
 from kinetic._infra import gke_api
 from kinetic._infra.gke_api import ApiRequest, ClusterInfo, Operation, PoolInfo
+from kinetic._net import trust_context
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +86,9 @@ class ContainerClient:
         self._token = token
         self.project = project
         self.location = location
-        self._http = httpx.AsyncClient(base_url=base_url, transport=transport, timeout=None)
+        self._http = httpx.AsyncClient(
+            base_url=base_url, transport=transport, timeout=None, verify=trust_context()
+        )
         self._attempts = attempts
         self._backoff = backoff
         self.poll_interval = poll_interval

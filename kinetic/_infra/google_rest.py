@@ -33,6 +33,7 @@ from kinetic._exceptions import BackendError, ConfigError, JobTimeoutError, Kine
 from kinetic._infra import identity, registry
 from kinetic._infra.gke_api import error_message
 from kinetic._infra.iam import Call
+from kinetic._net import trust_context
 
 TokenSource = Callable[[], Awaitable[str]]
 DEFAULT_TIMEOUT = 30.0
@@ -86,7 +87,7 @@ class GoogleRest:
     ) -> None:
         self._token = token
         self._roots = {**ROOTS, **(roots or {})}
-        self._http = httpx.AsyncClient(transport=transport, timeout=None)
+        self._http = httpx.AsyncClient(transport=transport, timeout=None, verify=trust_context())
         self._attempts = attempts
         self._backoff = backoff
         self.poll_interval = poll_interval

@@ -42,7 +42,12 @@ from kinetic._core import kubeconfig
 from kinetic._core.kube_context import choose_context
 from kinetic._core.kubeconfig import KubeTarget, Pem
 from kinetic._exceptions import ConfigError
-from kinetic._net import tls_closing_connector, trust_env_needed
+from kinetic._net import (
+    tls_closing_connector,
+    trust_context,
+    trust_env_needed,
+    verifying_context,
+)
 from kinetic._version import __version__
 
 USER_AGENT = f"kinetic/{__version__}"
@@ -230,8 +235,10 @@ def read_pem(pem: Pem | None, what: str) -> bytes | None:
 def ssl_context(
     ca: bytes | None, *, insecure: bool, cert: bytes | None = None, key: bytes | None = None
 ) -> ssl.SSLContext:
-    """A client TLS context: trusting ``ca`` only (else the system's CAs), or nothing
-    at all when ``insecure``; presenting ``cert``/``key`` (PEM) when given. Blocking.
+    """A client TLS context: trusting ``ca`` only (else Kinetic's one trust
+    configuration, :func:`kinetic._net.trust_context`: the shared context itself when
+    there is nothing to add to it), or nothing at all when ``insecure``; presenting
+    ``cert``/``key`` (PEM) when given. Blocking.
 
     :raises ConfigError: the CA, certificate or key is not usable PEM.
     """
@@ -245,8 +252,10 @@ def ssl_context(
             context.load_verify_locations(cadata=ca.decode("ascii", errors="replace"))
         except ssl.SSLError as exc:
             raise ConfigError(f"the certificate authority is not a PEM certificate: {exc}") from exc
+    elif cert is None or key is None:
+        return trust_context()
     else:
-        context = ssl.create_default_context()
+        context = verifying_context()
     if cert is not None and key is not None:
         # ssl loads certificates only from files: a private, short-lived copy.
         with _private_file(cert) as cert_path, _private_file(key) as key_path:
