@@ -1,6 +1,8 @@
 """``kinetic jobs`` and ``kinetic batch``: look after jobs and batches from a shell.
 
     kinetic jobs list [--limit N] [--json]        newest first, with their status
+    kinetic jobs list --batch GROUP_ID [--offset N] [--limit N] [--json]
+                                                  a page of a batch's inputs (100)
     kinetic jobs status JOB_ID [--json]           status, with the reason when it failed
     kinetic jobs logs JOB_ID [-f]                 output so far (-f: follow until it ends)
     kinetic jobs tail JOB_ID [-n N]               the last N lines of output
@@ -38,20 +40,28 @@ from kinetic._cli._output import (
     table,
 )
 from kinetic._core.exception_groups import one_error
-from kinetic._exceptions import KineticError
+from kinetic._exceptions import ConfigError, KineticError
 
 if TYPE_CHECKING:
     from kinetic._core.status import StatusReport
     from kinetic._engine.handle import JobHandle as AioJobHandle
 
 _LIST_CONCURRENCY = 16
+BATCH_PAGE = 100
+"""Inputs ``jobs list --batch`` shows unless ``--limit`` says otherwise."""
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``jobs`` and ``batch`` command groups."""
     jobs = sub.add_parser("jobs", help="single jobs").add_subparsers(dest="action", required=True)
     listing = jobs.add_parser("list", help="recorded jobs, newest first")
-    listing.add_argument("--limit", type=int, default=None, help="show the N newest")
+    listing.add_argument(
+        "--limit", type=int, default=None, help=f"show N (default all; {BATCH_PAGE} with --batch)"
+    )
+    listing.add_argument("--batch", metavar="GROUP_ID", help="list this batch's inputs instead")
+    listing.add_argument(
+        "--offset", type=int, default=0, help="with --batch: the first input listed (default 0)"
+    )
     _json_flag(listing)
     status = jobs.add_parser("status", help="a job's status (exit 1 when it failed)")
     status.add_argument("job_id")
@@ -173,9 +183,22 @@ def job_document(record: dict[str, Any], report: StatusReport) -> dict[str, Any]
 def _list_jobs(ns: argparse.Namespace) -> int:
     from kinetic._sync.portal import call
 
-    found = call(_jobs_with_status, ns.project, ns.zone, ns.cluster, ns.namespace, ns.backend)
-    if ns.limit is not None:
+    if ns.batch is None and ns.offset:
+        raise ConfigError("--offset pages a batch's inputs: give --batch GROUP_ID too")
+    limit = BATCH_PAGE if ns.batch is not None and ns.limit is None else ns.limit
+    page = (ns.batch, ns.offset, limit) if ns.batch is not None else None
+    found, total = call(
+        _jobs_with_status, ns.project, ns.zone, ns.cluster, ns.namespace, ns.backend, page
+    )
+    if ns.batch is None and ns.limit is not None:
         found = found[: max(0, ns.limit)]
+    shown_to = ns.offset + len(found)
+    if ns.batch is not None and shown_to < total:
+        print(
+            f"kinetic: inputs {ns.offset}-{shown_to - 1} of {total}; "
+            f"--offset {shown_to} for the next page",
+            file=sys.stderr,
+        )
     if ns.json:
         emit_json([job_document(h.to_dict(), r) for h, r in found])
         return EXIT_OK
@@ -206,13 +229,25 @@ async def _jobs_with_status(
     cluster: str | None,
     namespace: str | None,
     backend: str | None,
-) -> list[tuple[AioJobHandle, StatusReport]]:
-    """Every recorded job with its status, read concurrently (newest first)."""
+    page: tuple[str, int, int | None] | None = None,
+) -> tuple[list[tuple[AioJobHandle, StatusReport]], int]:
+    """Every recorded job with its status, read concurrently (newest first), and how
+    many there are; with ``page`` (group id, offset, limit), that page of a batch's
+    inputs and the batch's number of inputs."""
     import anyio
 
     from kinetic import aio
 
-    handles = await aio.list_jobs(project, zone, cluster, namespace, backend)
+    if page is None:
+        handles = await aio.list_jobs(project, zone, cluster, namespace, backend)
+        total = len(handles)
+    else:
+        from kinetic._engine.remote import list_batch_page
+
+        group_id, offset, limit = page
+        handles, total = await list_batch_page(
+            project, zone, cluster, namespace, backend, batch=group_id, offset=offset, limit=limit
+        )
     reports: dict[str, StatusReport] = {}
     limiter = anyio.CapacityLimiter(_LIST_CONCURRENCY)
 
@@ -224,7 +259,7 @@ async def _jobs_with_status(
         async with anyio.create_task_group() as tg:
             for h in handles:
                 tg.start_soon(one, h)
-    return [(h, reports[h.job_id]) for h in handles]
+    return [(h, reports[h.job_id]) for h in handles], total
 
 
 def _job_raised(exc: BaseException) -> int:

@@ -16,7 +16,7 @@ from kinetic._core.config import BACKENDS
 from kinetic._core.functions import check_function
 from kinetic._core.ids import check_job_id
 from kinetic._core.inputs import MapOptions, check_input_mode
-from kinetic._engine import runtime
+from kinetic._engine import job_listing, runtime
 from kinetic._engine.batch import BatchHandle, member_job
 from kinetic._engine.batch_submit import submit_batch
 from kinetic._engine.handle import JobHandle, load_handle
@@ -249,11 +249,57 @@ async def list_jobs(
     cluster: str | None = None,
     namespace: str | None = None,
     backend: str | None = None,
+    *,
+    batch: str | None = None,
+    offset: int = 0,
+    limit: int | None = None,
 ) -> list[JobHandle]:
     """Handles of the jobs recorded in the configured place, newest first.
 
-    Handles are loaded concurrently; a job whose record cannot be read is skipped.
+    Handles are loaded concurrently; a job whose record cannot be read is skipped with a
+    warning (logger ``kinetic``). A batch's inputs are not among them (a batch may have
+    millions): pass ``batch=`` to list one batch's inputs instead, in input order, a page
+    at a time.
+
+    :param batch: a batch's group id (``grp-…``): list its inputs' handles.
+    :param offset: with ``batch``, the first input listed.
+    :param limit: with ``batch``, at most this many (None: all from ``offset``).
+    :raises ConfigError: for an unknown backend, a malformed group id, a negative
+        ``offset``/``limit``, or ``offset``/``limit`` without ``batch``.
+    :raises JobNotFoundError: when ``batch`` names no recorded batch.
     """
+    if batch is None and (offset or limit is not None):
+        raise ConfigError("offset and limit page a batch's inputs: pass batch= too")
+    target = await _listing_target(project, zone, cluster, namespace, backend)
+    if batch is not None:
+        handles, _ = await job_listing.batch_inputs(target, batch, offset=offset, limit=limit)
+        return handles
+    return await job_listing.single_jobs(target)
+
+
+async def list_batch_page(
+    project: str | None,
+    zone: str | None,
+    cluster: str | None,
+    namespace: str | None,
+    backend: str | None,
+    *,
+    batch: str,
+    offset: int = 0,
+    limit: int | None = None,
+) -> tuple[list[JobHandle], int]:
+    """``list_jobs(batch=...)``'s page, and the batch's number of inputs (for the CLI)."""
+    target = await _listing_target(project, zone, cluster, namespace, backend)
+    return await job_listing.batch_inputs(target, batch, offset=offset, limit=limit)
+
+
+async def _listing_target(
+    project: str | None,
+    zone: str | None,
+    cluster: str | None,
+    namespace: str | None,
+    backend: str | None,
+) -> Backend:
     if backend is not None and backend not in BACKENDS:
         raise ConfigError(f"unknown backend {backend!r}")
     settings = await anyio.to_thread.run_sync(
@@ -266,19 +312,4 @@ async def list_jobs(
             namespace=namespace,
         )
     )
-    target = runtime.backend_for_settings(settings)
-    ids = await target.list_job_ids()
-    handles: list[JobHandle] = []
-    limiter = anyio.CapacityLimiter(32)
-
-    async def _load(job_id: str) -> None:
-        async with limiter:
-            try:
-                handles.append(await load_handle(target, job_id))
-            except Exception:  # noqa: BLE001 - a half-deleted job must not hide the others
-                return
-
-    async with anyio.create_task_group() as tg:
-        for job_id in ids:
-            tg.start_soon(_load, job_id)
-    return sorted(handles, key=lambda h: (h.created_at, h.job_id), reverse=True)
+    return runtime.backend_for_settings(settings)

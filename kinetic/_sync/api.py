@@ -140,7 +140,24 @@ def list_jobs(
     cluster: str | None = None,
     namespace: str | None = None,
     backend: str | None = None,
+    *,
+    batch: str | None = None,
+    offset: int = 0,
+    limit: int | None = None,
 ) -> list[JobHandle]:
-    """Handles of the recorded jobs, newest first."""
-    found = call(_aio_remote.list_jobs, project, zone, cluster, namespace, backend)
+    """Handles of the recorded jobs, newest first; with ``batch=``, a page of that
+    batch's inputs (see ``kinetic.aio.list_jobs``)."""
+    found = call(
+        functools.partial(
+            _aio_remote.list_jobs,
+            project,
+            zone,
+            cluster,
+            namespace,
+            backend,
+            batch=batch,
+            offset=offset,
+            limit=limit,
+        )
+    )
     return [JobHandle._from_aio(h) for h in found]

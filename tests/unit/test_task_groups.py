@@ -17,8 +17,6 @@ PACKAGE = Path(kinetic.__file__).parent
 EXEMPT = {
     # Each check's failure is caught and becomes its result.
     ("_cli/doctor_checks.py", "_gather"),
-    # Each handle's load is caught: a half-deleted job must not hide the others.
-    ("_engine/remote.py", "list_jobs"),
     # Runs inside subscribe's task group, which is unwrapped.
     ("_backends/gke/watch.py", "_drive"),
     # Its children only wait for events and raise nothing.
