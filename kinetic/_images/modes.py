@@ -152,10 +152,14 @@ async def resolve_job_image(
     def builder() -> ImageBuilder:
         return make_builder(settings, storage, env)
 
-    await runner_image.ensure_image(runtime, builder, lock_storage=storage, progress=progress)
     lines = tuple(requirements_lines(request.project))
     if not lines:
+        await runner_image.ensure_image(runtime, builder, lock_storage=storage, progress=progress)
         return JobImage(runtime.uri, "bundled")
     project = runner_image.project_plan(runtime, lines)
-    await runner_image.ensure_image(project, builder, lock_storage=storage, progress=progress)
+    # A project image is only ever pushed after its runtime: when it is listed, one
+    # registry request was all a warm submission needed.
+    if not await runner_image.image_exists(project.uri):
+        await runner_image.ensure_image(runtime, builder, lock_storage=storage, progress=progress)
+        await runner_image.ensure_image(project, builder, lock_storage=storage, progress=progress)
     return JobImage(project.uri, "bundled")
