@@ -183,7 +183,10 @@ def run_pytest_example(
     proc = subprocess.run(
         # -p names the plugin even where the entry point is not installed (a source tree);
         # the rootdir is the example's own folder, not this project (its pytest settings).
-        [sys.executable, "-m", "pytest", "-p", "kinetic.testing", "-q", "-W", "error",
+        # The examples' async tests use anyio's plugin; pytest-asyncio (installed with the
+        # test extra) is left out: tests/local/test_testing_plugins.py runs its modes.
+        [sys.executable, "-m", "pytest", "-p", "kinetic.testing", "-p", "no:asyncio",
+         "-q", "-W", "error",
          "--rootdir", str(workdir), "-c", os.devnull, module.name],
         cwd=workdir,
         env=env,

@@ -83,7 +83,9 @@ def _run_user_tests(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[s
         "REPORT": str(tmp_path / "report.json"),
     }
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-W", "error", "-c", os.devnull,
+        # pytest-asyncio (the test extra has it) is tried in test_testing_plugins.py.
+        [sys.executable, "-m", "pytest", "-q", "-W", "error", "-p", "no:asyncio",
+         "-c", os.devnull,
          "--rootdir", str(tmp_path), "--basetemp", str(tmp_path / "basetemp"),
          *args, "test_user.py"],
         cwd=tmp_path,
