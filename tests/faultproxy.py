@@ -59,6 +59,9 @@ class Faults:
     latency_rate: float = 0.0
     latency: tuple[float, float] = (0.02, 0.2)
     seed: int = 0
+    script: tuple[str, ...] = ()
+    """Decisions for the first requests, in order ("pass", "status-503", "reset-before",
+    "reset-after"), before the random ones."""
 
 
 def self_signed(where: Path) -> tuple[Path, Path]:
@@ -96,6 +99,7 @@ class FaultProxy:
         self._tls = tls
         self._lifetime = lifetime
         self._rng = random.Random(faults.seed)
+        self._script = list(faults.script)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
         self._ready = threading.Event()
@@ -118,6 +122,7 @@ class FaultProxy:
     def set_faults(self, faults: Faults) -> None:
         """Use other rates from now on (a fresh generator from ``faults.seed``)."""
         self.faults, self._rng = faults, random.Random(faults.seed)
+        self._script = list(faults.script)
 
     # -- lifecycle (called from the test's thread) -------------------------------------
 
@@ -214,6 +219,8 @@ class FaultProxy:
     def _decide(self) -> tuple[str, float]:
         """The fault for one request ("pass", "status-N", "reset-before", "reset-after")
         and its delay."""
+        if self._script:
+            return self._script.pop(0), 0.0
         f, rng = self.faults, self._rng
         delay = rng.uniform(*f.latency) if rng.random() < f.latency_rate else 0.0
         if rng.random() >= f.rate:

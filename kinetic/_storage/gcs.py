@@ -267,14 +267,22 @@ class GCSStorage:
         self, key: str, data: bytes, *, timeout: float = DEFAULT_TIMEOUT
     ) -> bool:
         """Create the object unless one exists (``ifGenerationMatch=0``); return whether
-        it was created. A retried attempt whose first try did land reads as "exists".
+        it was created.
+
+        Each call tags its object with a token of its own (custom metadata): when an
+        attempt's answer is lost (a reset) after the object was created, the retry meets
+        ``412`` and finds its own token, which still reads as "created".
 
         :raises ConfigError: ``key`` is not a valid key.
         :raises StorageError: on failure, or when ``timeout`` seconds ran out.
         """
         check_key(key)
+        token = os.urandom(12).hex()
+        tries = 0
 
         async def op(client: _GCloudStorage, t: int) -> None:
+            nonlocal tries
+            tries += 1
             # Metadata makes this a multipart upload: the one kind every GCS
             # implementation checks the precondition on.
             await client.upload(
@@ -283,7 +291,7 @@ class GCSStorage:
                 data,
                 content_type=_CONTENT_TYPE,
                 parameters={"ifGenerationMatch": "0"},
-                metadata={"metadata": {"kinetic": "create-if-absent"}},
+                metadata={"metadata": {"kinetic": "create-if-absent", "writer": token}},
                 force_resumable_upload=False,
                 timeout=t,
             )
@@ -293,9 +301,17 @@ class GCSStorage:
         except StorageError as exc:
             cause = exc.__cause__
             if isinstance(cause, aiohttp.ClientResponseError) and cause.status == 412:
-                return False
+                return tries > 1 and await self._written_by(key, token, timeout)
             raise
         return True
+
+    async def _written_by(self, key: str, token: str, timeout: float) -> bool:
+        """Whether ``key`` is the object a create_if_absent call with ``token`` made."""
+        try:
+            found = await self._metadata(key, timeout)
+        except ObjectNotFoundError:
+            return False
+        return bool((found.get("metadata") or {}).get("writer") == token)
 
     async def _metadata(self, key: str, timeout: float) -> dict[str, Any]:
         check_key(key)
