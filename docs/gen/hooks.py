@@ -37,8 +37,8 @@ def _code(value: object) -> str:
 
 def accelerators_page() -> str:
     """The accelerator catalog as Markdown: every name Kinetic can request."""
+    from kinetic._core import accel_runtime, k8s_spec
     from kinetic._core import accelerators as acc
-    from kinetic._core import k8s_spec
 
     gpu_rows = []
     for gpu_type, gpu in acc.GPU_CATALOG.items():
@@ -112,10 +112,25 @@ def accelerators_page() -> str:
             f"`{acc.jax_platforms(c)}` for {c.kind.upper()}"
             for c in (acc.CpuConfig(), default_gpu, default_tpu)
         )
-        + ".\n\n## On the local backend\n\n"
+        + ".\n\n## Keras and JAX on every accelerator\n\n"
+        "Every image Kinetic builds carries JAX for its accelerator ("
+        + ", ".join(
+            f"{_code(accel_runtime.default_lines(c)[0].split('==')[0])} for {c.upper()}"
+            for c in accel_runtime.CATEGORIES
+        )
+        + ", at the versions of [the table of defaults](dependencies.md#the-accelerator-runtime-in-every-image)) "
+        "and Keras, and jobs run with `KERAS_BACKEND=jax` unless you set it. "
+        "So a function that does `import keras` needs no requirements file: "
+        "`examples/keras_training.py` (a `keras.Sequential` fit that returns its final "
+        "loss) and `examples/jax_training.py` (a jitted training step) run as they are, "
+        "with `KINETIC_EXAMPLE_ACCELERATOR` naming any accelerator of this page. Pinning "
+        "`jax` or `keras` in your requirements picks their versions.\n\n"
+        "## On the local backend\n\n"
         "A CPU job runs as is. A GPU job holds that many of this machine's GPUs, "
         "exclusively (`CUDA_VISIBLE_DEVICES`); a model the machine lacks runs on the "
-        "model it has, with one warning. A TPU job is an `AcceleratorError` unless you "
+        "model it has, with one warning (and one naming what of the image's runtime this "
+        "interpreter lacks: JAX's CUDA plugin, Keras). A TPU job is an `AcceleratorError` "
+        "unless you "
         "opt in to running it on CPUs with `KINETIC_LOCAL_ACCELERATOR` = "
         + ", ".join(_code(c) for c in acc.LOCAL_ACCELERATOR_CHOICES)
         + ". See [the local backend](local-backend.md).\n"

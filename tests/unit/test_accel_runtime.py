@@ -116,3 +116,12 @@ def test_unknown_category_is_refused() -> None:
 )
 def test_image_python_from_the_base_images_tag(base: str, python: str) -> None:
     assert accel_runtime.image_python(base) == python
+
+
+def test_the_docs_table_of_defaults_is_this_releases() -> None:
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "dependencies.md").read_text()
+    assert f"| `jax` (and `jaxlib`, the CUDA plugin) | {DEFAULTS['jax']} |" in page
+    assert f"| `keras` | {DEFAULTS['keras']} |" in page
+    assert f"`jax[tpu]=={DEFAULTS['jax']}` requires" in page
