@@ -13,8 +13,9 @@ import pytest
 
 from kinetic._core import image_spec
 from kinetic._core.config import resolve_settings
+from kinetic._engine.runtime_resolve import ResolvedRuntime
 from kinetic._exceptions import BackendError, ConfigError, ImageBuildError
-from kinetic._images import build_lock
+from kinetic._images import build_lock, runner_image
 from kinetic._images.builder import choose_builder
 from kinetic._images.docker import Registry
 from kinetic._storage.local import LocalStorage
@@ -289,3 +290,21 @@ async def test_unreachable_registry_is_a_backend_error() -> None:
     reg = Registry("127.0.0.1:1", transport=httpx.MockTransport(refuse))
     with pytest.raises(BackendError, match="registry 127.0.0.1:1: ConnectError"):
         await reg.has_tag("x", "y")
+
+
+def test_projects_share_one_runtime_image_and_differ_only_in_their_own() -> None:
+    tpu = ResolvedRuntime("tpu", "3.11", ("jax==0.10.2", "keras==3.15.1", "libtpu==0.0.42.1"))
+    runtime = runner_image.runtime_plan("reg/kt", "python:3.11-slim", tpu)
+    assert runtime == runner_image.runtime_plan("reg/kt", "python:3.11-slim", tpu)
+    assert runtime.uri.startswith("reg/kt/kinetic-runtime:k")
+    assert "libtpu==0.0.42.1" in runtime.requirements
+    pinned = ResolvedRuntime("tpu", "3.11", ("jax==0.7.0", "keras==3.15.1", "libtpu==0.0.19.1"))
+    assert runner_image.runtime_plan("reg/kt", "python:3.11-slim", pinned).uri != runtime.uri
+    cpu = ResolvedRuntime("cpu", "3.11", ("jax==0.10.2", "keras==3.15.1"))
+    assert runner_image.runtime_plan("reg/kt", "python:3.11-slim", cpu).uri != runtime.uri
+    a = runner_image.project_plan(runtime, ("tabulate",))
+    b = runner_image.project_plan(runtime, ("tabulate==0.8.10",))
+    assert a.base_image == b.base_image == runtime.uri  # FROM the shared runtime
+    assert a.uri != b.uri
+    assert a.uri.startswith("reg/kt/kinetic-runner:p")
+    assert a.requirements == runtime.requirements  # its pins: the project's constraints
