@@ -16,6 +16,8 @@ The blocking API lives here; the async originals, with the same names, in
 
 from __future__ import annotations
 
+# First: Kinetic's own top-level `runner` package, or a clear error naming the impostor.
+from kinetic import _runner_guard  # noqa: F401  # isort: skip
 from kinetic import aio
 from kinetic._core.status import JobStatus, StatusReport
 from kinetic._data.data import Data

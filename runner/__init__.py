@@ -9,4 +9,12 @@ runner's GCS access is Kinetic's, on a private loop, rather than a second client
 Modules without a leading underscore (``protocol``, ``job``, ``fs``, ``store``,
 ``results_log``, ``walk``, ``contexts``, ``data``, ...) are the ones Kinetic's client
 side shares; ``_main``, ``_member`` and ``_tee`` are the runner's own.
+
+The name ``runner`` is also an unrelated project's on the package index: installed in
+the same environment, it would overwrite or shadow this package. :data:`KINETIC_RUNNER`
+marks this one; ``import kinetic`` and ``python -m runner`` refuse a ``runner``
+without it, saying so (docs/architecture.md, "Packaging notes").
 """
+
+KINETIC_RUNNER = 1
+"""The mark of Kinetic's runner (a version of the runner protocol's layout)."""
