@@ -66,8 +66,8 @@ async def test_up_annotates_records_its_cloud_side_and_down_removes_exactly_that
     client, ns = kube
     google = FakeGoogle(project="kt")
     google.buckets.add("kt-kn-c-jobs")
-    spec = SetupSpec(namespace=ns, lws_crd=False, gcp_service_account=GSA)
     side = CloudSpec("kt", "us-central1", "c", ns, "kinetic", "kt-kn-c-jobs", ("n@kt",))
+    spec = SetupSpec(namespace=ns, lws_crd=False, gcp_service_account=side.gsa)
     async with GoogleRest(token, transport=google.transport(), poll_interval=0.001) as rest:
         # An up from before the Google side existed: a service account with no annotation.
         plain = await ops.set_up(client, None, SetupSpec(namespace=ns, lws_crd=False))
@@ -78,7 +78,7 @@ async def test_up_annotates_records_its_cloud_side_and_down_removes_exactly_that
         assert results[f"ServiceAccount {ns}/kinetic"] == "annotated"
         assert sum(r == "created" for r in results.values()) == 6  # repo, account, 4 grants
         account = await client.get(f"/api/v1/namespaces/{ns}/serviceaccounts/kinetic", what="sa")
-        assert account["metadata"]["annotations"][WI_ANNOTATION] == GSA
+        assert account["metadata"]["annotations"][WI_ANNOTATION] == side.gsa
         record = await ops.teardown_plan(client, ns)
         assert [i.kind for i in record.cloud] == ["repository", "service-account"] + ["grant"] * 4
 
@@ -87,7 +87,7 @@ async def test_up_annotates_records_its_cloud_side_and_down_removes_exactly_that
         assert (await ops.teardown_plan(client, ns)) == record
 
         lines = ops.describe(record, ns)
-        assert f"Google service account {GSA}" in lines
+        assert f"Google service account {side.gsa}" in lines
         gone = await ops.tear_down(client, None, ns, cloud=removal(rest))
         assert {o.result for o in gone} == {"deleted"}
         assert google.repositories == {}
@@ -100,8 +100,8 @@ async def test_a_failed_cloud_step_still_records_what_it_made(
 ) -> None:
     client, ns = kube
     google = FakeGoogle(project="kt")  # no bucket: its grant fails
-    spec = SetupSpec(namespace=ns, lws_crd=False, gcp_service_account=GSA)
     side = CloudSpec("kt", "us-central1", "c", ns, "kinetic", "kt-kn-c-jobs")
+    spec = SetupSpec(namespace=ns, lws_crd=False, gcp_service_account=side.gsa)
     async with GoogleRest(token, transport=google.transport(), poll_interval=0.001) as rest:
         with pytest.raises(BackendError, match="bucket kt-kn-c-jobs does not exist"):
             await ops.set_up(client, None, spec, cloud=cloud_step(rest, side))
