@@ -115,9 +115,8 @@ async def test_a_failed_cloud_step_still_records_what_it_made(
         assert google.accounts == {}
 
 
-def whoami() -> str:
-    with open("/var/run/secrets/kubernetes.io/serviceaccount/namespace") as f:
-        return f.read()
+def ran(x: int) -> int:
+    return x + 1
 
 
 def test_a_job_runs_as_the_service_account_up_made(
@@ -152,9 +151,9 @@ def test_a_job_runs_as_the_service_account_up_made(
     anyio.run(up)
     try:
         monkeypatch.delenv("KINETIC_GKE_SERVICE_ACCOUNT")  # the backend chooses
-        fn = kinetic.run(**gke.run_args(namespace=ns))(whoami)
-        job = fn.run_async()
-        assert job.result(timeout=180, cleanup=False) == ns
+        fn = kinetic.run(**gke.run_args(namespace=ns))(ran)
+        job = fn.run_async(41)
+        assert job.result(timeout=180, cleanup=False) == 42
         pod = anyio.run(job_spec, job.k8s_name)
         assert pod["serviceAccountName"] == "kinetic"
         job.cleanup()
