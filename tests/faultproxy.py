@@ -27,6 +27,7 @@ stops by itself after ``lifetime`` seconds, and :meth:`FaultProxy.close` stops i
 from __future__ import annotations
 
 import asyncio
+import io
 import random
 import ssl
 import subprocess
@@ -254,12 +255,13 @@ class FaultProxy:
         assert self._session is not None
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP}
         streaming = request.query.get("watch") == "true" or request.query.get("follow") == "true"
+        body = await request.read() if request.body_exists else b""
         try:
             async with self._session.request(
                 request.method,
                 self.upstream + request.path_qs,
                 headers=headers,
-                data=await request.read() if request.body_exists else None,
+                data=io.BytesIO(body) if body else None,  # (aiohttp warns on large bytes)
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
                 allow_redirects=False,
             ) as upstream:
@@ -268,12 +270,12 @@ class FaultProxy:
                     if key.lower() not in _HOP:
                         out.headers.add(key, value)
                 if not streaming:
-                    body = await upstream.read()
+                    answer = await upstream.read()
                     if cut:  # served upstream; the answer is lost on the way back
                         return _abort(request)
-                    out.content_length = len(body)
+                    out.content_length = len(answer)
                     await out.prepare(request)
-                    await out.write(body)
+                    await out.write(answer)
                     await out.write_eof()
                     return out
                 self.counts["streams"] += 1

@@ -28,7 +28,7 @@ import kinetic
 from kinetic import JobStatus
 from kinetic._engine import runtime
 from tests.faultproxy import FaultProxy, Faults, proxies
-from tests.fix_cluster import REPO, GKETarget
+from tests.fix_cluster import REPO, GKETarget, run_python
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
 
@@ -323,10 +323,18 @@ def test_a_corrupted_result_in_storage_is_a_result_error(faulty: Faulty) -> None
     changed = bytearray(stored)
     changed[-12] ^= 0x01
     faulty.put_object(key, bytes(changed))
-    again = kinetic.attach_batch(batch.group_id, backend="gke", **_where(faulty))
-    out = again.results(timeout=120, cleanup=False, return_exceptions=True)
-    assert isinstance(out[2], kinetic.ResultError), out
-    assert out[:2] + out[3:] == [0, 3, 9, 12, 15]
+    assert faulty.get_object(key) == bytes(changed)
+    # Another process (this one's loop keeps the outcomes it read) attaches and reads.
+    code = f"""
+import kinetic
+batch = kinetic.attach_batch({batch.group_id!r}, backend="gke", **{_where(faulty)!r})
+out = batch.results(timeout=120, cleanup=False, return_exceptions=True)
+print([type(v).__name__ if isinstance(v, BaseException) else v for v in out])
+print(out[2])
+"""
+    shown = run_python(code).stdout.splitlines()
+    assert shown[0] == "[0, 3, 'ResultError', 9, 12, 15]", shown
+    assert "corrupted" in shown[1], shown
     batch.cleanup()
     record("corrupted_results", {"single_job": "ResultError", "pool_outcome": "ResultError"})
 
