@@ -8,6 +8,10 @@ account. The Google side (IAM, Artifact Registry: no emulator exists) is
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
@@ -157,5 +161,63 @@ def test_a_job_runs_as_the_service_account_up_made(
         pod = anyio.run(job_spec, job.k8s_name)
         assert pod["serviceAccountName"] == "kinetic"
         job.cleanup()
+    finally:
+        anyio.run(clean)
+
+
+def test_doctor_checks_the_identity_up_set_up(testbed: fix_cluster.Testbed) -> None:
+    """Where jobs reach Google Cloud for real (no storage emulator), doctor reads the
+    service account's Workload Identity annotation, then checks the Google side
+    (here without Google credentials: each piece says it was not checked, and how to
+    get them)."""
+    env = testbed.env
+    ns = f"kn-id-{uuid.uuid4().hex[:8]}"
+    gsa = CloudSpec("kt", "us-central1", "cdoc", ns, "kinetic").gsa
+
+    async def up() -> None:
+        client = KubeClient(kubeconfig=env["KUBECONFIG"])
+        try:
+            spec = SetupSpec(namespace=ns, lws_crd=False, gcp_service_account=gsa)
+            await ops.set_up(client, None, spec)
+        finally:
+            await client.aclose()
+
+    async def clean() -> None:
+        client = KubeClient(kubeconfig=env["KUBECONFIG"])
+        try:
+            await client._request("DELETE", f"/api/v1/namespaces/{ns}", what="clean up")
+        finally:
+            await client.aclose()
+
+    anyio.run(up)
+    try:
+        child = {k: v for k, v in os.environ.items() if k != "STORAGE_EMULATOR_HOST"}
+        child.update(
+            KUBECONFIG=env["KUBECONFIG"],
+            DOCKER_HOST=env["DOCKER_HOST"],
+            KINETIC_IMAGE_REGISTRY=env["KINETIC_TESTBED_REGISTRY"],
+            KINETIC_BACKEND="gke",
+            KINETIC_PROJECT="kt",
+            KINETIC_CLUSTER="cdoc",
+            KINETIC_NAMESPACE=ns,
+            GOOGLE_APPLICATION_CREDENTIALS=env["KUBECONFIG"] + ".absent",
+        )
+        child.pop("KINETIC_GKE_SERVICE_ACCOUNT", None)
+        proc = subprocess.run(
+            [sys.executable, "-m", "kinetic", "doctor", "--json", "--timeout", "5"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+            env=child,
+        )
+        checks = {c["name"]: c for c in json.loads(proc.stdout)["checks"]}
+        account = checks["service-account"]
+        assert account["level"] == "ok", account
+        assert account["detail"] == f"pods run as {ns}/kinetic, acting as {gsa} (Workload Identity)"
+        for name in ("google-service-account", "bucket-access", "registry-access"):
+            assert checks[name]["level"] == "warn", checks[name]
+            assert checks[name]["detail"].startswith("not checked: no usable Google credentials")
+            assert "gcloud auth application-default login" in checks[name]["hint"]
     finally:
         anyio.run(clean)
