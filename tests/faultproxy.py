@@ -287,9 +287,10 @@ class FaultProxy:
                 await out.write_eof()
                 return out
         except (aiohttp.ClientError, ConnectionError) as exc:
-            self.counts["upstream_errors"] += 1
             if request.transport is None or request.transport.is_closing():
-                raise asyncio.CancelledError from exc  # our client went away
+                self.counts["client_gone"] += 1  # it closed a watch, say
+                raise asyncio.CancelledError from exc
+            self.counts["upstream_errors"] += 1
             return web.json_response({"message": f"proxy: {exc}"}, status=502)
 
 
