@@ -11,7 +11,14 @@ Layers, as elsewhere in Kinetic:
   :mod:`kinetic._infra.bucket` -- the IO edges (Kubernetes API, Container API over
   httpx, the Storage JSON API's bucket calls over httpx), each call bounded by a timeout
   and its failures translated into Kinetic's exception tree.
-* :mod:`kinetic._infra.ops` -- the orchestration the commands run.
+* :mod:`kinetic._infra.iam`, :mod:`kinetic._infra.registry`,
+  :mod:`kinetic._infra.identity` -- pure: Google REST calls as values, IAM policy
+  edits, the Artifact Registry repository, the pods' Google service account and
+  Workload Identity, the grants ``up`` wants and the record of what it made in Google
+  Cloud; :mod:`kinetic._infra.google_rest` sends them (IAM, Artifact Registry,
+  Resource Manager, bucket IAM over httpx).
+* :mod:`kinetic._infra.ops` -- the orchestration the commands run;
+  :mod:`kinetic._infra.cloud` -- its Google Cloud part.
 
 ``lws-crd.json`` is the LeaderWorkerSet CustomResourceDefinition ``up`` installs (the
 testbed installs the same file).

@@ -42,8 +42,9 @@ Progress = Callable[[str], None]
 STEP_TIMEOUT = 60.0
 POLICY_ATTEMPTS = 5
 """Read-modify-write rounds of one policy edit (each 409 costs one)."""
-PROPAGATION_ATTEMPTS = 10
-"""Tries of a policy naming a GSA that the IAM API does not know everywhere yet."""
+PROPAGATION_ATTEMPTS = 30
+"""Tries of a policy naming a GSA that the IAM API does not know everywhere yet
+(``poll_interval`` apart: about a minute, as new accounts may take)."""
 
 
 def _quiet(_: str) -> None:

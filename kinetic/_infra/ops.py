@@ -6,9 +6,14 @@ Theory of operation
 asks :func:`~kinetic._infra.plan.decide_up` what to do, creates what is missing in
 order (namespace first; the CRD waited for until Established), creates the bucket
 when absent, and writes the record of what it created -- also when a later step
-fails (shielded), so that ``down`` can always remove what exists. :func:`tear_down`
-deletes exactly the recorded objects (:func:`~kinetic._infra.plan.down_order`, each
-with its uid as precondition), empties and deletes the bucket if ``up`` created it,
+fails (shielded), so that ``down`` can always remove what exists. On GKE a ``cloud``
+step given by the caller (:func:`kinetic._infra.cloud.ensure`: the image repository,
+the pods' Google service account, the IAM grants) runs after the bucket, and what it
+creates is recorded with the rest; a service account an earlier ``up`` made gets the
+Workload Identity annotation it lacks. :func:`tear_down` deletes exactly the
+recorded objects (:func:`~kinetic._infra.plan.down_order`, each with its uid as
+precondition), removes the recorded Google Cloud items (the caller's ``cloud``
+removal) and forgets them, empties and deletes the bucket if ``up`` created it,
 then the record, and last the namespace if ``up`` created it (waiting until it is
 gone). Each step is reported through ``progress`` and bounded by ``timeout``. A
 second ``down`` finds no record and does nothing.
