@@ -25,6 +25,7 @@ import cloudpickle
 from kinetic._backends.base import Backend
 from kinetic._backends.local import LocalBackend
 from kinetic._core.accelerators import AcceleratorConfig
+from kinetic._core.arg_checks import check_timeout
 from kinetic._core.config import Settings, capture_env
 from kinetic._core.exception_groups import one_error
 from kinetic._core.ids import check_group_id, new_group_id
@@ -224,35 +225,35 @@ async def attach_batch(
     poll_timeout: float | None = None,
     *,
     backend: str | None = None,
-    timeout: float = 60.0,
+    timeout: float | None = None,
 ) -> BatchHandle:
     """Rebuild a batch's handle in any process, and make sure it is driven to completion.
 
-    If the submitting process is still recording the batch, waits (up to ``timeout``
-    seconds, or ``poll_timeout`` when given, as the original names it) for the manifest,
-    reading it every ``poll_interval`` seconds (default 0.05); if the submitter died
-    before committing the batch, that is a clear error: its inputs were never all
-    recorded.
+    If the submitting process is still recording the batch, waits for the manifest,
+    reading it every ``poll_interval`` seconds (default 0.05): for as long as it takes
+    (``None``, the default, as the original's ``poll_timeout=None``), or up to
+    ``poll_timeout`` (the original's name) or ``timeout`` seconds. If the submitter died
+    before committing the batch (seen from its machine), that is a clear error at once:
+    its inputs were never all recorded.
 
     :raises ConfigError: for a malformed id or a non-positive interval or timeout.
-    :raises JobNotFoundError: for an unknown batch.
+    :raises JobNotFoundError: for an unknown batch, one whose submitter died before
+        committing it, or one still not committed when the timeout passed.
     """
     check_group_id(group_id)
     if poll_timeout is not None:
         timeout = poll_timeout
     interval = _RECORDING_POLL if poll_interval is None else poll_interval
-    if interval <= 0 or timeout < 0:
-        raise ConfigError(
-            f"attach_batch: poll_interval must be > 0 and the timeout >= 0 "
-            f"(got {interval!r}, {timeout!r})"
-        )
+    check_timeout("poll_timeout", timeout)
+    if isinstance(interval, bool) or not isinstance(interval, (int, float)) or interval <= 0:
+        raise ConfigError(f"attach_batch: poll_interval must be > 0, got {interval!r}")
     settings = await anyio.to_thread.run_sync(
         partial(settings_with_code, backend=backend, project=project, cluster=cluster)
     )
     target = runtime.backend_for_settings(settings)
     runner_for(target)  # raises BackendError for a backend without batches
     storage = target.storage
-    deadline = time.monotonic() + timeout
+    deadline = None if timeout is None else time.monotonic() + timeout
     while True:
         try:
             manifest = protocol.load_manifest(
@@ -269,10 +270,17 @@ async def attach_batch(
         # The pid says something only on the machine that recorded the batch.
         here = recording.get("host", socket.gethostname()) == socket.gethostname()
         gone = here and not _pid_alive(int(recording.get("pid", 0)))
-        if gone or time.monotonic() > deadline:
+        if gone:
             raise JobNotFoundError(
                 f"batch {group_id} was never fully recorded (its submitting process stopped "
                 "before all inputs were stored); submit it again"
+            )
+        if deadline is not None and time.monotonic() > deadline:
+            raise JobNotFoundError(
+                f"batch {group_id} was not fully recorded within {timeout}s (its submitting "
+                f"process, pid {recording.get('pid')} on {recording.get('host')}, may still "
+                "be recording it, or have stopped): attach again later, or with "
+                "poll_timeout=None to wait for as long as it takes"
             )
         await anyio.sleep(interval)
     handle = BatchHandle(backend=target, manifest=manifest)

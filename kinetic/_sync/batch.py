@@ -184,7 +184,7 @@ def attach_batch(
     poll_timeout: float | None = None,
     *,
     backend: str | None = None,
-    timeout: float = 60.0,
+    timeout: float | None = None,
 ) -> BatchHandle:
     """Rebuild a batch's handle in any process; see ``kinetic.aio.attach_batch``."""
     return BatchHandle(

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -79,3 +82,45 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
         timeout=120,
         check=False,
     )
+
+
+class _HourlyClock:
+    """``time`` for attach_batch's deadline: an hour passes at every reading."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        self.now += 3600.0
+        return self.now
+
+
+def test_attach_batch_with_poll_timeout_none_waits_for_as_long_as_it_takes(
+    kinetic_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kinetic._engine import batch_submit
+
+    batch = kinetic.run()(double).run_async_map([1, 2])
+    assert batch.results(timeout=120, cleanup=False) == [2, 4]
+    group = kinetic_env / "storage" / "_groups" / batch.group_id
+    manifest = group / "manifest.json"
+    aside = group / "manifest.aside"
+    manifest.rename(aside)  # as if still being recorded, by this (live) process
+    (group / "recording.json").write_text(
+        json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started_at": "x"})
+    )
+    # The submitter commits the batch a little later (whenever: nothing here is timed).
+    committer = threading.Timer(0.3, aside.rename, (manifest,))
+    with monkeypatch.context() as patched:
+        patched.setattr(batch_submit, "time", _HourlyClock())  # a 60 s deadline would pass
+        committer.start()
+        try:
+            again = kinetic.attach_batch(batch.group_id, poll_timeout=None, poll_interval=0.001)
+        finally:
+            committer.join()
+    assert again.results(cleanup=False) == [2, 4]
+    # A bounded wait still ends, with a message that says what is known.
+    manifest.rename(aside)
+    with pytest.raises(kinetic.JobNotFoundError, match="not fully recorded within 0s"):
+        kinetic.attach_batch(batch.group_id, poll_timeout=0)
+    aside.rename(manifest)
