@@ -78,6 +78,12 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
             help=f"seconds a GKE operation may take (default: {DEFAULT_TIMEOUT:g})",
         )
 
+    def plan_flags(p: argparse.ArgumentParser) -> None:
+        # As the original's: --yes answers its question (up and pool add ask none);
+        # --preview prints the plan and changes nothing.
+        p.add_argument("-y", "--yes", action="store_true", help="do not ask first")
+        p.add_argument("--preview", action="store_true", help="print the plan; change nothing")
+
     def nodes(p: argparse.ArgumentParser, *, required: bool) -> None:
         p.add_argument("--accelerator", required=required, help="an accelerator of the catalog")
         p.add_argument("--min-nodes", type=int, help="autoscaling lower bound (default 0)")
@@ -98,6 +104,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     up.add_argument("--no-lws-crd", action="store_true", help="do not install the LWS CRD")
     nodes(up, required=False)
     up.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    plan_flags(up)
 
     down = sub.add_parser(
         "down",
@@ -124,14 +131,15 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     add.add_argument("--name", help="pool name (default: from the accelerator)")
     add.add_argument("--machine-type", help="override the catalog's machine type")
     add.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT)
+    plan_flags(add)
     listing = pools.add_parser("list", help="list the node pools")
     listing.add_argument("--json", action="store_true", help="one JSON object on stdout")
     remove = pools.add_parser("remove", help="delete a node pool")
     remove.add_argument("name", nargs="?", help="pool name")
     remove.add_argument("--accelerator", help="the pool made for this accelerator")
     remove.add_argument("--spot", action="store_true")
-    remove.add_argument("-y", "--yes", action="store_true", help="do not ask first")
     remove.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT)
+    plan_flags(remove)
 
 
 def run(ns: argparse.Namespace) -> int:
@@ -341,6 +349,15 @@ def _up(ns: argparse.Namespace) -> int:
 
         pool_body = node_pool(
             ns.accelerator, min_nodes=ns.min_nodes, max_nodes=ns.max_nodes, spot=ns.spot
+        )
+    if ns.preview:
+        from kinetic._cli import preview
+
+        lines = preview.up_plan(
+            gke=target.gke, settings=target.settings, spec=target.spec, pool=pool_body
+        )
+        return preview.show(
+            "up", "make sure these exist (creating what is missing)", lines, ns.json
         )
 
     async def main() -> list[Outcome]:
@@ -610,6 +627,10 @@ def _pool(ns: argparse.Namespace) -> int:
             name=ns.name,
             machine_type=ns.machine_type,
         )
+        if ns.preview:
+            from kinetic._cli import preview
+
+            return preview.show("pool add", "create", [preview.pool_line(body, s.cluster)])
 
         async def add() -> None:
             async with _session(target) as session:
@@ -627,6 +648,10 @@ def _pool(ns: argparse.Namespace) -> int:
     if bool(ns.name) == bool(ns.accelerator):
         raise ConfigError("pool remove: give a pool NAME or --accelerator (one of them)")
     name = ns.name or gke_api.pool_name(_accelerator(ns.accelerator, ns.spot))
+    if ns.preview:
+        from kinetic._cli import preview
+
+        return preview.show("pool remove", "delete", [f"node pool {name} of {s.cluster}"])
     stop = _confirm(
         "kinetic pool remove will delete:", [f"node pool {name} of {s.cluster}"], ns.yes
     )

@@ -5,7 +5,8 @@
     kinetic profile ls [--json]
     kinetic profile use NAME
     kinetic profile show [NAME] [--json]      default: the active profile
-    kinetic profile rm NAME
+    kinetic profile rm NAME [-y]              asks first on a terminal; -y does not
+    kinetic profile unset                     no current profile (the defaults apply)
 
 The file is ``KINETIC_PROFILES_FILE``, else ``~/.kinetic/profiles.json`` (``$HOME``
 decides ``~``), in the format jobs read::
@@ -26,11 +27,12 @@ import copy
 import json
 import os
 import re
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from kinetic._cli._output import EXIT_OK, emit_json, report_error, table
+from kinetic._cli._output import EXIT_FAILED, EXIT_OK, emit_json, report_error, table
 from kinetic._core.config import PROFILE_FIELDS, parse_profiles
 from kinetic._exceptions import ConfigError, KineticError, ProfileError
 
@@ -94,6 +96,21 @@ def without_profile(document: dict[str, Any], name: str) -> dict[str, Any]:
     if doc.get("current") == name:
         del doc["current"]
     return doc
+
+
+def without_current(document: dict[str, Any]) -> dict[str, Any]:
+    """A copy of ``document`` with no current profile. Pure."""
+    doc = copy.deepcopy(document)
+    doc.pop("current", None)
+    return doc
+
+
+def _confirmed(question: str) -> bool:
+    """Ask ``question`` on a terminal; without one (a script), go on as before ``-y``
+    existed."""
+    if not sys.stdin.isatty():
+        return True
+    return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
 
 
 # --------------------------------------------------------------------------- the file
@@ -164,7 +181,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     show = actions.add_parser("show", help="one profile's fields (default: the active one)")
     show.add_argument("name", nargs="?")
     show.add_argument("--json", action="store_true", help="one JSON object on stdout")
-    actions.add_parser("rm", help="delete a profile").add_argument("name")
+    rm = actions.add_parser("rm", help="delete a profile")
+    rm.add_argument("name")
+    rm.add_argument("-y", "--yes", action="store_true", help="do not ask first")
+    actions.add_parser("unset", help="make no profile the current one")
 
 
 def run(ns: argparse.Namespace) -> int:
@@ -188,8 +208,23 @@ def run(ns: argparse.Namespace) -> int:
             print(f"current profile: {ns.name}")
             return EXIT_OK
         if ns.action == "rm":
-            write_document(path, without_profile(document, ns.name))
+            remaining = without_profile(document, ns.name)
+            if not ns.yes and not _confirmed(f"remove profile {ns.name} from {path}?"):
+                print("kinetic: nothing removed", file=sys.stderr)
+                return EXIT_FAILED
+            write_document(path, remaining)
             print(f"removed profile {ns.name}")
+            return EXIT_OK
+        if ns.action == "unset":
+            was = document.get("current")
+            write_document(path, without_current(document))
+            print(f"no current profile (was: {was})" if was else "no current profile")
+            if os.environ.get("KINETIC_PROFILE"):
+                print(
+                    f"kinetic: KINETIC_PROFILE={os.environ['KINETIC_PROFILE']} still selects "
+                    "a profile in this shell",
+                    file=sys.stderr,
+                )
             return EXIT_OK
         if ns.action == "ls":
             return _list(document, path, ns.json)
