@@ -27,6 +27,7 @@ import pytest
 import kinetic
 from kinetic import JobStatus
 from kinetic._engine import runtime
+from kinetic._sync import portal
 from tests.faultproxy import FaultProxy, Faults, proxies
 from tests.fix_cluster import REPO, GKETarget, run_python
 
@@ -123,7 +124,12 @@ def faulty(gke: GKETarget, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> I
         monkeypatch.setenv(
             "KUBECONFIG", str(proxied_kubeconfig(kubeconfig, api.url, tmp_path / "kubeconfig"))
         )
-        yield Faulty(gke=gke, storage=storage, api=api)
+        try:
+            yield Faulty(gke=gke, storage=storage, api=api)
+        finally:
+            # The sync facade's loop keeps its Kubernetes clients, which would go on
+            # talking to this test's proxies, gone after it.
+            portal.call(runtime.aclose_backends)
 
 
 def record(section: str, figures: dict[str, Any]) -> None:
