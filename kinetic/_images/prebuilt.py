@@ -3,7 +3,8 @@
 Each is the category's runtime image (:func:`kinetic._images.runner_image.runtime_plan`:
 JAX for the category and Keras at this release's default versions, Kinetic's runner,
 ``uv`` so that a pod installs the job's requirements at start, :mod:`runner.install`),
-pushed under this name. Its content is the bundled runtime image's, so a registry
+pushed under this name, on its environment image (``kinetic-env``, shared with bundled
+images of the same runtime). Its content is the bundled runtime image's, so a registry
 holding both stores its layers once. ``kinetic build-image`` builds and pushes them with
 the selected builder.
 """
@@ -69,6 +70,8 @@ async def build_base_images(
             base_plan, repo, category, tag, base_image, runtime
         )
         if rebuild or not await runner_image.image_exists(the_plan.uri):
+            if the_plan.parent is not None:  # the environment image: built once, kept
+                await runner_image.ensure_image(the_plan.parent, lambda: builder, progress=progress)
             await runner_image.build(the_plan, builder, progress=progress)
         elif progress is not None:
             progress(f"{the_plan.uri} is already in its registry (--rebuild to replace it)")

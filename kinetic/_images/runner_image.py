@@ -1,19 +1,21 @@
 """Build (once) and push Kinetic's images: content-addressed, offline, cached.
 
-Two kinds of plan (see :mod:`kinetic._core.image_spec`): :func:`plan` for a runner
-image, which with a resolved runtime set (:func:`runtime_plan`) is the **runtime
-image** of a category, shared by every project and the same image as the prebuilt
-base; and :func:`project_plan` for a project's requirements ``FROM`` a runtime image.
+Three kinds of plan stack (see :mod:`kinetic._core.image_spec`): :func:`env_plan` for
+the environment image (the venv with the runtime set, the heavy one), :func:`runner_plan`
+for Kinetic's source on it (with a resolved runtime set, :func:`runtime_plan`, the
+**runtime image** of a category, shared by every project and the same image as the
+prebuilt base), and :func:`project_plan` for a project's requirements ``FROM`` a runtime
+image.
 
-:func:`ensure_image` computes an image's tag from its inputs
-(:func:`kinetic._core.image_spec.image_tag`, :func:`~kinetic._core.image_spec.project_tag`):
-the accelerator category, the base image, the runtime set and Kinetic's own
-dependencies pinned, the source of the ``kinetic`` and ``runner`` packages, and
-(project images) the runtime image and the user's lines. If the registry already has
-that tag, it is returned at once (one
-registry request; none for a tag this process already saw). Otherwise the wheels are
-downloaded on this host (``pip download``, cached under ``~/.cache/kinetic/wheels/``)
-so the build needs no network, the build context is assembled, one builder (the
+:func:`ensure_image` computes an image's tag from exactly its inputs
+(:mod:`kinetic._core.image_spec`): the accelerator category, the base image and the
+pinned set (environment images); the environment image and the source of the
+``kinetic`` and ``runner`` packages (runner images); the runtime image and the user's
+lines (project images). If the registry already has that tag, it is returned at once
+(one registry request; none for a tag this process already saw). Otherwise the images
+it is built ``FROM`` are ensured first, the wheels are downloaded on this host (``pip
+download``, cached under ``~/.cache/kinetic/wheels/``) so the build needs no network,
+the build context is assembled, one builder (the
 Docker Engine or Cloud Build) builds and pushes it, and the registry must then list
 the tag. One build per tag runs at a time: in this process (a lock per tag) and
 across processes sharing a store (:mod:`kinetic._images.build_lock`).
@@ -51,6 +53,8 @@ DISTRIBUTION = "kinetic-aio"
 PLATFORMS = PIP_PLATFORMS
 RUNTIME_REPOSITORY = "kinetic-runtime"
 """Where runtime images go in the image registry (project images: ``kinetic-runner``)."""
+ENV_REPOSITORY = "kinetic-env"
+"""Where environment images (the venv with the runtime) go."""
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*")
 _LOCKS: dict[str, anyio.Lock] = {}
 _KNOWN: set[str] = set()
@@ -61,9 +65,15 @@ _KNOWN: set[str] = set()
 class BuildPlan:
     """What an image is made of, and where it goes.
 
-    A runner (runtime) image when ``user_requirements`` is empty: ``requirements`` on
-    ``base_image``, with ``sources``. A project image otherwise: ``user_requirements``
-    on ``base_image`` (a runtime image) under the ``requirements`` as constraints.
+    ``kind`` is one of (see :mod:`kinetic._core.image_spec`):
+
+    - ``env``: ``requirements`` installed on ``base_image``;
+    - ``runner``: ``sources`` on ``base_image`` (its ``parent``, an ``env`` image);
+    - ``project``: ``user_requirements`` on ``base_image`` (its ``parent``, a runner
+      image) under the ``requirements`` (the runner's pins) as constraints.
+
+    ``parent`` is the plan of the image this one is built ``FROM`` (None for ``env``):
+    :func:`ensure_image` makes sure it exists first.
     """
 
     uri: str
@@ -76,10 +86,8 @@ class BuildPlan:
     sources: dict[str, bytes]
     user_requirements: tuple[str, ...] = ()
     python: str = "3.11"
-
-    @property
-    def is_project(self) -> bool:
-        return bool(self.user_requirements)
+    kind: str = "runner"
+    parent: BuildPlan | None = None
 
 
 def pinned_requirements(distribution: str = DISTRIBUTION) -> list[str]:
@@ -152,31 +160,51 @@ def plan(
     the sources), then pure.
     """
     pinned, _, _ = runner_inputs()
-    return _runner_plan(
-        registry, base_image, repository, category, (*pinned, *extra_requirements), python
-    )
+    env = env_plan(registry, base_image, (*pinned, *extra_requirements), category, python)
+    return runner_plan(env, repository)
 
 
-def _runner_plan(
+def env_plan(
     registry: str,
     base_image: str,
-    repository: str,
-    category: str,
     requirements: tuple[str, ...],
-    python: str,
+    category: str = "cpu",
+    python: str = "3.11",
 ) -> BuildPlan:
-    _, sources, digests = runner_inputs()
-    tag = image_spec.image_tag(base_image, requirements, digests, category=category)
+    """The environment image of ``requirements`` (exact pins) on ``base_image``, in
+    ``{registry}/kinetic-env``. Pure."""
+    tag = image_spec.env_tag(base_image, requirements, category=category)
     return BuildPlan(
-        uri=image_spec.image_uri(registry, tag, repository),
+        uri=image_spec.image_uri(registry, tag, ENV_REPOSITORY),
         registry=registry,
-        repository=repository,
+        repository=ENV_REPOSITORY,
         tag=tag,
         base_image=base_image,
         category=category,
         requirements=requirements,
-        sources=sources,
+        sources={},
         python=python,
+        kind="env",
+    )
+
+
+def runner_plan(env: BuildPlan, repository: str = image_spec.DEFAULT_REPOSITORY) -> BuildPlan:
+    """Kinetic's source on the environment image ``env``, in ``{registry}/{repository}``.
+    Blocking the first time in a process (reads the sources), then pure."""
+    _, sources, digests = runner_inputs()
+    tag = image_spec.runner_tag(env.uri, digests)
+    return BuildPlan(
+        uri=image_spec.image_uri(env.registry, tag, repository),
+        registry=env.registry,
+        repository=repository,
+        tag=tag,
+        base_image=env.uri,
+        category=env.category,
+        requirements=env.requirements,
+        sources=sources,
+        python=env.python,
+        kind="runner",
+        parent=env,
     )
 
 
@@ -188,11 +216,11 @@ def runtime_inputs() -> tuple[str, ...]:
 
 
 def runtime_plan(registry: str, base_image: str, runtime: ResolvedRuntime) -> BuildPlan:
-    """The runtime image of ``runtime`` (resolved with :func:`runtime_inputs`): its exact
-    set on ``base_image``, in ``{registry}/kinetic-runtime``. Blocking the first time."""
-    return _runner_plan(
-        registry, base_image, RUNTIME_REPOSITORY, runtime.category, runtime.pins, runtime.python
-    )
+    """The runtime image of ``runtime`` (resolved with :func:`runtime_inputs`): Kinetic's
+    source, in ``{registry}/kinetic-runtime``, on the environment image of its exact set
+    on ``base_image``. Blocking the first time in a process."""
+    env = env_plan(registry, base_image, runtime.pins, runtime.category, runtime.python)
+    return runner_plan(env, RUNTIME_REPOSITORY)
 
 
 def project_plan(
@@ -213,6 +241,8 @@ def project_plan(
         sources={},
         user_requirements=user_requirements,
         python=runtime.python,
+        kind="project",
+        parent=runtime,
     )
 
 
@@ -314,7 +344,7 @@ async def image_exists(uri: str) -> bool:
 
 
 def _context(the_plan: BuildPlan) -> bytes:
-    if the_plan.is_project:
+    if the_plan.kind == "project":
         user_wheels = download_wheels(
             the_plan.user_requirements,
             the_plan.python,
@@ -324,11 +354,11 @@ def _context(the_plan: BuildPlan) -> bytes:
         files = image_spec.project_context_files(
             the_plan.base_image, the_plan.user_requirements, user_wheels, the_plan.requirements
         )
+    elif the_plan.kind == "runner":
+        files = image_spec.runner_context_files(the_plan.base_image, the_plan.sources)
     else:
         wheels = download_wheels(the_plan.requirements, the_plan.python)
-        files = image_spec.context_files(
-            the_plan.base_image, the_plan.requirements, the_plan.sources, wheels
-        )
+        files = image_spec.env_context_files(the_plan.base_image, the_plan.requirements, wheels)
     return image_spec.build_context(files)
 
 
@@ -340,9 +370,11 @@ async def ensure_image(
     progress: Progress | None = None,
 ) -> str:
     """The URI of ``the_plan``'s image, building and pushing it first if the registry
-    does not list it. With ``lock_storage``, processes sharing that store build a tag
-    once between them. The builder is made only when a build is needed (a warm call
-    never fails on a builder it does not use).
+    does not list it, after the images it is built ``FROM`` (its ``parent`` chain; an
+    image is only pushed after its parent, so a listed image needs no further request).
+    With ``lock_storage``, processes sharing that store build a tag once between them.
+    The builder is made only when a build is needed (a warm call never fails on a
+    builder it does not use).
 
     :raises ImageBuildError: pip, the build or the push failed; nothing is tagged.
     :raises BackendError: the registry failed.
@@ -350,6 +382,10 @@ async def ensure_image(
     uri = the_plan.uri
     if await image_exists(uri):
         return uri
+    if the_plan.parent is not None:
+        await ensure_image(
+            the_plan.parent, make_builder, lock_storage=lock_storage, progress=progress
+        )
 
     async def build_it() -> None:
         await build(the_plan, make_builder(), progress=progress)

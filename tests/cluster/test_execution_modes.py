@@ -101,8 +101,9 @@ def test_bundled_mode_installs_the_projects_requirements(
     first_uri = job.image_uri
     assert first_uri.startswith(f"{gke.testbed.env['KINETIC_TESTBED_REGISTRY']}/kt/")
     assert isinstance(job.result(timeout=240), str)
-    # The CPU runtime image (unless an earlier run pushed it) and the project's on it.
-    assert len(builds["builds"]) <= 2
+    # The CPU runtime's environment and runtime images (unless an earlier run pushed
+    # them) and the project's image on them.
+    assert len(builds["builds"]) <= 3
 
     # Unchanged requirements, a new process: no build, one registry request.
     fresh_process()

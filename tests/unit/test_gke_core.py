@@ -246,24 +246,28 @@ def test_gone_objects() -> None:
 # -- image spec ----------------------------------------------------------------------
 
 
-def test_image_tag_is_content_addressed() -> None:
-    a = image_spec.image_tag("base", ["x==1"], {"kinetic/a.py": "d1"})
-    assert a == image_spec.image_tag("base", ["x==1"], {"kinetic/a.py": "d1"})
-    assert a != image_spec.image_tag("base", ["x==1"], {"kinetic/a.py": "d2"})
-    assert a != image_spec.image_tag("base2", ["x==1"], {"kinetic/a.py": "d1"})
-    assert a != image_spec.image_tag("base", ["x==2"], {"kinetic/a.py": "d1"})
+def test_image_tags_are_content_addressed() -> None:
+    a = image_spec.env_tag("base", ["x==1"])
+    assert a == image_spec.env_tag("base", ["x==1"])
+    assert a != image_spec.env_tag("base2", ["x==1"])
+    assert a != image_spec.env_tag("base", ["x==2"])
+    k = image_spec.runner_tag("r/env:" + a, {"kinetic/a.py": "d1"})
+    assert k == image_spec.runner_tag("r/env:" + a, {"kinetic/a.py": "d1"})
+    assert k != image_spec.runner_tag("r/env:" + a, {"kinetic/a.py": "d2"})
 
 
 def test_dockerfile_installs_offline_and_context_is_deterministic() -> None:
-    text = image_spec.dockerfile("local/debian-py:bookworm")
-    assert text.startswith("# Kinetic runner image")
+    text = image_spec.env_dockerfile("local/debian-py:bookworm")
+    assert text.startswith("# Kinetic environment image")
     assert "FROM local/debian-py:bookworm" in text
     assert "--no-index" in text
-    files = image_spec.context_files("b", ["x==1"], {"runner/a.py": b"1"}, {"x.whl": b"w"})
-    assert set(files) == {"Dockerfile", "requirements.txt", "src/runner/a.py", "wheels/x.whl"}
+    files = image_spec.env_context_files("b", ["x==1"], {"x.whl": b"w"})
+    assert set(files) == {"Dockerfile", "requirements.txt", "wheels/x.whl"}
     assert image_spec.build_context(files) == image_spec.build_context(
         dict(reversed(files.items()))
     )
+    source = image_spec.runner_context_files("r/env:e1", {"runner/a.py": b"1"})
+    assert set(source) == {"Dockerfile", "src/runner/a.py"}
 
 
 @pytest.mark.parametrize(

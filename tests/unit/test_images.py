@@ -54,14 +54,13 @@ def _tag(**kw: object) -> str:
     args: dict[str, object] = {
         "base_image": "base",
         "requirements": ["anyio==4", "jax==0.10.2"],
-        "sources": {"runner/a.py": "d1"},
         "category": "cpu",
     }
     args.update(kw)
-    return image_spec.image_tag(**args)  # type: ignore[arg-type]
+    return image_spec.env_tag(**args)  # type: ignore[arg-type]
 
 
-def test_runtime_tag_is_a_digest_of_exactly_its_inputs() -> None:
+def test_environment_tag_is_a_digest_of_exactly_its_inputs() -> None:
     tag = _tag()
     assert tag == _tag()
     assert tag == _tag(requirements=["jax==0.10.2", "anyio==4"])  # a set: order is noise
@@ -70,7 +69,18 @@ def test_runtime_tag_is_a_digest_of_exactly_its_inputs() -> None:
         _tag(base_image="base2"),
         _tag(requirements=["anyio==5", "jax==0.10.2"]),
         _tag(requirements=["anyio==4", "jax==0.7.0"]),
-        _tag(sources={"runner/a.py": "d2"}),
+    ]
+    assert tag not in changed
+    assert len(set(changed)) == len(changed)
+
+
+def test_runner_tag_is_a_digest_of_its_environment_and_kinetics_source() -> None:
+    tag = image_spec.runner_tag("reg/kinetic-env:e1", {"runner/a.py": "d1"})
+    assert tag == image_spec.runner_tag("reg/kinetic-env:e1", {"runner/a.py": "d1"})
+    changed = [
+        image_spec.runner_tag("reg/kinetic-env:e2", {"runner/a.py": "d1"}),
+        image_spec.runner_tag("reg/kinetic-env:e1", {"runner/a.py": "d2"}),
+        image_spec.runner_tag("reg/kinetic-env:e1", {"runner/b.py": "d1"}),
     ]
     assert tag not in changed
     assert len(set(changed)) == len(changed)
@@ -89,8 +99,12 @@ def test_project_tag_is_a_digest_of_its_runtime_and_its_lines() -> None:
 
 
 def test_a_project_image_builds_from_its_runtime_under_its_pins() -> None:
-    runtime = image_spec.dockerfile("b")
-    assert "KERAS_BACKEND=jax" in runtime
+    env = image_spec.env_dockerfile("b")
+    assert "FROM b\n" in env
+    assert "KERAS_BACKEND=jax" in env
+    runner = image_spec.runner_dockerfile("reg/kinetic-env:e1")
+    assert "FROM reg/kinetic-env:e1\n" in runner
+    assert "COPY src/" in runner
     project = image_spec.project_dockerfile("reg/kinetic-runtime:k1")
     assert "FROM reg/kinetic-runtime:k1\n" in project
     assert "-c /tmp/runtime-constraints.txt" in project
@@ -298,6 +312,12 @@ def test_projects_share_one_runtime_image_and_differ_only_in_their_own() -> None
     assert runtime == runner_image.runtime_plan("reg/kt", "python:3.11-slim", tpu)
     assert runtime.uri.startswith("reg/kt/kinetic-runtime:k")
     assert "libtpu==0.0.42.1" in runtime.requirements
+    env = runtime.parent
+    assert env is not None
+    assert env.uri.startswith("reg/kt/kinetic-env:e")
+    assert runtime.base_image == env.uri  # Kinetic's source on the environment image
+    assert env.requirements == tpu.pins
+    assert env.sources == {}
     pinned = ResolvedRuntime("tpu", "3.11", ("jax==0.7.0", "keras==3.15.1", "libtpu==0.0.19.1"))
     assert runner_image.runtime_plan("reg/kt", "python:3.11-slim", pinned).uri != runtime.uri
     cpu = ResolvedRuntime("cpu", "3.11", ("jax==0.10.2", "keras==3.15.1"))
@@ -305,6 +325,7 @@ def test_projects_share_one_runtime_image_and_differ_only_in_their_own() -> None
     a = runner_image.project_plan(runtime, ("tabulate",))
     b = runner_image.project_plan(runtime, ("tabulate==0.8.10",))
     assert a.base_image == b.base_image == runtime.uri  # FROM the shared runtime
+    assert a.parent == runtime
     assert a.uri != b.uri
     assert a.uri.startswith("reg/kt/kinetic-runner:p")
     assert a.requirements == runtime.requirements  # its pins: the project's constraints
