@@ -3,7 +3,9 @@
     kinetic build-image --repo REPO [--category cpu --category tpu] [--tag T] [--yes]
 
 Builds ``{REPO}/base-{category}:{tag}`` (every category by default; the tag defaults
-to Kinetic's version, which is what prebuilt mode looks for) with the selected builder
+to Kinetic's version, which is what prebuilt mode looks for): each the category's
+runtime image, JAX for its accelerator and Keras at this release's defaults (the GPU
+one holds the CUDA wheels: gigabytes), with the selected builder
 (``--builder``, else ``KINETIC_BUILDER``, the profile, then ``cloudbuild`` when a GCP
 project is configured and no ``DOCKER_HOST`` is set, else ``docker``), streams the
 build's output to stderr, and prints each pushed URI on stdout. An image the registry
@@ -101,6 +103,7 @@ def _confirm(targets: list[str], base_image: str) -> bool:
         print("kinetic: build-image asks before building; pass --yes", file=sys.stderr)
         return False
     print(f"Build on {base_image} and push:", *(f"  {t}" for t in targets), sep="\n")
+    print("(each holds JAX for its accelerator and Keras; the GPU one is gigabytes)")
     return input("Proceed? [y/N] ").strip().lower() in ("y", "yes")
 
 
