@@ -700,7 +700,8 @@ class Supervisor:
             sock, _ = self.listener.accept()
         except BlockingIOError:
             return
-        if not self.gate.admit(sock):  # another user's: closed unread, and logged
+        if not self.gate.admit(sock):  # another user's: closed unread (and logged)
+            sock.close()
             return
         sock.setblocking(False)
         client = _Client(sock)

@@ -7,9 +7,11 @@ and before the function runs, the runner
 1. imports debugpy (Kinetic's images carry it; on the local backend it must be
    installed in the interpreter that runs jobs) and starts its adapter on
    ``127.0.0.1`` at a free port: never on a public interface, since debugpy runs
-   whatever its client sends. The submitter reaches it through a relay (local
-   backend) or a port-forward through the Kubernetes API (GKE), both of which end
-   on the pod's or machine's loopback;
+   whatever its client sends. In a pod, that loopback is the pod's own, and the
+   submitter reaches it by a port-forward through the Kubernetes API (GKE). On the
+   local backend the machine's loopback is every local user's, so debugpy gets a
+   network of its own, reached through a socket in a private directory
+   (:mod:`runner.debug_net`); where the kernel refuses, the job says so;
 2. writes the *ready marker* ``{job_id}/debug.json`` (port, pid, host index, the
    job's code root, the project's path on the submitting machine, the working
    directory) that ``JobHandle.debug_attach`` waits for;
@@ -31,7 +33,11 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from runner.store import FileStore
+
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from runner.protocol import DebugSpec
     from runner.store import RunnerStore
 
@@ -40,6 +46,27 @@ WAIT_ENV = "KINETIC_DEBUG_WAIT_TIMEOUT"
 """Submitter-side variable: seconds a debug job waits for a client (default 600)."""
 DEFAULT_WAIT = 600.0
 LISTEN_HOST = "127.0.0.1"
+
+
+def _listen_privately(listen: Callable[[], int]) -> tuple[int, str | None]:
+    """debugpy in a network of the job's own, behind a private socket
+    (:mod:`runner.debug_net`): its port and that socket. Where the kernel refuses,
+    debugpy on the machine's loopback, with a warning naming the exposure."""
+    from runner.debug_net import listen_privately
+
+    try:
+        isolated = listen_privately(listen)
+    except OSError as exc:
+        port = listen()
+        print(
+            f"kinetic runner: WARNING: the debugger could not get a private network ({exc}); "
+            f"it listens on {LISTEN_HOST}:{port}, where any user of this machine can attach "
+            "and run code as you (docs/security.md)",
+            file=sys.stderr,
+            flush=True,
+        )
+        return port, None
+    return isolated.port, isolated.socket_path
 
 
 def ready_key(job_id: str) -> str:
@@ -86,13 +113,22 @@ def wait_for_client(
             f"({sys.executable}): Kinetic's images carry it; for a custom image or the "
             "local backend, `pip install debugpy`",
         ) from exc
+
+    def _listen() -> int:
+        return int(debugpy.listen((LISTEN_HOST, 0))[1])
+
+    socket_path = None
     try:
-        _, port = debugpy.listen((LISTEN_HOST, 0))
+        if isinstance(store, FileStore):  # this machine: other users must not attach
+            port, socket_path = _listen_privately(_listen)
+        else:  # a pod: its loopback is its own already
+            port = _listen()
     except Exception as exc:  # debugpy raises RuntimeError and OSError alike
         raise PhaseError(PHASE, f"debugpy could not start listening: {exc}") from exc
     marker = {
         "host": LISTEN_HOST,
         "port": int(port),
+        "socket": socket_path,
         "pid": os.getpid(),
         "host_index": host,
         "code_root": str(code_root),
@@ -106,7 +142,7 @@ def wait_for_client(
         raise PhaseError(PHASE, f"cannot write the debugger-ready marker: {exc}") from exc
     print(
         f"kinetic runner: job {job_id} waits up to {wait:.0f}s for a debugger on "
-        f"{LISTEN_HOST}:{port} (attach with job.debug_attach())",
+        f"{socket_path or f'{LISTEN_HOST}:{port}'} (attach with job.debug_attach())",
         file=sys.stderr,
         flush=True,
     )

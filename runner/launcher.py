@@ -196,7 +196,8 @@ class _Launcher:
                 if time.monotonic() - last > idle or not lock_path.exists():
                     return
                 continue
-            if not self.gate.admit(conn):  # another user's: closed unread, and logged
+            if not self.gate.admit(conn):  # another user's: closed unread (and logged)
+                conn.close()
                 continue
             last = time.monotonic()
             with conn:

@@ -13,6 +13,9 @@ and gid it recorded at ``connect``/``listen``, which the peer cannot forge):
   another user who bound the name first must not receive the job's environment, nor
   hand back a process id to signal.
 
+A TCP listener on loopback (the debug forward an IDE attaches to) gets the same rule:
+the kernel's table of TCP sockets names the owner of the connecting socket.
+
 Linux only, like the sockets themselves. Standard library only.
 """
 
@@ -40,16 +43,47 @@ class Peer(NamedTuple):
 
 
 def peer_of(sock: socket.socket) -> Peer:
-    """The other end's credentials.
+    """The other end's credentials: from ``SO_PEERCRED`` for a Unix socket; for a TCP
+    connection over loopback, the owner of the other end's socket as the kernel lists
+    it (``/proc/net/tcp``, ``tcp6``; the pid is then unknown: 0).
 
-    :raises OSError: where the socket is not a connected Unix socket, or the platform
-        has no ``SO_PEERCRED``.
+    :raises OSError: where neither applies (another family, a remote peer, the
+        platform has no ``SO_PEERCRED`` or ``/proc``), or the other end is gone.
     """
+    if sock.family in (socket.AF_INET, socket.AF_INET6):
+        return _tcp_peer(sock)
     option = getattr(socket, "SO_PEERCRED", None)
     if option is None:
         raise OSError("SO_PEERCRED is not available on this platform")
     raw = sock.getsockopt(socket.SOL_SOCKET, option, _UCRED.size)
     return Peer(*_UCRED.unpack(raw))
+
+
+def _proc_address(family: socket.AddressFamily, host: str, port: int) -> str:
+    """An address as ``/proc/net/tcp*`` writes it: the address's 32-bit words in the
+    machine's byte order (little-endian here), in hex, then ``:`` and the port."""
+    packed = socket.inet_pton(family, host)
+    words = b"".join(packed[i : i + 4][::-1] for i in range(0, len(packed), 4))
+    return f"{words.hex().upper()}:{port:04X}"
+
+
+def _tcp_peer(sock: socket.socket) -> Peer:
+    import ipaddress  # (here: the runner's start-up does not need it)
+
+    family = socket.AddressFamily(sock.family)
+    here, there = sock.getsockname(), sock.getpeername()
+    if not ipaddress.ip_address(there[0]).is_loopback:
+        raise OSError(f"{there[0]} is not on this machine: its user is unknown")
+    # The other end's socket: its local address is our peer's, its remote ours.
+    wanted = (_proc_address(family, there[0], there[1]), _proc_address(family, here[0], here[1]))
+    table = "/proc/net/tcp6" if family == socket.AF_INET6 else "/proc/net/tcp"
+    with open(table) as f:
+        next(f)  # the header
+        for line in f:
+            fields = line.split()
+            if (fields[1], fields[2]) == wanted:
+                return Peer(0, int(fields[7]), -1)
+    raise OSError(f"the connection from {there[0]}:{there[1]} is gone")
 
 
 class PeerRefused(PermissionError):
@@ -94,8 +128,8 @@ class Gate:
         self.refused = 0
 
     def admit(self, conn: socket.socket) -> bool:
-        """Whether ``conn`` comes from a process of our user. A refused connection is
-        logged and closed here, unread; the caller drops it."""
+        """Whether ``conn`` comes from a process of our user. A refusal is logged; the
+        caller closes the connection unread."""
         try:
             peer: Peer | None = peer_of(conn)
         except OSError:
@@ -111,5 +145,4 @@ class Gate:
             )
         elif self.refused == _LOGGED + 1:
             self.log(f"kinetic {self.what}: further refused connections are not logged")
-        conn.close()
         return False

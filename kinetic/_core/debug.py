@@ -47,6 +47,10 @@ class ReadyMarker:
     """The project's path on the submitting machine: the default ``localRoot``."""
     cwd: str
     wait_timeout: float
+    socket: str | None = None
+    """A local job's private socket to debugpy (``runner.debug_net``); None where the
+    port is reached directly (a pod's loopback, or a local job whose kernel refused a
+    private network)."""
 
 
 def parse_marker(data: bytes) -> ReadyMarker:
@@ -68,6 +72,7 @@ def parse_marker(data: bytes) -> ReadyMarker:
         source_root=str(obj.get("source_root") or ""),
         cwd=str(obj.get("cwd") or ""),
         wait_timeout=float(obj.get("wait_timeout") or 0.0),
+        socket=obj["socket"] if isinstance(obj.get("socket"), str) else None,
     )
 
 

@@ -69,7 +69,7 @@ async def debug_attach(
     marker = await _wait_ready(job, backend, timeout)
     upstream: Upstream
     if backend.name == "local":
-        upstream = LocalUpstream(marker.port)
+        upstream = LocalUpstream(marker.port, socket_path=marker.socket)
     else:
         upstream = await _pod_upstream(job, backend, marker)
     # The project as the submitting machine has it, unless told where it is here.

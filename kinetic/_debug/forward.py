@@ -15,6 +15,11 @@ daemon thread: its listener and every relay are tasks of that loop's task group,
 and :meth:`DebugForward.close` cancels that group and joins the thread. Nothing
 runs on the caller's loop; an unclosed forward dies with the process.
 
+*Who may connect.* Any local user may connect to a loopback port, and debugpy runs
+whatever its client sends: the listener relays only connections of its own user
+(:class:`runner.peer.Gate`, which reads the connecting socket's owner from the
+kernel), and closes others unread. A local job's upstream is its private socket.
+
 *Bounds.* Binding and each upstream connection are bounded (``connect_timeout``),
 every send by ``SEND_TIMEOUT``; reads are not, since a debugger may sit at a
 breakpoint for an hour (a dead pod connection is ended by its websocket heartbeat).
@@ -38,6 +43,7 @@ import anyio.to_thread
 from anyio.abc import ByteStream, SocketAttribute, SocketStream
 
 from kinetic._exceptions import BackendError, ConfigError, KineticError
+from runner.peer import Gate, check_server
 
 log = logging.getLogger("kinetic")
 
@@ -69,14 +75,22 @@ class Upstream(Protocol):
 
 
 class LocalUpstream:
-    """A port on this machine's loopback (a local job's debugpy)."""
+    """A local job's debugpy: through its private socket (:mod:`runner.debug_net`), or
+    at a port on this machine's loopback where the job could not get one."""
 
-    def __init__(self, port: int, *, connect_timeout: float = CONNECT_TIMEOUT) -> None:
+    def __init__(
+        self,
+        port: int,
+        *,
+        socket_path: str | None = None,
+        connect_timeout: float = CONNECT_TIMEOUT,
+    ) -> None:
         self.port = port
+        self.socket_path = socket_path
         self.connect_timeout = connect_timeout
 
     def describe(self) -> str:
-        return f"{LOOPBACK}:{self.port}"
+        return self.socket_path or f"{LOOPBACK}:{self.port}"
 
     async def __aenter__(self) -> Self:
         return self
@@ -87,7 +101,9 @@ class LocalUpstream:
     async def connect(self) -> ByteStream:
         try:
             with anyio.fail_after(self.connect_timeout):
-                return await anyio.connect_tcp(LOOPBACK, self.port)
+                if self.socket_path is None:
+                    return await anyio.connect_tcp(LOOPBACK, self.port)
+                stream = await anyio.connect_unix(self.socket_path)
         except TimeoutError as exc:
             raise BackendError(
                 f"connecting to the job's debugger at {self.describe()} timed out"
@@ -96,6 +112,12 @@ class LocalUpstream:
             raise BackendError(
                 f"cannot connect to the job's debugger at {self.describe()}: {exc}"
             ) from exc
+        try:  # the job's relay runs as us, unless another user took its place
+            check_server(stream.extra(SocketAttribute.raw_socket), "the job's debug socket")
+        except OSError as exc:
+            await stream.aclose()
+            raise BackendError(str(exc)) from exc
+        return stream
 
 
 class DebugForward:
@@ -171,6 +193,7 @@ class ForwardLoop:
         self._ready = threading.Event()
         self._failure: BaseException | None = None
         self._stop_requested = False
+        self._gate = Gate(f"debug forward of {upstream.describe()}", log.warning)
 
     def start(self) -> None:
         """Start serving. :raises ConfigError: the port is taken. :raises BackendError:
@@ -235,6 +258,9 @@ class ForwardLoop:
         """Relay one accepted connection until either side ends it. Never raises: one
         connection's failure must not end the listener."""
         async with client:
+            # Any local user may connect to a loopback port; debugpy runs what it is sent.
+            if not self._gate.admit(client.extra(SocketAttribute.raw_socket)):
+                return
             try:
                 upstream = await self.upstream.connect()
             except KineticError as exc:

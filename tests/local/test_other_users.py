@@ -192,3 +192,53 @@ def test_a_local_root_others_can_write_is_refused(kinetic_env: Path, unsafe: str
     with pytest.raises(kinetic.ConfigError, match="unsafe local root"):
         square.run_async_map([1, 2])
     assert not (kinetic_env / "storage").exists()
+
+
+@kinetic.run(debug=True)
+def debugged(x: int) -> int:
+    return x + 1
+
+
+def dap_probe(address: str | tuple[str, int]) -> str:
+    """Connect and send a DAP ``initialize``: ``answered``, ``silent``, or why the
+    connection failed. debugpy answers any client at once."""
+    family = socket.AF_UNIX if isinstance(address, str) else socket.AF_INET
+    body = json.dumps({"seq": 1, "type": "request", "command": "initialize", "arguments": {}})
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.settimeout(5.0)
+        try:
+            sock.connect(address)
+            sock.sendall(f"Content-Length: {len(body)}\r\n\r\n{body}".encode())
+            return "answered" if sock.recv(4096) else "silent"
+        except TimeoutError:
+            return "silent"
+        except OSError as exc:
+            return type(exc).__name__
+
+
+def test_a_local_debug_session_is_reachable_by_its_user_only(
+    kinetic_env: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """debugpy runs whatever its client sends: no other user reaches it, neither at its
+    port, nor through the job's socket, nor through the forward ``debug_attach`` opens."""
+    need_root()
+    job = debugged.run_async(1)
+    with caplog.at_level("WARNING", logger="kinetic"), job.debug_attach(local_port=0) as forward:
+        marker = json.loads((kinetic_env / "storage" / job.job_id / "debug.json").read_text())
+        assert marker["socket"]  # the kernel gave the debugger a private network
+        assert Path(marker["socket"]).parent.stat().st_mode & 0o777 == 0o700
+
+        def probe() -> dict[str, str]:
+            return {
+                "debugpy's port": dap_probe(("127.0.0.1", marker["port"])),
+                "the job's socket": dap_probe(marker["socket"]),
+                "the forward": dap_probe(("127.0.0.1", forward.local_port)),
+            }
+
+        reached = as_other_user(probe)
+        assert reached["debugpy's port"] != "answered"  # not on this machine's loopback
+        assert reached["the job's socket"] == "PermissionError"  # its directory is 0700
+        assert reached["the forward"] == "silent"  # accepted, then closed unread
+        assert dap_probe(("127.0.0.1", forward.local_port)) == "answered"  # its user: yes
+    assert any(f"uid {OTHER_UID}" in r.getMessage() for r in caplog.records), caplog.text
+    job.cancel()

@@ -1,0 +1,220 @@
+"""A local debug job's debugger, reachable by its own user only.
+
+debugpy listens on TCP, and runs whatever its client sends. On a machine's loopback
+any local user may connect to it. So on the local backend (:func:`listen_privately`):
+
+1. a thread of the job enters a *network namespace of its own* (``unshare``; network
+   namespaces belong to threads, so the job's other threads keep the machine's
+   network) and brings its loopback up. There it starts debugpy: debugpy's adapter
+   (a child process of that thread) and the job's connection to it live in that
+   namespace, where no other process can reach them;
+2. the same thread listens on a Unix socket *file* in a new ``0700`` directory (a
+   path, hence reachable across namespaces, by its owner only) and relays each
+   connection of the job's own uid (:class:`runner.peer.Gate`) to debugpy's port.
+
+The submitter's ``debug_attach`` connects to that socket (the ready marker names it).
+Creating a network namespace needs ``CAP_SYS_ADMIN`` over the current one: root has
+it; another user gets it by first entering a user namespace of their own, which the
+kernel allows only to a process with one thread. When the kernel refuses either, the
+caller falls back to debugpy on the machine's loopback, and says so in one line that
+names the exposure.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import ctypes
+import fcntl
+import os
+import select
+import signal
+import socket
+import struct
+import tempfile
+import threading
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+
+from runner import peer
+
+_CLONE_NEWNET = 0x40000000
+_CLONE_NEWUSER = 0x10000000
+_SIOCGIFFLAGS = 0x8913
+_SIOCSIFFLAGS = 0x8914
+_IFF_UP = 0x1
+_IFREQ = struct.Struct("16sH22x")  # struct ifreq: name, then ifr_flags in the union
+_SOCKET_NAME = "debugpy.sock"
+_MAX_UNIX_PATH = 107
+_CHUNK = 1 << 16
+
+
+class Isolated:
+    """debugpy in a private network, and the socket that reaches it.
+
+    :ivar port: debugpy's port inside the private network.
+    :ivar socket_path: the Unix socket (in a ``0700`` directory) that relays to it.
+    """
+
+    def __init__(self, port: int, socket_path: str) -> None:
+        self.port, self.socket_path = port, socket_path
+
+
+def _unshare(flags: int) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(flags) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"unshare: {os.strerror(err)}")
+
+
+def _threads() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("Threads:"):
+                return int(line.split()[1])
+    return 0
+
+
+def _enter_own_user_namespace() -> None:
+    """Become capable over namespaces we create: a user namespace of our own, mapping
+    our uid and gid onto themselves (files keep their owners). One thread only.
+
+    :raises OSError: when the kernel refuses (user namespaces off, or threads running).
+    """
+    if _threads() != 1:
+        raise OSError("the job already runs threads (a new user namespace needs one)")
+    uid, gid = os.geteuid(), os.getegid()
+    _unshare(_CLONE_NEWUSER)
+    if os.path.exists("/proc/self/setgroups"):
+        Path("/proc/self/setgroups").write_text("deny")
+    Path("/proc/self/uid_map").write_text(f"{uid} {uid} 1")
+    Path("/proc/self/gid_map").write_text(f"{gid} {gid} 1")
+
+
+def _loopback_up() -> None:
+    """Bring ``lo`` up in the calling thread's (new) network namespace."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        raw = fcntl.ioctl(s, _SIOCGIFFLAGS, _IFREQ.pack(b"lo", 0))
+        flags = _IFREQ.unpack(raw)[1]
+        fcntl.ioctl(s, _SIOCSIFFLAGS, _IFREQ.pack(b"lo", flags | _IFF_UP))
+
+
+def _private_socket_dir() -> str:
+    """A new ``0700`` directory short enough to hold a Unix socket's path."""
+    for base in (os.environ.get("TMPDIR"), "/tmp"):
+        if base and len(base) + 40 < _MAX_UNIX_PATH and os.path.isdir(base):
+            return tempfile.mkdtemp(prefix="kinetic-debug-", dir=base)
+    raise OSError("no directory with a path short enough for a Unix socket")
+
+
+def _others_in_network() -> list[int]:
+    """The other processes in the calling thread's network namespace (of our user)."""
+    mine = os.readlink("/proc/thread-self/ns/net")
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != os.getpid():
+            with contextlib.suppress(OSError):
+                if os.readlink(f"/proc/{entry}/ns/net") == mine:
+                    found.append(int(entry))
+    return found
+
+
+def _end_processes(pids: list[int]) -> None:
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGTERM)
+
+
+def _untraced_thread(target: Callable[[], None], name: str) -> threading.Thread:
+    """A daemon thread the debugger leaves alone: it must keep relaying while the job
+    stops at a breakpoint (which suspends every thread the debugger traces)."""
+    thread = threading.Thread(target=target, name=name, daemon=True)
+    # pydevd's own marks for its threads: never traced, never suspended.
+    thread.is_pydev_daemon_thread = True  # type: ignore[attr-defined]
+    thread.pydev_do_not_trace = True  # type: ignore[attr-defined]
+    return thread
+
+
+def _remove(directory: str, path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+    with contextlib.suppress(OSError):
+        os.rmdir(directory)
+
+
+def listen_privately(listen: Callable[[], int], timeout: float = 60.0) -> Isolated:
+    """Run ``listen()`` (which starts debugpy and returns its port) in a private network
+    namespace, and relay a private Unix socket to that port (module docstring).
+
+    :raises OSError: when the kernel refuses a namespace, or the socket cannot be made;
+        nothing was started then, and the caller may call ``listen()`` itself.
+    :raises Exception: what ``listen()`` raised.
+    """
+    if os.geteuid() != 0:
+        _enter_own_user_namespace()
+    outcome: list[Isolated | BaseException] = []
+    ready = threading.Event()
+
+    def _main() -> None:
+        listener = None
+        try:
+            _unshare(_CLONE_NEWNET)  # this thread only (and what it starts)
+            _loopback_up()
+            directory = _private_socket_dir()
+            path = os.path.join(directory, _SOCKET_NAME)
+            listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            listener.bind(path)
+            atexit.register(_remove, directory, path)
+            listener.listen(8)
+            port = listen()
+            # debugpy's adapter daemonizes, to outlive the job: it is the one process
+            # in this network besides ours. It ends with the job instead.
+            atexit.register(_end_processes, _others_in_network())
+            outcome.append(Isolated(port, path))
+        except BaseException as exc:  # noqa: BLE001 - reported to the caller
+            outcome.append(exc)
+            if listener is not None:
+                listener.close()
+            return
+        finally:
+            ready.set()
+        _serve(listener, port)
+
+    _untraced_thread(_main, "kinetic-debug-relay").start()
+    if not ready.wait(timeout):
+        raise OSError(f"the private debug network did not start within {timeout:.0f}s")
+    result = outcome[0]
+    if isinstance(result, BaseException):
+        raise result
+    return result
+
+
+def _serve(listener: socket.socket, port: int) -> None:
+    """Relay each connection of our own user to ``127.0.0.1:port``, for the job's life."""
+    gate = peer.Gate("debug relay")
+    with listener:
+        while True:
+            conn, _ = listener.accept()
+            if not gate.admit(conn):
+                conn.close()
+                continue
+            _untraced_thread(partial(_relay, conn, port), "kinetic-debug-pipe").start()
+
+
+def _relay(conn: socket.socket, port: int) -> None:
+    """Copy both ways between ``conn`` and debugpy until either side ends."""
+    with (
+        conn,
+        contextlib.suppress(OSError),
+        socket.create_connection(("127.0.0.1", port), timeout=10.0) as upstream,
+    ):
+        upstream.settimeout(None)
+        ends = {conn: upstream, upstream: conn}
+        while True:
+            readable, _, _ = select.select(list(ends), [], [])
+            for src in readable:
+                data = src.recv(_CHUNK)
+                if not data:
+                    return
+                ends[src].sendall(data)
