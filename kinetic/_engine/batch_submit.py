@@ -26,7 +26,7 @@ from kinetic._backends.base import Backend
 from kinetic._backends.local import LocalBackend
 from kinetic._core.accelerators import AcceleratorConfig
 from kinetic._core.arg_checks import check_timeout
-from kinetic._core.config import Settings, capture_env
+from kinetic._core.config import Settings
 from kinetic._core.exception_groups import one_error
 from kinetic._core.ids import check_group_id, new_group_id
 from kinetic._core.image_spec import JobImage
@@ -35,6 +35,7 @@ from kinetic._core.records import job_spec, shared_handle, utcnow_iso
 from kinetic._engine import runtime, targets
 from kinetic._engine.batch import BatchHandle, CleanedSummary
 from kinetic._engine.batch_runner import runner_for
+from kinetic._engine.captured_env import capture_job_env
 from kinetic._engine.data_refs import PreparedCalls, prepare_calls_data
 from kinetic._engine.packaging import (
     apickle_function,
@@ -46,7 +47,7 @@ from kinetic._engine.packaging import (
     shipping_by_value,
 )
 from kinetic._engine.preload import settings_with_code
-from kinetic._engine.submit import RunOptions, aresolve_target
+from kinetic._engine.submit import RunOptions, aresolve_target, undo_submission
 from kinetic._exceptions import (
     ConfigError,
     DataError,
@@ -191,7 +192,7 @@ async def submit_batch(
         )  # fmt: skip
     except BaseException:
         with anyio.CancelScope(shield=True):
-            await storage.delete_prefix(protocol.group_prefix(group_id))
+            await undo_submission(storage, protocol.group_prefix(group_id))
         raise
     # From here on the batch is durable: a failed launch is repaired by any attach —
     # unless the launch says the batch can never run (a missing namespace, say).
@@ -199,7 +200,7 @@ async def submit_batch(
         await runner.launch(group_id)
     except ConfigError:
         with anyio.CancelScope(shield=True):
-            await storage.delete_prefix(protocol.group_prefix(group_id))
+            await undo_submission(storage, protocol.group_prefix(group_id))
         raise
     return BatchHandle(backend=backend, manifest=manifest)
 
@@ -209,7 +210,7 @@ def _outputs_dir(local_root: str) -> str:
 
 
 def _captured_env(opts: RunOptions) -> dict[str, str]:
-    return capture_env(list(opts.capture_env_vars or ()), os.environ)
+    return capture_job_env(list(opts.capture_env_vars or ()), os.environ)
 
 
 _RECORDING_POLL = 0.05

@@ -13,6 +13,7 @@ objects are deleted again under a cancellation shield, and the error re-raised.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import sys
 import threading
@@ -31,6 +32,7 @@ from kinetic._core.ids import new_job_id
 from kinetic._core.image_spec import execution_mode
 from kinetic._core.records import job_names, job_spec, shared_handle
 from kinetic._engine import runtime, targets
+from kinetic._engine.captured_env import capture_job_env
 from kinetic._engine.data_refs import holds_data, prepare_data
 from kinetic._engine.handle import JobHandle
 from kinetic._engine.packaging import (
@@ -45,10 +47,26 @@ from kinetic._engine.packaging import (
 from kinetic._engine.preload import import_backend_code
 from kinetic._exceptions import ConfigError, DataError
 from kinetic._settings import load_settings
+from kinetic._storage.base import Storage
 from runner import protocol
 
 GKE_DEFAULT_ACCELERATOR = "tpu-v5e-1"
 """The original's default accelerator, used on GKE when none is given."""
+
+log = logging.getLogger(__name__)
+
+
+async def undo_submission(storage: Storage, prefix: str, first: str | None = None) -> None:
+    """Delete what a failed submission wrote under ``prefix`` (``first`` before the rest:
+    the record that makes it visible). Call it shielded, from the ``except`` block that
+    re-raises why the submission failed: a failure to delete is logged, never raised
+    over that reason."""
+    try:
+        if first is not None:
+            await storage.delete(first)
+        await storage.delete_prefix(prefix)
+    except Exception as exc:  # noqa: BLE001 - the submission's own error is what matters
+        log.warning("could not delete %s after a failed submission: %s", prefix, exc)
 
 
 @dataclass(frozen=True)
@@ -275,7 +293,7 @@ async def submit(
     where = await anyio.to_thread.run_sync(_locate, opts, fn, limiter=limiter)
     settings, accel, root = where.settings, where.accel, where.root
     backend = _backend_for(settings)
-    env = capture_env(list(opts.capture_env_vars or ()), os.environ)
+    env = capture_job_env(list(opts.capture_env_vars or ()), os.environ)
     # Debug jobs wait this long for a debugger (runner/debug.py); checked before any write.
     debug_wait = None
     if opts.debug:
@@ -376,6 +394,6 @@ async def submit(
     except BaseException:
         target.discard(backend, job_id)
         with anyio.CancelScope(shield=True):
-            await storage.delete_prefix(f"{job_id}/")
+            await undo_submission(storage, f"{job_id}/", protocol.handle_key(job_id))
         raise
     return handle

@@ -9,11 +9,15 @@ with how a recorded batch's Jobs are built (:func:`batch_job`).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Collection
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+
+import anyio
 
 from kinetic._backends.base import BatchEvents, Loaded
 from kinetic._core import accelerators, k8s_spec
+from kinetic._exceptions import BackendError, ObjectNotFoundError, StorageError
 from kinetic._storage.base import Storage
 from runner import protocol
 
@@ -34,6 +38,30 @@ class Follower(Protocol):
 
 
 F = TypeVar("F", bound=Follower)
+T = TypeVar("T")
+
+log = logging.getLogger(__name__)
+
+STEP_ATTEMPTS = 5
+"""Tries of one step of following a batch before its error reaches the caller. Each
+request of a step has already used its own retries: a failed step means a burst of
+faults, which a batch that runs for hours must outlive (its inputs run on regardless)."""
+
+
+async def patiently(what: str, call: Callable[[], Awaitable[T]]) -> T:
+    """``call()``, tried again (after 0.5, 1, 2, 4 s) when it fails with a storage or
+    Kubernetes API error; the last error is raised. A missing object is not retried."""
+    delay = 0.5
+    for attempt in range(1, STEP_ATTEMPTS + 1):
+        try:
+            return await call()
+        except (StorageError, BackendError) as exc:
+            if isinstance(exc, ObjectNotFoundError) or attempt == STEP_ATTEMPTS:
+                raise
+            log.warning("%s failed (%s); trying again in %.1f s", what, exc, delay)
+        await anyio.sleep(delay)
+        delay *= 2
+    raise AssertionError("unreachable")
 
 
 class GroupEngine(Generic[F]):
@@ -59,14 +87,18 @@ class GroupEngine(Generic[F]):
 
     async def follow(self, group_id: str, known: Collection[int]) -> AsyncIterator[BatchEvents]:
         follower = self.follower(group_id)
+        what = f"following batch {group_id}"
         while True:
-            yield await follower.step(known)
+            yield await patiently(what, lambda: follower.step(known))
 
     async def snapshot(self, group_id: str, known: Collection[int]) -> BatchEvents:
-        return await self.follower(group_id).snapshot(known)
+        follower = self.follower(group_id)
+        return await patiently(f"looking at batch {group_id}", lambda: follower.snapshot(known))
 
     async def load_many(self, group_id: str, indices: list[int]) -> Loaded:
-        return await self.follower(group_id).load_many(indices)
+        follower = self.follower(group_id)
+        what = f"reading outcomes of batch {group_id}"
+        return await patiently(what, lambda: follower.load_many(indices))
 
     async def read_stop(self, group_id: str) -> protocol.StopRecord | None:
         return await self.follower(group_id).read_stop()
