@@ -10,7 +10,8 @@ no IO and is tested without touching the machine.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -245,3 +246,15 @@ def capture_env(patterns: list[str] | None, environ: Mapping[str, str]) -> dict[
         elif pattern in environ:
             captured[pattern] = environ[pattern]
     return captured
+
+
+_SECRET_WORDS = re.compile(
+    r"(TOKEN|SECRET|PASSW(OR)?D|PASSPHRASE|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|CREDENTIALS?|AUTH)",
+    re.IGNORECASE,
+)
+
+
+def secret_like(names: Iterable[str]) -> list[str]:
+    """The names, of those given, that look like they hold a secret (``HF_TOKEN``,
+    ``AWS_SECRET_ACCESS_KEY``, ``DB_PASSWORD``, ...), sorted."""
+    return sorted(name for name in names if _SECRET_WORDS.search(name))
