@@ -51,10 +51,20 @@ class AsyncRemoteFunction(Generic[P, R]):
     async def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         """Run the call as a job, print its output, and return its value.
 
+        For a ``debug=True`` function, forward the job's debugger to
+        ``127.0.0.1:5678`` (a free port when that one is taken), print the launch
+        configuration and how to attach instead of the job's output, and return the
+        value once the job ends; the forward is closed then.
+
         :raises: as :meth:`JobHandle.result`, and as :meth:`run_async` for bad input.
         """
         handle = await self.run_async(*args, **kwargs)
-        value: R = await handle.result(stream_logs=not self.options.debug)
+        if self.options.debug:
+            from kinetic._debug.call import debug_call  # debug calls only: keeps imports light
+
+            debugged: R = await debug_call(handle)
+            return debugged
+        value: R = await handle.result(stream_logs=True)
         return value
 
     async def run_async(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle:
