@@ -196,10 +196,8 @@ def runner_image_runtime(image: str) -> ResolvedRuntime:
 
     request = runtime_request(parse_requirements_txt(f"jax=={PINNED_JAX}\n"), "tpu")
     runtime = runtime_resolve.resolve_runtime(request, "3.11", runner_image.runtime_inputs())
-    assert (
-        image.split("/kinetic-runtime:")[-1]
-        == runner_image.runtime_plan("r", os.environ["KINETIC_IMAGE_BASE"], runtime).tag
-    )
+    base, registry = os.environ["KINETIC_IMAGE_BASE"], os.environ["KINETIC_IMAGE_REGISTRY"]
+    assert image == runner_image.runtime_plan(registry, base, runtime).uri
     return runtime
 
 
