@@ -110,7 +110,7 @@ current-context: x
 """
 
 
-@pytest.mark.parametrize("command", [["status"], ["up", "--use-kubeconfig"]])
+@pytest.mark.parametrize("command", [["status"], ["up", "--use-kubeconfig", "--yes"]])
 def test_no_kubeconfig_or_an_unreachable_server_is_one_line(
     command: list[str], tmp_path: Path
 ) -> None:
@@ -120,9 +120,11 @@ def test_no_kubeconfig_or_an_unreachable_server_is_one_line(
     assert len(missing.stderr.splitlines()) == 1
 
     kubeconfig = tmp_path / "kubeconfig.yaml"
-    kubeconfig.write_text(UNREACHABLE.format(port=refused_port()))
+    port = refused_port()
+    kubeconfig.write_text(UNREACHABLE.format(port=port))
     down = kinetic_cli(*command, kubeconfig=kubeconfig, home=tmp_path)
     assert down.returncode == 1, down.stderr
     assert down.stderr.startswith("kinetic: Kubernetes API:"), down.stderr
+    assert f"cannot connect to 127.0.0.1:{port}: Connection refused" in down.stderr
     assert "ExceptionGroup" not in down.stderr
     assert "Traceback" not in down.stderr

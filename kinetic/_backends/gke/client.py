@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -268,9 +269,7 @@ class KubeClient:
         except TimeoutError as exc:
             raise BackendError(f"Kubernetes API: {what} timed out after {timeout}s") from exc
         except Exception as exc:
-            raise BackendError(
-                f"Kubernetes API: {what} failed: {type(exc).__name__}: {exc}"
-            ) from exc
+            raise BackendError(f"Kubernetes API: {what} failed: {_describe(exc)}") from exc
         raise AssertionError("unreachable")
 
     @staticmethod
@@ -481,16 +480,12 @@ class KubeClient:
         except (KubeHTTPError, KineticError):
             raise
         except Exception as exc:
-            raise BackendError(
-                f"Kubernetes API: {what} failed: {type(exc).__name__}: {exc}"
-            ) from exc
+            raise BackendError(f"Kubernetes API: {what} failed: {_describe(exc)}") from exc
         try:
             async for chunk in resp.content.iter_any():
                 yield chunk
         except Exception as exc:
-            raise BackendError(
-                f"Kubernetes API: {what} broke off: {type(exc).__name__}: {exc}"
-            ) from exc
+            raise BackendError(f"Kubernetes API: {what} broke off: {_describe(exc)}") from exc
         finally:
             resp.release()
 
@@ -524,3 +519,13 @@ def _collection(kind: str, namespace: str) -> str:
 def collection_path(kind: str, namespace: str) -> str:
     """The API path listing ``kind`` in ``namespace`` (``jobs``, ``pods``, ``events``)."""
     return _collection(kind, namespace)
+
+
+def _describe(exc: BaseException) -> str:
+    """A transport failure in words: where a connection could not be made, and why
+    (aiohttp's own text shows its SSL context's repr)."""
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        code = exc.os_error.errno
+        why = os.strerror(code) if code else str(exc.os_error)
+        return f"cannot connect to {exc.host}:{exc.port}: {why}"
+    return f"{type(exc).__name__}: {exc}"
