@@ -524,7 +524,10 @@ def collection_path(kind: str, namespace: str) -> str:
 def _describe(exc: BaseException) -> str:
     """A transport failure in words: where a connection could not be made, and why
     (aiohttp's own text shows its SSL context's repr)."""
-    if isinstance(exc, aiohttp.ClientConnectorError):
+    if isinstance(exc, aiohttp.ClientConnectorError) and not isinstance(
+        exc,
+        aiohttp.ClientSSLError,  # a TLS failure: its own text says what did not verify
+    ):
         code = exc.os_error.errno
         why = os.strerror(code) if code else str(exc.os_error)
         return f"cannot connect to {exc.host}:{exc.port}: {why}"
