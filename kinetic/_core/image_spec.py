@@ -81,6 +81,15 @@ RUN /opt/venv/bin/pip install --no-index --find-links /tmp/user-wheels \\
 _TAIL = "WORKDIR /tmp\n"
 
 
+def resolver_python(python: str) -> str:
+    """The ``--python-version`` to resolve an image's requirements for, given its Python
+    ``python``. A bare ``3.11`` (a ``python:3.11-slim`` base: the newest 3.11 release)
+    would be read by pip and uv as 3.11.0, refusing what needs a later patch release
+    (gcloud-aio-auth 5.6 needs 3.11.3); the ``.99`` patch stands for "the newest". A
+    version with its patch number is kept. Pure."""
+    return python if python.count(".") >= 2 else f"{python}.99"
+
+
 def env_dockerfile(base_image: str) -> str:
     """The environment image's Dockerfile on ``base_image``."""
     return _ENV_LAYERS.format(fmt=IMAGE_FORMAT, base=base_image) + _TAIL

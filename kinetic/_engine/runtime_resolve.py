@@ -34,6 +34,7 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
+from kinetic._core import image_spec
 from kinetic._core.accel_runtime import PLATFORM, RuntimeLine, RuntimeRequest
 from kinetic._core.requirements import Requirement
 from kinetic._exceptions import RuntimeConflictError
@@ -93,7 +94,8 @@ def find_uv() -> str | None:
 
 def _uv_command(uv: str, python: str, req: Path, constraints: Path | None) -> list[str]:
     cmd = [uv, "pip", "compile", "--quiet", "--no-header", "--no-annotate"]
-    cmd += ["--python-platform", f"x86_64-{MANYLINUX}", "--python-version", python]
+    cmd += ["--python-platform", f"x86_64-{MANYLINUX}"]
+    cmd += ["--python-version", image_spec.resolver_python(python)]
     cmd += ["--only-binary", ":all:", str(req)]
     return [*cmd, "-c", str(constraints)] if constraints else cmd
 
@@ -101,7 +103,7 @@ def _uv_command(uv: str, python: str, req: Path, constraints: Path | None) -> li
 def _pip_command(python: str, req: Path, constraints: Path | None, report: Path) -> list[str]:
     cmd = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet"]
     cmd += ["--disable-pip-version-check", "--report", str(report), "--only-binary=:all:"]
-    cmd += ["--python-version", python, "--implementation", "cp"]
+    cmd += ["--python-version", image_spec.resolver_python(python), "--implementation", "cp"]
     for platform in PIP_PLATFORMS:
         cmd += ["--platform", platform]
     cmd += ["--target", str(report.parent / "target"), "-r", str(req)]

@@ -286,7 +286,7 @@ def download_wheels(
             str(dest),
             "--only-binary=:all:",
             "--python-version",
-            python_version,
+            image_spec.resolver_python(python_version),
             "--implementation",
             "cp",
             "--abi",

@@ -154,3 +154,12 @@ def test_the_dependencies_table_covers_each_dependency_and_the_briefs_packages()
     rows = {r.split("[")[0] for r in rows}
     expected = _names(PROJECT["dependencies"]) | {canonicalize_name(p) for p in BRIEF_PACKAGES}
     assert expected <= rows, f"missing from the table: {expected - rows}"
+
+
+def test_images_resolve_for_the_newest_patch_of_their_python() -> None:
+    # gcloud-aio-auth (now declared, so pinned in every image) needs Python >= 3.11.3:
+    # a bare "3.11" reads as 3.11.0 to pip and uv, and the image's set did not resolve.
+    from kinetic._core.image_spec import resolver_python
+
+    assert resolver_python("3.11") == "3.11.99"
+    assert resolver_python("3.12.4") == "3.12.4"
