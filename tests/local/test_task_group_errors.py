@@ -5,6 +5,7 @@ for a cluster it cannot reach."""
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 import subprocess
@@ -128,3 +129,26 @@ def test_no_kubeconfig_or_an_unreachable_server_is_one_line(
     assert f"cannot connect to 127.0.0.1:{port}: Connection refused" in down.stderr
     assert "ExceptionGroup" not in down.stderr
     assert "Traceback" not in down.stderr
+
+
+class _Terminal(io.StringIO):
+    """A stderr that says it is a terminal: the batch progress bar is drawn."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def fails_on_two(x: int) -> int:
+    if x == 2:
+        raise ValueError("two")
+    return x
+
+
+def test_a_batch_error_under_the_progress_bar_is_a_batch_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    batch = kinetic.run()(fails_on_two).run_async_map([1, 2, 3])
+    monkeypatch.setattr(sys, "stderr", _Terminal())
+    with pytest.raises(kinetic.BatchError) as caught:
+        batch.results(timeout=120)
+    assert caught.value.partial_results == [1, None, 3]
