@@ -174,6 +174,10 @@ def test_a_500_input_pool_batch_under_faults_loses_and_doubles_nothing(faulty: F
             "proxies": faulty.since(before),
         }
     extra = runs["faults"]["seconds"] - runs["baseline"]["seconds"]
+    requests = {
+        label: run["proxies"]["storage"]["requests"] + run["proxies"]["api"]["requests"]
+        for label, run in runs.items()
+    }
     record(
         "pool_batch_500",
         {
@@ -182,6 +186,11 @@ def test_a_500_input_pool_batch_under_faults_loses_and_doubles_nothing(faulty: F
             "storage_faults": STORAGE_FAULTS.rate,
             "api_faults": API_FAULTS.rate,
             "extra_seconds": round(extra, 2),
+            # Every injected fault was met by the client sending again (or, for a watch,
+            # reconnecting): the values all arrived.
+            "retries": runs["faults"]["proxies"]["storage"]["injected"]
+            + runs["faults"]["proxies"]["api"]["injected"],
+            "extra_requests": requests["faults"] - requests["baseline"],
             "slowdown": round(runs["faults"]["seconds"] / runs["baseline"]["seconds"], 2),
             **runs,
         },
@@ -221,6 +230,7 @@ def test_20_concurrent_jobs_under_faults_are_right_or_fail_clearly(
     anyio.run(main)
     elapsed = time.monotonic() - started
     faulty.set(NONE, NONE)
+    faults = faulty.since(before)
     errors = {i: v for i, v in outcomes.items() if isinstance(v, BaseException)}
     assert sorted(outcomes) == list(range(n))
     for i, value in outcomes.items():
@@ -238,9 +248,10 @@ def test_20_concurrent_jobs_under_faults_are_right_or_fail_clearly(
             "seconds": round(elapsed, 2),
             "slowest_job_seconds": round(max(waited.values()), 2),
             "values_right": n - len(errors),
+            "retries": faults["storage"]["injected"] + faults["api"]["injected"],
             "values_lost": 0,
             "clear_errors": {str(i): f"{type(e).__name__}: {e}"[:300] for i, e in errors.items()},
-            "proxies": faulty.since(before),
+            "proxies": faults,
         },
     )
 
