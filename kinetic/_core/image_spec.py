@@ -83,11 +83,13 @@ _TAIL = "WORKDIR /tmp\n"
 
 def resolver_python(python: str) -> str:
     """The ``--python-version`` to resolve an image's requirements for, given its Python
-    ``python``. A bare ``3.11`` (a ``python:3.11-slim`` base: the newest 3.11 release)
-    would be read by pip and uv as 3.11.0, refusing what needs a later patch release
-    (gcloud-aio-auth 5.6 needs 3.11.3); the ``.99`` patch stands for "the newest". A
-    version with its patch number is kept. Pure."""
-    return python if python.count(".") >= 2 else f"{python}.99"
+    ``python``: a bare ``3.11`` means *every* 3.11 release, since the base image's patch
+    is not known here (``python:3.11-slim`` has the newest, Debian bookworm's ``python3``
+    is 3.11.2): its first, ``3.11.0``, so that what resolves installs on any of them.
+    Kinetic's own pins follow the same rule (a dependency installed here that needs a
+    later patch, as gcloud-aio-auth 5.6 needs 3.11.3, is resolved from its declared
+    range instead). A version with its patch number is kept. Pure."""
+    return python if python.count(".") >= 2 else f"{python}.0"
 
 
 def env_dockerfile(base_image: str) -> str:

@@ -93,7 +93,7 @@ async def resolve_runtime(
     python = accel_runtime.image_python(base_image)
 
     def resolve() -> ResolvedRuntime:
-        kinetic_lines = runner_image.runtime_inputs()
+        kinetic_lines = runner_image.runtime_inputs(python)
         resolved = runtime_resolve.resolve_runtime(request, python, kinetic_lines)
         runtime_resolve.check_project(resolved, request.project)
         return resolved

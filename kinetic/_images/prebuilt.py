@@ -43,7 +43,7 @@ def default_runtime(category: str, base_image: str) -> ResolvedRuntime:
     """
     request = accel_runtime.runtime_request((), category)
     python = accel_runtime.image_python(base_image)
-    return runtime_resolve.resolve_runtime(request, python, runner_image.runtime_inputs())
+    return runtime_resolve.resolve_runtime(request, python, runner_image.runtime_inputs(python))
 
 
 async def build_base_images(

@@ -37,6 +37,7 @@ from pathlib import Path
 
 import anyio
 import anyio.to_thread
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 import kinetic
 import runner
@@ -90,8 +91,27 @@ class BuildPlan:
     parent: BuildPlan | None = None
 
 
-def pinned_requirements(distribution: str = DISTRIBUTION) -> list[str]:
-    """Kinetic's runtime dependencies, pinned to the versions installed here."""
+def _pin(name: str, declared: str, python: str) -> str:
+    """``name==V`` for the version installed here, when it installs on every patch
+    release of Python ``python`` (an image's exact patch is its base's: the newest for
+    ``python:3.11-slim``, 3.11.2 for Debian's own); else the ``declared`` requirement, for
+    the resolver to pick a release that does."""
+    try:
+        dist = importlib.metadata.distribution(name)
+    except importlib.metadata.PackageNotFoundError:
+        return declared
+    for requires_python in dist.metadata.get_all("Requires-Python") or ():
+        try:
+            if not SpecifierSet(requires_python).contains(image_spec.resolver_python(python)):
+                return declared
+        except InvalidSpecifier:
+            pass
+    return f"{name}=={dist.version}"
+
+
+def pinned_requirements(distribution: str = DISTRIBUTION, python: str = "3.11") -> list[str]:
+    """Kinetic's runtime dependencies, pinned to the versions installed here (see
+    :func:`_pin` for those that need a later patch release of ``python``)."""
     out = []
     for req in importlib.metadata.requires(distribution) or []:
         if "extra ==" in req or "extra==" in req:
@@ -99,11 +119,7 @@ def pinned_requirements(distribution: str = DISTRIBUTION) -> list[str]:
         m = _NAME.match(req)
         if m is None:
             continue
-        name = m.group(0)
-        try:
-            out.append(f"{name}=={importlib.metadata.version(name)}")
-        except importlib.metadata.PackageNotFoundError:
-            out.append(req.split(";")[0].strip())
+        out.append(_pin(m.group(0), req.split(";")[0].strip(), python))
     return sorted(out)
 
 
@@ -113,15 +129,9 @@ any job can run with ``debug=True`` (see ``runner/debug.py``). Pinned to the ver
 installed here when there is one."""
 
 
-def tool_requirements() -> list[str]:
+def tool_requirements(python: str = "3.11") -> list[str]:
     """:data:`RUNNER_TOOLS` as requirement lines."""
-    out = []
-    for name in RUNNER_TOOLS:
-        try:
-            out.append(f"{name}=={importlib.metadata.version(name)}")
-        except importlib.metadata.PackageNotFoundError:
-            out.append(name)
-    return out
+    return [_pin(name, name, python) for name in RUNNER_TOOLS]
 
 
 def package_sources() -> dict[str, bytes]:
@@ -138,12 +148,14 @@ def package_sources() -> dict[str, bytes]:
 
 
 @functools.cache
-def runner_inputs() -> tuple[tuple[str, ...], dict[str, bytes], dict[str, str]]:
+def runner_inputs(
+    python: str = "3.11",
+) -> tuple[tuple[str, ...], dict[str, bytes], dict[str, str]]:
     """(pinned requirements, source files, their SHA-256s): read once per process, since
     the code running here is what goes into the image. Blocking the first time."""
     sources = package_sources()
     digests = {p: hashlib.sha256(d).hexdigest() for p, d in sources.items()}
-    return (*pinned_requirements(), *tool_requirements()), sources, digests
+    return (*pinned_requirements(python=python), *tool_requirements(python)), sources, digests
 
 
 def plan(
@@ -159,7 +171,7 @@ def plan(
     ``extra_requirements`` on ``base_image``. Blocking the first time in a process (reads
     the sources), then pure.
     """
-    pinned, _, _ = runner_inputs()
+    pinned, _, _ = runner_inputs(python)
     env = env_plan(registry, base_image, (*pinned, *extra_requirements), category, python)
     return runner_plan(env, repository)
 
@@ -208,10 +220,10 @@ def runner_plan(env: BuildPlan, repository: str = image_spec.DEFAULT_REPOSITORY)
     )
 
 
-def runtime_inputs() -> tuple[str, ...]:
+def runtime_inputs(python: str = "3.11") -> tuple[str, ...]:
     """Kinetic's own lines of a runtime image: its pinned dependencies, the runner's
     tools and ``uv`` (prebuilt mode installs with it). Blocking the first time."""
-    pinned, _, _ = runner_inputs()
+    pinned, _, _ = runner_inputs(python)
     return (*pinned, image_spec.UV_REQUIREMENT)
 
 

@@ -156,10 +156,15 @@ def test_the_dependencies_table_covers_each_dependency_and_the_briefs_packages()
     assert expected <= rows, f"missing from the table: {expected - rows}"
 
 
-def test_images_resolve_for_the_newest_patch_of_their_python() -> None:
-    # gcloud-aio-auth (now declared, so pinned in every image) needs Python >= 3.11.3:
-    # a bare "3.11" reads as 3.11.0 to pip and uv, and the image's set did not resolve.
+def test_images_resolve_for_every_patch_of_their_python() -> None:
+    # gcloud-aio-auth 5.6 needs Python >= 3.11.3; Debian bookworm's python3 (the test
+    # cluster's base image) is 3.11.2. Images resolve for the minor's first release, and
+    # a dependency installed here that needs a later one is resolved from its range.
     from kinetic._core.image_spec import resolver_python
+    from kinetic._images.runner_image import pinned_requirements
 
-    assert resolver_python("3.11") == "3.11.99"
+    assert resolver_python("3.11") == "3.11.0"
     assert resolver_python("3.12.4") == "3.12.4"
+    pins = pinned_requirements(python="3.11")
+    assert "gcloud-aio-auth>=5.3" in pins
+    assert any(p.startswith("anyio==") for p in pins)
