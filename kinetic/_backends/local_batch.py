@@ -357,10 +357,23 @@ class LocalBatches:
         return await anyio.to_thread.run_sync(_extract)
 
     async def read_json(self, key: str) -> Any:
-        try:
-            return protocol.load_json(await self.storage.read(key))
-        except ObjectNotFoundError:
-            return None
+        """The JSON record at ``key``, or None while it is absent.
+
+        Absence is answered in the worker thread, not raised out of it: an exception that
+        crosses the thread stays in a reference cycle with its future (anyio's), and its
+        traceback would keep the caller's frames, and the batch, alive until the collector's
+        next full pass.
+        """
+        path = self.storage.path_for(key)
+
+        def _read() -> bytes | None:
+            try:
+                return path.read_bytes()
+            except FileNotFoundError:
+                return None
+
+        data = await self.storage.run_io(_read)
+        return None if data is None else protocol.load_json(data)
 
     async def read_stop(self, group_id: str) -> protocol.StopRecord | None:
         """The batch's stop record, or None while it has none."""
