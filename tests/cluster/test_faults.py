@@ -322,6 +322,48 @@ def test_waiters_resume_after_the_apiserver_goes_away_during_a_watch(faulty: Fau
     )
 
 
+def pause(x: int) -> int:
+    time.sleep(0.2)
+    return x
+
+
+def test_a_pool_batch_outlives_storage_going_away(faulty: Faulty) -> None:
+    # Storage refuses every connection for a while mid-batch: requests use up their
+    # retries, workers exit (their pods are replaced, their claims taken over once their
+    # leases end) and the follower's steps fail. Nothing may be lost, and results() must
+    # wait on, not give up.
+    n, outage = 60, 6.0
+    fn = kinetic.run(**faulty.gke.run_args())(pause)
+    batch = fn.run_async_map(range(n), max_concurrent=3)
+    group = f"_groups/{batch.group_id}/results/"
+    for _ in range(600):
+        if len(faulty.gke.object_names(group)) >= 10:
+            break
+        time.sleep(0.2)
+    else:
+        pytest.fail("the pool made no progress")
+    before = faulty.snapshot()
+    started = time.monotonic()
+    faulty.storage.outage(outage)
+    values = batch.results(timeout=400, cleanup=False)
+    elapsed = time.monotonic() - started
+    claims = faulty.gke.object_names(f"_groups/{batch.group_id}/claims/")
+    batch.cleanup()
+    assert values == list(range(n))
+    record(
+        "storage_outage_during_pool_batch",
+        {
+            "inputs": n,
+            "outage_seconds": outage,
+            "connections_dropped": faulty.since(before)["storage"].get("dropped", 0),
+            "claims": len(claims),
+            "inputs_run_again": len(claims) - n,
+            "seconds_from_outage_to_all_values": round(elapsed, 2),
+            "values_lost": 0,
+        },
+    )
+
+
 def test_a_corrupted_result_in_storage_is_a_result_error(faulty: Faulty) -> None:
     fn = kinetic.run(**faulty.gke.run_args())(triple)
     job = fn.run_async(7_000_007)
