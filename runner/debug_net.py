@@ -41,6 +41,7 @@ from runner import peer
 
 _CLONE_NEWNET = 0x40000000
 _CLONE_NEWUSER = 0x10000000
+_PR_GET_DUMPABLE = 3
 _SIOCGIFFLAGS = 0x8913
 _SIOCSIFFLAGS = 0x8914
 _IFF_UP = 0x1
@@ -84,6 +85,10 @@ def _enter_own_user_namespace() -> None:
     """
     if _threads() != 1:
         raise OSError("the job already runs threads (a new user namespace needs one)")
+    # A process that changed its uid is not dumpable: its /proc files are root's, and it
+    # could not write its uid map. Entering the namespace first would leave it unmapped.
+    if ctypes.CDLL(None, use_errno=True).prctl(_PR_GET_DUMPABLE, 0, 0, 0, 0) != 1:
+        raise OSError("the process is not dumpable, so it cannot map its uid")
     uid, gid = os.geteuid(), os.getegid()
     _unshare(_CLONE_NEWUSER)
     if os.path.exists("/proc/self/setgroups"):

@@ -11,6 +11,7 @@ each, sends ``payload`` and reads what comes back.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import select
@@ -21,6 +22,7 @@ from typing import Any
 import pytest
 
 OTHER_UID = 65534
+_PR_SET_DUMPABLE = 4
 
 
 def need_root() -> None:
@@ -83,6 +85,9 @@ def start_as_other_user(fn: Callable[[Callable[[], None]], Any]) -> OtherUserRun
             os.setgroups([])
             os.setgid(OTHER_UID)
             os.setuid(OTHER_UID)
+            # Changing uid made us non-dumpable (our /proc files root's); a process of a
+            # user who logged in is dumpable.
+            ctypes.CDLL(None).prctl(_PR_SET_DUMPABLE, 1, 0, 0, 0)
             out = json.dumps({"ok": fn(lambda: os.write(ready_w, b"1") and None)}).encode()
             code = 0
         except BaseException as exc:  # noqa: BLE001 - reported to the parent

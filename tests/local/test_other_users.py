@@ -244,3 +244,48 @@ def test_a_local_debug_session_is_reachable_by_its_user_only(
         assert dap_probe(("127.0.0.1", forward.local_port)) == "answered"  # its user: yes
     assert any(f"uid {OTHER_UID}" in r.getMessage() for r in caplog.records), caplog.text
     job.cancel()
+
+
+def test_a_debugger_without_privileges_is_private_or_says_it_is_not() -> None:
+    """A user without root gets the debugger's private network through a user namespace
+    of their own, where the kernel allows one; where it does not, the job says in one
+    line that any local user could attach. Either way, never silently exposed."""
+
+    # Imported here: the other user cannot read this interpreter's files under /root.
+    import contextlib
+    import io
+
+    import runner.debug_net  # noqa: F401 - what _listen_privately imports
+    from runner.debug import _listen_privately
+
+    def as_a_plain_user() -> dict[str, Any]:
+        held = []
+
+        def listen() -> int:  # stands in for debugpy: a TCP listener on loopback
+            server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            server.bind(("127.0.0.1", 0))
+            server.listen(1)
+            held.append(server)
+            return int(server.getsockname()[1])
+
+        stderr = io.StringIO()
+        with contextlib.redirect_stderr(stderr):
+            port, path = _listen_privately(listen)
+        # This (main) thread is in the machine's network, as every other local user is.
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            probe.settimeout(5.0)
+            try:
+                probe.connect(("127.0.0.1", port))
+                from_the_machine = "connected"
+            except OSError as exc:
+                from_the_machine = type(exc).__name__
+        return {"socket": path, "stderr": stderr.getvalue(), "from the machine": from_the_machine}
+
+    seen = as_other_user(as_a_plain_user)
+    if seen["socket"] is not None:  # the kernel allowed it: private
+        assert seen["from the machine"] != "connected"
+        assert seen["stderr"] == ""
+    else:  # refused: exposed, and said so in one line
+        assert seen["from the machine"] == "connected"
+        (line,) = seen["stderr"].splitlines()
+        assert "any user of this machine can attach and run code as you" in line
