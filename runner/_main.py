@@ -23,13 +23,13 @@ import cloudpickle
 from runner import protocol
 from runner.code_files import restore_code_files
 from runner.job import (
-    PhaseError,
     build_failure,
     build_success,
     parse_args,
     prepare_workspace,
     verify,
 )
+from runner.protocol import PhaseError
 from runner.scratch import scratch_dir
 from runner.store import RunnerStore, open_store
 

@@ -26,7 +26,8 @@ import cloudpickle
 
 from runner import protocol
 from runner.code_files import load_function
-from runner.job import PhaseError, build_failure, build_success, prepare_workspace
+from runner.job import build_failure, build_success, prepare_workspace
+from runner.protocol import PhaseError
 from runner.store import RunnerStore
 
 

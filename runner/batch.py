@@ -71,7 +71,8 @@ import cloudpickle
 from runner import gpu_lease, peer, protocol, results_log
 from runner.code_files import load_function
 from runner.fs import atomic_write, make_private_dirs
-from runner.job import PhaseError, build_failure, build_success, parse_args, prepare_workspace
+from runner.job import build_failure, build_success, parse_args, prepare_workspace
+from runner.protocol import PhaseError
 from runner.store import FileStore, open_store
 
 

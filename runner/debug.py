@@ -33,6 +33,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from runner.protocol import PhaseError
 from runner.store import FileStore
 
 if TYPE_CHECKING:
@@ -95,7 +96,6 @@ def wait_for_client(
         marker cannot be written, or no client attached within the wait.
     """
     from runner.code_files import point_code_at
-    from runner.job import PhaseError
 
     wait = float(spec["wait"])
     source_root = str(spec.get("source_root") or "")

@@ -6,7 +6,7 @@ the running interpreter's environment from whatever package index the pod's
 environment names (``UV_INDEX_URL`` / ``UV_DEFAULT_INDEX``, ``UV_EXTRA_INDEX_URL``, or
 the lines' own ``--index-url``). uv's output goes to the job's log; a failure or a
 run past ``KINETIC_INSTALL_TIMEOUT`` seconds (default 900) is a
-:class:`~runner._main.PhaseError` in phase ``install`` carrying uv's message, never a
+:class:`~runner.protocol.PhaseError` in phase ``install`` carrying uv's message, never a
 hang. Standard library only.
 """
 
@@ -18,6 +18,8 @@ import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+
+from runner.protocol import PhaseError
 
 DEFAULT_TIMEOUT = 900.0
 
@@ -35,7 +37,6 @@ def install_requirements(lines: Sequence[str], workdir: Path) -> None:
 
     :raises PhaseError: (phase ``install``) uv is missing, failed, or timed out.
     """
-    from runner.job import PhaseError
 
     uv = find_uv()
     if uv is None:

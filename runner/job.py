@@ -19,15 +19,8 @@ import cloudpickle
 
 from runner import protocol
 from runner.fs import remove_tree
+from runner.protocol import PhaseError
 from runner.store import RunnerStore
-
-
-class PhaseError(Exception):
-    """A runner step failed outside the user's code."""
-
-    def __init__(self, phase: str, message: str) -> None:
-        super().__init__(message)
-        self.phase = phase
 
 
 def prepare_workspace(store: RunnerStore, spec: protocol.JobSpec, workdir: Path) -> Path:

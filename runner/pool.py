@@ -55,7 +55,7 @@ import cloudpickle
 
 from runner import protocol
 from runner.code_files import load_function
-from runner.job import PhaseError, build_failure, build_success, parse_args, prepare_workspace
+from runner.job import build_failure, build_success, parse_args, prepare_workspace
 from runner.pool_book import (
     Claim,
     Exit,
@@ -69,6 +69,7 @@ from runner.pool_book import (
     stop_kills,
     worker_step,
 )
+from runner.protocol import PhaseError
 from runner.scratch import scratch_dir
 from runner.store import RunnerStore, open_store
 

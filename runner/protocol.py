@@ -47,6 +47,14 @@ EXIT_USER_ERROR: Final = 1
 EXIT_RUNNER_ERROR: Final = 2
 
 
+class PhaseError(Exception):
+    """A runner step failed outside the user's code, in ``phase`` (one of :data:`PHASES`)."""
+
+    def __init__(self, phase: str, message: str) -> None:
+        super().__init__(message)
+        self.phase = phase
+
+
 def handle_key(job_id: str) -> str:
     return f"{job_id}/handle.json"
 

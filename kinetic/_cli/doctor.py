@@ -15,58 +15,23 @@ deleted), the image registry and the image builder (Docker Engine socket or Clou
 Build credentials).
 
 Each check is a small coroutine bounded by ``--timeout`` (default 10 s) in
-:mod:`kinetic._cli.doctor_checks`; this module holds the pure parts (results,
-verdict, rendering). Exit status 0 when no check failed (warnings allowed), 1 when
-one did, 2 on bad usage.
+:mod:`kinetic._cli.doctor_checks`, ending in a
+:class:`~kinetic._cli.doctor_result.CheckResult`; this module holds the verdict and
+the rendering. Exit status 0 when no check failed (warnings allowed), 1 when one
+did, 2 on bad usage.
 """
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any
 
 from kinetic._cli._output import EXIT_FAILED, EXIT_OK, emit_json, table
+from kinetic._cli.doctor_result import LEVELS, CheckResult
 
-LEVELS = ("ok", "warn", "fail", "skip")
 DEFAULT_TIMEOUT = 10.0
-
-
-@dataclass(frozen=True)
-class CheckResult:
-    """The outcome of one check.
-
-    :ivar name: the check (``cluster``, ``bucket``, ...).
-    :ivar level: one of :data:`LEVELS`.
-    :ivar detail: what was seen.
-    :ivar hint: how to fix it (None when ``ok``).
-    """
-
-    name: str
-    level: str
-    detail: str
-    hint: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.level not in LEVELS:
-            raise ValueError(f"unknown check level {self.level!r}")
-
-
-def ok(name: str, detail: str) -> CheckResult:
-    return CheckResult(name, "ok", detail)
-
-
-def warn(name: str, detail: str, hint: str | None = None) -> CheckResult:
-    return CheckResult(name, "warn", detail, hint)
-
-
-def fail(name: str, detail: str, hint: str | None = None) -> CheckResult:
-    return CheckResult(name, "fail", detail, hint)
-
-
-def skip(name: str, detail: str) -> CheckResult:
-    return CheckResult(name, "skip", detail)
 
 
 def exit_status(results: Sequence[CheckResult]) -> int:

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.to_thread
 
-from kinetic._cli.doctor import CheckResult, fail, ok, skip, warn
+from kinetic._cli.doctor_result import CheckResult, fail, ok, skip, warn
 from kinetic._core.config import Settings
 from kinetic._exceptions import ConfigError, KineticError
 

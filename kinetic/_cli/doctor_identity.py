@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kinetic._cli.doctor import CheckResult, fail, ok, warn
+from kinetic._cli.doctor_result import CheckResult, fail, ok, warn
 from kinetic._core.config import Settings
 from kinetic._exceptions import KineticError
 from kinetic._infra import identity, registry

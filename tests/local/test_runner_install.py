@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from runner.install import find_uv, install_requirements
-from runner.job import PhaseError
+from runner.protocol import PhaseError
 
 pytestmark = pytest.mark.local
 

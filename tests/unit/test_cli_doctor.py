@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kinetic._cli.doctor import CheckResult, document, exit_status, fail, ok, skip, summary, warn
+from kinetic._cli.doctor import document, exit_status, summary
 from kinetic._cli.doctor_checks import (
     LWS_CRD,
     crd_result,
@@ -12,6 +12,7 @@ from kinetic._cli.doctor_checks import (
     packages_result,
     python_result,
 )
+from kinetic._cli.doctor_result import CheckResult, fail, ok, skip, warn
 from kinetic._core.config import resolve_settings
 from kinetic._core.kubeconfig import ContextRef, config_path
 

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from kinetic._cli import doctor_identity as di
-from kinetic._cli.doctor import CheckResult
+from kinetic._cli.doctor_result import CheckResult
 from kinetic._core.config import Settings
 from kinetic._infra import cloud
 from kinetic._infra.google_rest import GoogleRest
