@@ -249,6 +249,11 @@ async def runtime_builds(env: dict[str, str], categories: tuple[str, ...]) -> di
     return out
 
 
+GPU_NOT_BUILT = (
+    "the CUDA wheels are gigabytes: the GPU set is resolved (tests/local/"
+    "test_runtime_resolve.py), never built, on these machines"
+)
+
 NOOP_MODULE = "def noop():\n    return 1\n"
 
 
@@ -344,6 +349,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.runtime_builds:
         figures = anyio.run(runtime_builds, testbed_env(), ("cpu", "tpu"))
+        figures["gpu"] = {"built": False, "why": GPU_NOT_BUILT}
         print("runtime builds:", figures)
         print(f"wrote {write_results('runtime_builds', {'machine': machine(), **figures})}")
         return
