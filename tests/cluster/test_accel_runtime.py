@@ -7,6 +7,9 @@
   testbed has no TPU node: the job's own pod never starts; a CPU pod in its image
   reports what it holds).
 - A conflicting pin fails at submission, naming the line, with nothing built or uploaded.
+- Opt-in (``KINETIC_TEST_GPU_IMAGE=1``: gigabytes of CUDA wheels, not run in CI, whose
+  GPU coverage is the resolved set of ``tests/local/test_runtime_resolve.py``): the GPU
+  base built for real, and a CPU pod in it importing JAX's CUDA plugin and Keras.
 - The runtime (its environment image, the venv with JAX and Keras, and Kinetic's source
   on it) is built once for two projects: each gets a project image on it.
 - The Keras and JAX examples run as ``backend="gke"`` CPU jobs in a bundled image, with
@@ -122,6 +125,29 @@ def bundled(gke: GKETarget, monkeypatch: pytest.MonkeyPatch) -> Callable[..., di
 def tpu_base(testbed: fix_cluster.Testbed) -> tuple[str, ResolvedRuntime]:
     """``base-tpu:{version}``, built for real by ``kinetic build-image`` (once per run;
     an unchanged image from an earlier run is kept), and the runtime it was promised."""
+    uri = build_base(testbed, "tpu")
+    return uri, prebuilt.default_runtime("tpu", testbed.env["KINETIC_TESTBED_BASE_IMAGE"])
+
+
+GPU_REPORT_MODULE = """\
+import importlib.metadata
+
+
+def report():
+    import jax
+    import jax_cuda12_plugin  # noqa: F401 - the CUDA plugin's package, importable without a GPU
+    import keras
+
+    names = ("jax", "jaxlib", "jax-cuda12-plugin", "jax-cuda12-pjrt", "keras", "nvidia-cudnn-cu12")
+    return {name: importlib.metadata.version(name) for name in names} | {
+        "keras_backend": keras.backend.backend(),
+        "sum": float(jax.numpy.arange(4.0).sum()),
+    }
+"""
+
+
+def build_base(testbed: fix_cluster.Testbed, category: str) -> str:
+    """``base-{category}:{version}``, built by ``kinetic build-image`` (as a user would)."""
     env = testbed.env
     repo = f"{env['KINETIC_TESTBED_REGISTRY']}/kt-base"
     cli_env = {
@@ -132,18 +158,34 @@ def tpu_base(testbed: fix_cluster.Testbed) -> tuple[str, ResolvedRuntime]:
     }
     proc = subprocess.run(
         [sys.executable, "-m", "kinetic._cli", "build-image", "--repo", repo]
-        + ["--category", "tpu", "--yes"],
+        + ["--category", category, "--yes"],
         capture_output=True,
         text=True,
-        timeout=840,
+        timeout=3000,
         env=cli_env,
         check=False,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     [uri] = proc.stdout.split()
-    assert uri == f"{repo}/base-tpu:{kinetic.__version__}"
-    promised = prebuilt.default_runtime("tpu", env["KINETIC_TESTBED_BASE_IMAGE"])
-    return uri, promised
+    assert uri == f"{repo}/base-{category}:{kinetic.__version__}"
+    return uri
+
+
+@pytest.mark.skipif(
+    os.environ.get("KINETIC_TEST_GPU_IMAGE") != "1",
+    reason="opt-in (KINETIC_TEST_GPU_IMAGE=1): the CUDA image is gigabytes",
+)
+@pytest.mark.timeout(3600)
+def test_the_gpu_base_holds_the_cuda_plugin_and_keras(gke: GKETarget, tmp_path: Path) -> None:
+    uri = build_base(gke.testbed, "gpu")
+    promised = prebuilt.default_runtime("gpu", gke.testbed.env["KINETIC_TESTBED_BASE_IMAGE"])
+    module = load_module(tmp_path / "proj", "gpu", GPU_REPORT_MODULE)
+    got = kinetic.run(**gke.run_args(container_image=uri))(module.report)()
+    for name in ("jax", "jaxlib", "jax-cuda12-plugin", "jax-cuda12-pjrt", "keras"):
+        assert got[name] == promised.version(name)
+    assert got["nvidia-cudnn-cu12"] == promised.version("nvidia-cudnn-cu12")
+    assert got["keras_backend"] == "jax"
+    assert got["sum"] == 6.0
 
 
 def test_the_tpu_base_holds_jax_tpu_libtpu_and_keras(
