@@ -40,10 +40,10 @@ from kinetic._backends.base import JobRef, StatusCallback
 from kinetic._backends.gke.client import KubeClient
 from kinetic._backends.gke.pool import GKEBatchEngines
 from kinetic._backends.gke.watch import SharedWatch, either_set
-from kinetic._core import k8s_spec, k8s_status
+from kinetic._core import k8s_spec, k8s_status, wait_plan
 from kinetic._core.exception_groups import one_error
 from kinetic._core.gke_config import GKEOptions
-from kinetic._core.status import JobStatus, StatusReport, start_failure, start_grace_left
+from kinetic._core.status import JobStatus, StatusReport
 from kinetic._exceptions import ObjectNotFoundError
 from kinetic._storage.base import Storage
 from kinetic._storage.gcs import GCSStorage
@@ -202,10 +202,13 @@ class GKEBackend:
 
     async def wait(self, job: JobRef, on_change: StatusCallback | None = None) -> StatusReport:
         watch = self.cluster.watch(job.namespace)
+        rules = wait_plan.WaitRules(
+            start_grace=self.options.start_grace,
+            podless_after=EVENTS_AFTER,
+            events_every=EVENTS_EVERY,
+        )
+        state = wait_plan.WaitState()
         last: StatusReport | None = None
-        stuck_since: float | None = None
-        podless_since: float | None = None
-        events_at = 0.0
         async with watch.subscribe():
             while True:
                 changes = watch.job_changes(job.job_id)
@@ -216,53 +219,35 @@ class GKEBackend:
                     continue
                 now = anyio.current_time()
                 k8s_job, pods = watch.job(job.job_id), watch.pods(job.job_id)
-                podless_since = (podless_since or now) if k8s_job and not pods else None
-                events_due = podless_since is not None and (
-                    now - podless_since >= EVENTS_AFTER and now - events_at >= EVENTS_EVERY
+                lost = watch.lost.get(job.job_id)
+                state, seen = wait_plan.look(
+                    state, rules, now=now, podless=bool(k8s_job and not pods)
                 )
-                if events_due:
-                    events_at = now
                 report = await self._derive(
-                    job, k8s_job, pods, lost=watch.lost.get(job.job_id), events_due=events_due
+                    job, k8s_job, pods, lost=lost, events_due=seen.events_due
                 )
-                # The watch may not have seen a just-created Job yet: ask once.
-                if (
-                    report.status is JobStatus.FAILED
-                    and k8s_job is None
-                    and not pods
-                    and await self.client.get_job(job.namespace, job.k8s_name) is not None
+                if wait_plan.ask_if_unseen(report, seen=k8s_job is not None or bool(pods)) and (
+                    await self.client.get_job(job.namespace, job.k8s_name) is not None
                 ):
                     report = StatusReport(JobStatus.PENDING)
-                if (
-                    report.status is JobStatus.FAILED
-                    and not report.cancelled
-                    and (watch.lost.get(job.job_id) is not None)
-                ):
-                    await self._end(job, report, phase=None)
-                timeout: float | None = EVENTS_EVERY if podless_since is not None else None
-                if k8s_status.cannot_start(report):
-                    stuck_since = stuck_since or now
-                    left = start_grace_left(
-                        stuck_since=stuck_since, now=now, grace=self.options.start_grace
-                    )
-                    if left <= 0:
-                        report = await self._give_up(job, report)
-                    else:
-                        timeout = left if timeout is None else min(timeout, left)
-                else:
-                    stuck_since = None
+                state, verdict = wait_plan.judge(
+                    state,
+                    rules,
+                    report,
+                    now=now,
+                    podless_for=seen.podless_for,
+                    lost=lost is not None,
+                )
+                report = verdict.report
+                if verdict.end:
+                    await self._end(job, report, phase=report.phase if verdict.gave_up else None)
                 if on_change is not None and report != last:
                     await on_change(report)
                 last = report
                 if report.status.is_terminal:
                     return report
-                with anyio.move_on_after(timeout):
+                with anyio.move_on_after(verdict.timeout):
                     await changes.wait()
-
-    async def _give_up(self, job: JobRef, report: StatusReport) -> StatusReport:
-        failed = start_failure(report.reason, self.options.start_grace)
-        await self._end(job, StatusReport(JobStatus.FAILED, reason=failed.reason), phase="start")
-        return failed
 
     async def _end(self, job: JobRef, report: StatusReport, *, phase: str | None) -> None:
         """Delete the Job and record the failure (unless the runner recorded an outcome)."""

@@ -39,12 +39,12 @@ from kinetic._backends.gke.backend import Cluster, known_job_ids
 from kinetic._backends.gke.client import KubeClient
 from kinetic._backends.gke.watch import either_set
 from kinetic._backends.pathways.api import LwsApi
-from kinetic._core import accelerators, k8s_spec, k8s_status, lws_spec, lws_status
+from kinetic._core import accelerators, k8s_spec, lws_spec, lws_status, wait_plan
 from kinetic._core.accelerators import AcceleratorConfig
 from kinetic._core.exception_groups import one_error
 from kinetic._core.gke_config import GKEOptions
 from kinetic._core.lws_status import GroupReport
-from kinetic._core.status import JobStatus, StatusReport, start_failure, start_grace_left
+from kinetic._core.status import StatusReport
 from kinetic._exceptions import AcceleratorError, ConfigError, ObjectNotFoundError
 from kinetic._storage.gcs import GCSStorage
 from runner import protocol
@@ -250,10 +250,12 @@ class PathwaysBackend:
     async def wait(self, job: JobRef, on_change: StatusCallback | None = None) -> StatusReport:
         watch = self.cluster.watch(job.namespace)
         hosts = await self._hosts(job)
+        rules = wait_plan.WaitRules(
+            start_grace=self.options.start_grace, podless_after=PODLESS_AFTER, ends_outcomes=True
+        )
+        state = wait_plan.WaitState()
         cache: dict[int, dict[str, Any]] = {}
         last: StatusReport | None = None
-        stuck_since: float | None = None
-        podless_since: float | None = None
         async with watch.subscribe():
             while True:
                 changes = watch.job_changes(job.job_id)
@@ -264,50 +266,33 @@ class PathwaysBackend:
                     continue
                 now = anyio.current_time()
                 pods = watch.pods(job.job_id)
-                podless_since = (podless_since or now) if not pods else None
+                state, seen = wait_plan.look(state, rules, now=now, podless=not pods)
                 lost: dict[int, str] = {}
                 lost_name = watch.lost.get(job.job_id)
                 lost_host = lws_spec.host_of_pod_name(job.job_id, lost_name or "")
                 if lost_name is not None and lost_host is not None:
                     lost[lost_host] = lost_name
                 group = await self._derive(
-                    job,
-                    hosts,
-                    pods,
-                    cache=cache,
-                    lost=lost,
-                    podless_for=now - podless_since if podless_since is not None else 0.0,
+                    job, hosts, pods, cache=cache, lost=lost, podless_for=seen.podless_for or 0.0
                 )
-                report = group.report
-                timeout: float | None = None
-                if report.status.is_terminal:
-                    if not report.cancelled and report.status is not JobStatus.NOT_FOUND:
-                        await self._end(job, group)
-                elif k8s_status.cannot_start(report):
-                    stuck_since = stuck_since or now
-                    left = start_grace_left(
-                        stuck_since=stuck_since, now=now, grace=self.options.start_grace
-                    )
-                    if left <= 0:
-                        report = await self._give_up(job, report)
-                    else:
-                        timeout = left
-                else:
-                    stuck_since = None
-                    if podless_since is not None:  # wake up to judge the controller late
-                        timeout = max(0.05, PODLESS_AFTER - (now - podless_since))
+                state, verdict = wait_plan.judge(
+                    state,
+                    rules,
+                    group.report,
+                    now=now,
+                    podless_for=seen.podless_for,
+                    lost=bool(lost),
+                )
+                report = verdict.report
+                if verdict.end:
+                    await self._end(job, GroupReport(report) if verdict.gave_up else group)
                 if on_change is not None and report != last:
                     await on_change(report)
                 last = report
                 if report.status.is_terminal:
                     return report
-                with anyio.move_on_after(timeout):
+                with anyio.move_on_after(verdict.timeout):
                     await changes.wait()
-
-    async def _give_up(self, job: JobRef, report: StatusReport) -> StatusReport:
-        failed = start_failure(report.reason, self.options.start_grace)
-        await self._end(job, GroupReport(failed))
-        return failed
 
     async def _end(self, job: JobRef, group: GroupReport) -> None:
         """Record the job's outcome for every process (unless recorded already), then
