@@ -165,7 +165,7 @@ _CLUSTERS = weakref.WeakKeyDictionary()
 
 def _cluster(context: str | None, options: Any) -> Any:
     """This loop's client of the cluster whose kubeconfig context is ``context``."""
-    from kinetic._backends.gke.backend import Cluster
+    from kinetic._backends.cluster import Cluster
     from kinetic._backends.gke.client import KubeClient
 
     loop = asyncio.get_running_loop()

@@ -29,7 +29,7 @@ import pytest
 
 import kinetic
 from kinetic import JobStatus
-from kinetic._backends.gke.backend import Cluster
+from kinetic._backends.cluster import Cluster
 from kinetic._backends.gke.client import KubeClient
 from kinetic._backends.pathways.api import forget_versions
 from kinetic._backends.pathways.backend import PathwaysBackend

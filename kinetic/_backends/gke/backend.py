@@ -31,53 +31,34 @@ inputs too: the methods here are for single jobs only.
 from __future__ import annotations
 
 import codecs
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
-from typing import Any
+from collections.abc import AsyncIterator, Iterable, Mapping
+from typing import Any, Unpack
 
 import anyio
 
-from kinetic._backends.base import JobRef, StatusCallback
-from kinetic._backends.gke.client import KubeClient
+from kinetic._backends.base import JobRef
+from kinetic._backends.cluster import (
+    CANCEL_KEY,
+    LOG_RETRY,
+    Cluster,
+    ClusterArgs,
+    ClusterBackend,
+    Follower,
+    tail_of,
+)
 from kinetic._backends.gke.pool import GKEBatchEngines
 from kinetic._backends.gke.watch import SharedWatch, either_set
 from kinetic._core import k8s_spec, k8s_status, wait_plan
-from kinetic._core.exception_groups import one_error
-from kinetic._core.gke_config import GKEOptions
 from kinetic._core.status import JobStatus, StatusReport
-from kinetic._exceptions import ObjectNotFoundError
-from kinetic._storage.base import Storage
-from kinetic._storage.gcs import GCSStorage
 from runner import protocol
 
-CANCEL_KEY = "cancel.json"
 EVENTS_AFTER = 3.0
 """Seconds a Job may have no pod before its events are read for the reason."""
 EVENTS_EVERY = 5.0
 """Seconds between two reads of a podless Job's events."""
-LOG_RETRY = 1.0
 
 
-class Cluster:
-    """One Kubernetes API client and its shared watches (one per namespace)."""
-
-    def __init__(self, client: KubeClient) -> None:
-        self.client = client
-        self._watches: dict[str, SharedWatch] = {}
-
-    def watch(self, namespace: str) -> SharedWatch:
-        """The shared watch of Kinetic's Jobs and pods in ``namespace``."""
-        found = self._watches.get(namespace)
-        if found is None:
-            found = self._watches[namespace] = SharedWatch(
-                self.client, namespace, k8s_spec.SELECTOR
-            )
-        return found
-
-    async def aclose(self) -> None:
-        await self.client.aclose()
-
-
-class GKEBackend:
+class GKEBackend(ClusterBackend):
     """Jobs as Kubernetes Jobs; storage is the GCS bucket ``bucket``.
 
     :param bucket: the jobs bucket.
@@ -87,32 +68,12 @@ class GKEBackend:
     """
 
     name = "gke"
-    ended_jobs_hold_resources = True
 
-    def __init__(
-        self,
-        bucket: str,
-        cluster: Cluster,
-        *,
-        namespace: str = "default",
-        options: GKEOptions | None = None,
-        storage: GCSStorage | None = None,
-    ) -> None:
-        self.bucket = bucket
-        self.cluster = cluster
-        self.namespace = namespace
-        self.options = options or GKEOptions()
-        self.storage = storage or GCSStorage(bucket)
+    def __init__(self, bucket: str, cluster: Cluster, **args: Unpack[ClusterArgs]) -> None:
+        super().__init__(bucket, cluster, **args)
         self._pending_specs: dict[str, dict[str, Any]] = {}
         self.batches = GKEBatchEngines(self)
         self.batch_runner = self.batches
-
-    def __repr__(self) -> str:
-        return f"GKEBackend({self.bucket!r}, namespace={self.namespace!r})"
-
-    @property
-    def client(self) -> KubeClient:
-        return self.cluster.client
 
     # -- launching --------------------------------------------------------------------
 
@@ -145,11 +106,7 @@ class GKEBackend:
     # -- status -----------------------------------------------------------------------
 
     async def _records(self, job: JobRef, *, recorded: bool) -> dict[str, Any]:
-        final: Any = None
-        try:
-            final = protocol.load_json(await self.storage.read(protocol.final_key(job.job_id)))
-        except (ObjectNotFoundError, ValueError):
-            final = None
+        final = await self._read_json(protocol.final_key(job.job_id))
         cancelled = False
         if final is None:
             cancelled = await self.storage.exists(f"{job.job_id}/{CANCEL_KEY}")
@@ -200,54 +157,15 @@ class GKEBackend:
             job=k8s_job, pods=pods, lost_pod=lost, events=events, **records
         )
 
-    async def wait(self, job: JobRef, on_change: StatusCallback | None = None) -> StatusReport:
-        watch = self.cluster.watch(job.namespace)
-        rules = wait_plan.WaitRules(
+    def _wait_rules(self) -> wait_plan.WaitRules:
+        return wait_plan.WaitRules(
             start_grace=self.options.start_grace,
             podless_after=EVENTS_AFTER,
             events_every=EVENTS_EVERY,
         )
-        state = wait_plan.WaitState()
-        last: StatusReport | None = None
-        async with watch.subscribe():
-            while True:
-                changes = watch.job_changes(job.job_id)
-                if watch.error is not None:
-                    raise watch.error
-                if not watch.synced:
-                    await changes.wait()
-                    continue
-                now = anyio.current_time()
-                k8s_job, pods = watch.job(job.job_id), watch.pods(job.job_id)
-                lost = watch.lost.get(job.job_id)
-                state, seen = wait_plan.look(
-                    state, rules, now=now, podless=bool(k8s_job and not pods)
-                )
-                report = await self._derive(
-                    job, k8s_job, pods, lost=lost, events_due=seen.events_due
-                )
-                if wait_plan.ask_if_unseen(report, seen=k8s_job is not None or bool(pods)) and (
-                    await self.client.get_job(job.namespace, job.k8s_name) is not None
-                ):
-                    report = StatusReport(JobStatus.PENDING)
-                state, verdict = wait_plan.judge(
-                    state,
-                    rules,
-                    report,
-                    now=now,
-                    podless_for=seen.podless_for,
-                    lost=lost is not None,
-                )
-                report = verdict.report
-                if verdict.end:
-                    await self._end(job, report, phase=report.phase if verdict.gave_up else None)
-                if on_change is not None and report != last:
-                    await on_change(report)
-                last = report
-                if report.status.is_terminal:
-                    return report
-                with anyio.move_on_after(verdict.timeout):
-                    await changes.wait()
+
+    async def _follower(self, job: JobRef) -> Follower:
+        return _JobFollower(self, job)
 
     async def _end(self, job: JobRef, report: StatusReport, *, phase: str | None) -> None:
         """Delete the Job and record the failure (unless the runner recorded an outcome)."""
@@ -258,12 +176,6 @@ class GKEBackend:
 
     # -- logs -------------------------------------------------------------------------
 
-    async def _stored_logs(self, job: JobRef) -> str | None:
-        try:
-            return (await self.storage.read(protocol.logs_key(job.job_id))).decode(errors="replace")
-        except ObjectNotFoundError:
-            return None
-
     async def logs(self, job: JobRef, *, tail: int | None = None) -> str:
         pods = (
             await self.client.list_objects("pods", job.namespace, k8s_spec.job_selector(job.job_id))
@@ -273,10 +185,8 @@ class GKEBackend:
         if pod is not None:
             text = await self.client.pod_log(job.namespace, pod["metadata"]["name"], tail=tail)
         if not text:
-            text = await self._stored_logs(job)
-            if text is not None and tail is not None:
-                lines = text.splitlines(keepends=True)
-                text = "".join(lines[-tail:]) if tail > 0 else ""
+            stored = await self._stored_logs(protocol.logs_key(job.job_id))
+            text = None if stored is None else tail_of(stored, tail)
         if not text:
             report = await self.status(job)
             if report.reason and not report.status.is_terminal:
@@ -336,16 +246,10 @@ class GKEBackend:
             sent = 0  # bytes already yielded: a re-opened stream starts over, skip them
             decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
             name = pod["metadata"]["name"]
-            path = f"/api/v1/namespaces/{job.namespace}/pods/{name}/log"
             for _ in range(20):
                 seen = 0
                 try:
-                    async for chunk in self.client.stream(
-                        path,
-                        what=f"follow log of pod {job.namespace}/{name}",
-                        query=[("follow", "true")],
-                        read_timeout=None,
-                    ):
+                    async for chunk in self._pod_log_stream(job, name):
                         new = chunk[max(0, sent - seen) :] if seen < sent else chunk
                         seen += len(chunk)
                         if new:
@@ -365,7 +269,7 @@ class GKEBackend:
                 return
         # No pod (gone, or never started): the runner's copy in storage.
         for _ in range(10):
-            stored = await self._stored_logs(job)
+            stored = await self._stored_logs(protocol.logs_key(job.job_id))
             if stored is not None:
                 yield stored
                 return
@@ -383,64 +287,37 @@ class GKEBackend:
 
     # -- ending -----------------------------------------------------------------------
 
-    async def cancel(self, job: JobRef) -> None:
-        """Delete the Job (pods cascade, in the foreground). Idempotent.
-
-        A job that has not recorded an outcome gets a cancel record first, so every
-        process reports it FAILED (cancelled).
-        """
-        if not await self.storage.exists(protocol.final_key(job.job_id)):
-            await self.storage.write(
-                f"{job.job_id}/{CANCEL_KEY}", protocol.dump_json({"cancelled": True})
-            )
+    async def _delete_cluster_objects(self, job: JobRef) -> None:
+        """Delete the Job (pods cascade, in the foreground)."""
         await self.client.delete_job(job.namespace, job.k8s_name)
 
-    async def read_result(self, job: JobRef) -> bytes:
-        """The job's result payload. :raises ObjectNotFoundError: when there is none."""
-        return await self.storage.read(protocol.result_key(job.job_id))
-
-    async def delete_objects(self, job: JobRef) -> None:
-        """Delete the job's objects (``{job_id}/``); shared context archives stay."""
-        await self.storage.delete_prefix(f"{job.job_id}/")
-
-    async def list_job_ids(self) -> list[str]:
-        """Ids of Jobs labelled ``app=kinetic`` in the namespace, and of recorded jobs."""
-
-        async def jobs() -> list[Any]:
-            listing = await self.client.list_objects("jobs", self.namespace, k8s_spec.SELECTOR)
-            return list(listing.get("items") or [])
-
-        return await known_job_ids(self.storage, jobs)
-
-    async def aclose(self) -> None:
-        """Close the storage session (the shared cluster client is closed by its owner)."""
-        await self.storage.aclose()
+    async def _list_cluster_objects(self) -> list[Any]:
+        listing = await self.client.list_objects("jobs", self.namespace, k8s_spec.SELECTOR)
+        return list(listing.get("items") or [])
 
 
-async def known_job_ids(
-    storage: Storage, list_objects: Callable[[], Awaitable[list[Any]]]
-) -> list[str]:
-    """Ids of the jobs whose Kubernetes objects ``list_objects`` returns, and of those
-    with a stored handle, listed concurrently.
+class _JobFollower(Follower):
+    """A GKE job as its waiter sees it: a Job and its pod."""
 
-    :raises KineticError: what either listing raised (itself, not an exception group).
-    """
-    found: set[str] = set()
+    def __init__(self, backend: GKEBackend, job: JobRef) -> None:
+        self.backend = backend
+        self.job = job
 
-    async def from_cluster() -> None:
-        for obj in await list_objects():
-            job_id = k8s_status.job_id_of(obj)
-            if job_id:
-                found.add(job_id)
+    def podless(self, watch: SharedWatch) -> bool:
+        return bool(watch.job(self.job.job_id) and not watch.pods(self.job.job_id))
 
-    async def from_storage() -> None:
-        async for key in storage.list("job-"):
-            head, _, tail = key.partition("/")
-            if tail == "handle.json":
-                found.add(head)
+    async def read(self, watch: SharedWatch, look: wait_plan.Look) -> StatusReport:
+        job, backend = self.job, self.backend
+        k8s_job, pods = watch.job(job.job_id), watch.pods(job.job_id)
+        report = await backend._derive(
+            job, k8s_job, pods, lost=watch.lost.get(job.job_id), events_due=look.events_due
+        )
+        if wait_plan.ask_if_unseen(report, seen=k8s_job is not None or bool(pods)) and (
+            await backend.client.get_job(job.namespace, job.k8s_name) is not None
+        ):
+            return StatusReport(JobStatus.PENDING)
+        return report
 
-    with one_error():  # a missing namespace says so plainly
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(from_cluster)
-            tg.start_soon(from_storage)
-    return sorted(found)
+    async def end(self, verdict: wait_plan.Verdict) -> None:
+        report = verdict.report
+        await self.backend._end(self.job, report, phase=report.phase if verdict.gave_up else None)

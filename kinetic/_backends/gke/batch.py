@@ -60,7 +60,7 @@ from kinetic._storage.base import Storage
 from runner import protocol
 
 if TYPE_CHECKING:
-    from kinetic._backends.gke.backend import GKEBackend
+    from kinetic._backends.cluster import ClusterBackend
     from kinetic._backends.gke.watch import SharedWatch
 
 log = logging.getLogger(__name__)
@@ -131,7 +131,7 @@ class _Driver:
     :func:`kinetic._core.batch_plan.step`'s; this gathers what it looks at and performs
     what it decides."""
 
-    def __init__(self, backend: GKEBackend, group_id: str) -> None:
+    def __init__(self, backend: ClusterBackend, group_id: str) -> None:
         self.backend = backend
         self.group_id = group_id
         self.manifest: protocol.BatchManifest | None = None
@@ -423,7 +423,7 @@ async def read_outcomes(
                 tg.start_soon(one, index)
 
 
-async def _delete(backend: GKEBackend, namespace: str, selector: str) -> None:
+async def _delete(backend: ClusterBackend, namespace: str, selector: str) -> None:
     """End Jobs and their pods now: the Jobs first (so none starts a replacement pod),
     then the pods without grace. Two requests, whatever the number of Jobs."""
     await backend.client.delete_jobs(namespace, selector)

@@ -22,7 +22,7 @@ from kinetic._storage.base import Storage
 from runner import protocol
 
 if TYPE_CHECKING:
-    from kinetic._backends.gke.backend import GKEBackend
+    from kinetic._backends.cluster import ClusterBackend
 
 
 class Follower(Protocol):
@@ -67,7 +67,7 @@ async def patiently(what: str, call: Callable[[], Awaitable[T]]) -> T:
 class GroupEngine(Generic[F]):
     """A batch engine of one backend: one follower per batch (made on first use)."""
 
-    def __init__(self, backend: GKEBackend) -> None:
+    def __init__(self, backend: ClusterBackend) -> None:
         self.backend = backend
         self._followers: dict[str, F] = {}
 
@@ -105,7 +105,7 @@ class GroupEngine(Generic[F]):
 
 
 def batch_job(
-    backend: GKEBackend,
+    backend: ClusterBackend,
     manifest: protocol.BatchManifest,
     build: Callable[[k8s_spec.JobTemplate], dict[str, Any]],
 ) -> dict[str, Any]:

@@ -54,7 +54,7 @@ from kinetic._storage.base import Storage
 from runner import protocol
 
 if TYPE_CHECKING:
-    from kinetic._backends.gke.backend import GKEBackend
+    from kinetic._backends.cluster import ClusterBackend
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +127,7 @@ class _Follower:
     docstring. Keeps only caches of what storage says, so any number of followers, in
     any processes, agree."""
 
-    def __init__(self, backend: GKEBackend, group_id: str) -> None:
+    def __init__(self, backend: ClusterBackend, group_id: str) -> None:
         self.backend = backend
         self.group_id = group_id
         self.manifest: protocol.BatchManifest | None = None
@@ -344,7 +344,7 @@ class GKEBatchEngines:
     """The GKE backend's batch runner: each batch goes to the engine its manifest names
     (a worker pool by default; one Job per input with ``pod_per_input=True``)."""
 
-    def __init__(self, backend: GKEBackend) -> None:
+    def __init__(self, backend: ClusterBackend) -> None:
         self.backend = backend
         self.pool = GKEPool(backend)
         self.per_input = GKEBatches(backend)

@@ -29,35 +29,37 @@ from __future__ import annotations
 import codecs
 import logging
 from collections.abc import AsyncIterator, Iterable, Mapping
-from typing import Any
+from typing import Any, Unpack
 
 import anyio
 import anyio.to_thread
 
-from kinetic._backends.base import JobRef, StatusCallback
-from kinetic._backends.gke.backend import Cluster, known_job_ids
-from kinetic._backends.gke.client import KubeClient
-from kinetic._backends.gke.watch import either_set
+from kinetic._backends.base import JobRef
+from kinetic._backends.cluster import (
+    CANCEL_KEY,
+    Cluster,
+    ClusterArgs,
+    ClusterBackend,
+    Follower,
+    tail_of,
+)
+from kinetic._backends.gke.watch import SharedWatch, either_set
 from kinetic._backends.pathways.api import LwsApi
 from kinetic._core import accelerators, k8s_spec, lws_spec, lws_status, wait_plan
 from kinetic._core.accelerators import AcceleratorConfig
 from kinetic._core.exception_groups import one_error
-from kinetic._core.gke_config import GKEOptions
 from kinetic._core.lws_status import GroupReport
-from kinetic._core.status import StatusReport
+from kinetic._core.status import JobStatus, StatusReport
 from kinetic._exceptions import AcceleratorError, ConfigError, ObjectNotFoundError
-from kinetic._storage.gcs import GCSStorage
 from runner import protocol
 
 log = logging.getLogger(__name__)
 
-CANCEL_KEY = "cancel.json"
 PODLESS_AFTER = 3.0
 """Seconds an LWS may have no pods before the controller is reported late."""
-LOG_RETRY = 1.0
 
 
-class PathwaysBackend:
+class PathwaysBackend(ClusterBackend):
     """Multi-host TPU jobs as LeaderWorkerSets; storage is the GCS bucket ``bucket``.
 
     :param bucket: the jobs bucket (the GKE backend's).
@@ -68,32 +70,18 @@ class PathwaysBackend:
     """
 
     name = "pathways"
-    ended_jobs_hold_resources = True
 
     def __init__(
         self,
         bucket: str,
         cluster: Cluster,
         *,
-        namespace: str = "default",
-        options: GKEOptions | None = None,
-        storage: GCSStorage | None = None,
         group: str = lws_spec.GROUP,
+        **args: Unpack[ClusterArgs],
     ) -> None:
-        self.bucket = bucket
-        self.cluster = cluster
-        self.namespace = namespace
-        self.options = options or GKEOptions()
-        self.storage = storage or GCSStorage(bucket)
+        super().__init__(bucket, cluster, **args)
         self.lws = LwsApi(cluster.client, group)
         self._pending: dict[str, tuple[dict[str, Any], AcceleratorConfig]] = {}
-
-    def __repr__(self) -> str:
-        return f"PathwaysBackend({self.bucket!r}, namespace={self.namespace!r})"
-
-    @property
-    def client(self) -> KubeClient:
-        return self.cluster.client
 
     # -- launching --------------------------------------------------------------------
 
@@ -155,12 +143,6 @@ class PathwaysBackend:
             lws = await self.lws.get(job.namespace, job.k8s_name)
         size = ((lws or {}).get("spec") or {}).get("leaderWorkerTemplate", {}).get("size")
         return int(size) if isinstance(size, int) else 1
-
-    async def _read_json(self, key: str) -> Any:
-        try:
-            return protocol.load_json(await self.storage.read(key))
-        except (ObjectNotFoundError, ValueError):
-            return None
 
     async def _host_finals(
         self, job: JobRef, cache: dict[int, dict[str, Any]]
@@ -247,52 +229,13 @@ class PathwaysBackend:
         group = await self._derive(job, hosts, pods, cache={}, lws_exists=exists)
         return group.report
 
-    async def wait(self, job: JobRef, on_change: StatusCallback | None = None) -> StatusReport:
-        watch = self.cluster.watch(job.namespace)
-        hosts = await self._hosts(job)
-        rules = wait_plan.WaitRules(
+    def _wait_rules(self) -> wait_plan.WaitRules:
+        return wait_plan.WaitRules(
             start_grace=self.options.start_grace, podless_after=PODLESS_AFTER, ends_outcomes=True
         )
-        state = wait_plan.WaitState()
-        cache: dict[int, dict[str, Any]] = {}
-        last: StatusReport | None = None
-        async with watch.subscribe():
-            while True:
-                changes = watch.job_changes(job.job_id)
-                if watch.error is not None:
-                    raise watch.error
-                if not watch.synced:
-                    await changes.wait()
-                    continue
-                now = anyio.current_time()
-                pods = watch.pods(job.job_id)
-                state, seen = wait_plan.look(state, rules, now=now, podless=not pods)
-                lost: dict[int, str] = {}
-                lost_name = watch.lost.get(job.job_id)
-                lost_host = lws_spec.host_of_pod_name(job.job_id, lost_name or "")
-                if lost_name is not None and lost_host is not None:
-                    lost[lost_host] = lost_name
-                group = await self._derive(
-                    job, hosts, pods, cache=cache, lost=lost, podless_for=seen.podless_for or 0.0
-                )
-                state, verdict = wait_plan.judge(
-                    state,
-                    rules,
-                    group.report,
-                    now=now,
-                    podless_for=seen.podless_for,
-                    lost=bool(lost),
-                )
-                report = verdict.report
-                if verdict.end:
-                    await self._end(job, GroupReport(report) if verdict.gave_up else group)
-                if on_change is not None and report != last:
-                    await on_change(report)
-                last = report
-                if report.status.is_terminal:
-                    return report
-                with anyio.move_on_after(verdict.timeout):
-                    await changes.wait()
+
+    async def _follower(self, job: JobRef) -> Follower:
+        return _GroupFollower(self, job, await self._hosts(job))
 
     async def _end(self, job: JobRef, group: GroupReport) -> None:
         """Record the job's outcome for every process (unless recorded already), then
@@ -300,9 +243,9 @@ class PathwaysBackend:
         record = lws_status.job_final(group)
         if record is not None and not await self.storage.exists(protocol.final_key(job.job_id)):
             await self.storage.write(protocol.final_key(job.job_id), protocol.dump_json(record))
-        await self._delete_group(job)
+        await self._delete_cluster_objects(job)
 
-    async def _delete_group(self, job: JobRef) -> None:
+    async def _delete_cluster_objects(self, job: JobRef) -> None:
         await self.lws.delete(job.namespace, job.k8s_name)
         # Foreground deletion reaches the pods through their StatefulSets, gracefully;
         # the runner (PID 1) ignores SIGTERM mid-run, so end them now.
@@ -310,24 +253,13 @@ class PathwaysBackend:
 
     # -- logs -------------------------------------------------------------------------
 
-    async def _stored_logs(self, job: JobRef, host: int = 0) -> str | None:
-        try:
-            data = await self.storage.read(protocol.host_logs_key(job.job_id, host))
-        except ObjectNotFoundError:
-            return None
-        return data.decode(errors="replace")
-
     async def logs(self, job: JobRef, *, tail: int | None = None) -> str:
         """The leader's output (host 0): its stored copy once it ended, else its pod's log."""
-        text = await self._stored_logs(job)
+        text = await self._stored_logs(protocol.host_logs_key(job.job_id, 0))
         if text is None:
             name = lws_spec.pod_name(job.job_id, 0)
-            text = await self.client.pod_log(job.namespace, name, tail=tail) or ""
-            return text
-        if tail is not None:
-            lines = text.splitlines(keepends=True)
-            text = "".join(lines[-tail:]) if tail > 0 else ""
-        return text
+            return await self.client.pod_log(job.namespace, name, tail=tail) or ""
+        return tail_of(text, tail)
 
     async def _leader_live(self, job: JobRef, finished: anyio.Event | None) -> bool:
         """Wait until the leader's runner runs its first (only) run: True, its live log
@@ -363,15 +295,8 @@ class PathwaysBackend:
         sent = 0  # bytes shown: the stored copy holds the same bytes, skip them
         if await self._leader_live(job, finished):
             decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-            name = lws_spec.pod_name(job.job_id, 0)
-            path = f"/api/v1/namespaces/{job.namespace}/pods/{name}/log"
             try:
-                async for chunk in self.client.stream(
-                    path,
-                    what=f"follow log of pod {job.namespace}/{name}",
-                    query=[("follow", "true")],
-                    read_timeout=None,
-                ):
+                async for chunk in self._pod_log_stream(job, lws_spec.pod_name(job.job_id, 0)):
                     sent += len(chunk)
                     text = decoder.decode(chunk)
                     if text:
@@ -383,10 +308,7 @@ class PathwaysBackend:
             except Exception as exc:  # noqa: BLE001 - pod gone mid-stream: the stored copy follows
                 log.debug("following the log of job %s broke off: %s", job.job_id, exc)
         for _ in range(20):
-            try:
-                stored = await self.storage.read(protocol.host_logs_key(job.job_id, 0))
-            except ObjectNotFoundError:
-                stored = None
+            stored = await self._stored(protocol.host_logs_key(job.job_id, 0))
             if stored is not None:
                 if stored[sent:]:
                     yield stored[sent:].decode(errors="replace")
@@ -398,18 +320,6 @@ class PathwaysBackend:
             await anyio.sleep(0.5)
 
     # -- ending -----------------------------------------------------------------------
-
-    async def cancel(self, job: JobRef) -> None:
-        """Delete the LeaderWorkerSet and its pods. Idempotent.
-
-        A job without a recorded outcome gets a cancel record first, so every process
-        reports it FAILED (cancelled).
-        """
-        if not await self.storage.exists(protocol.final_key(job.job_id)):
-            await self.storage.write(
-                f"{job.job_id}/{CANCEL_KEY}", protocol.dump_json({"cancelled": True})
-            )
-        await self._delete_group(job)
 
     async def read_result(self, job: JobRef) -> bytes:
         """Host 0's payload when every host succeeded; the deciding host's when one
@@ -443,22 +353,44 @@ class PathwaysBackend:
             data = await anyio.to_thread.run_sync(_annotate, data, note)
         return data
 
-    async def delete_objects(self, job: JobRef) -> None:
-        """Delete the job's objects (``{job_id}/``, every host's included)."""
-        await self.storage.delete_prefix(f"{job.job_id}/")
+    async def _list_cluster_objects(self) -> list[Any]:
+        return list(await self.lws.list(self.namespace, k8s_spec.SELECTOR))
 
-    async def list_job_ids(self) -> list[str]:
-        """Ids of LeaderWorkerSets labelled ``app=kinetic`` in the namespace, and of
-        recorded jobs."""
 
-        async def groups() -> list[Any]:
-            return list(await self.lws.list(self.namespace, k8s_spec.SELECTOR))
+class _GroupFollower(Follower):
+    """A pathways job as its waiter sees it: a LeaderWorkerSet's pods, one per host."""
 
-        return await known_job_ids(self.storage, groups)
+    def __init__(self, backend: PathwaysBackend, job: JobRef, hosts: int) -> None:
+        self.backend = backend
+        self.job = job
+        self.hosts = hosts
+        self.cache: dict[int, dict[str, Any]] = {}
+        self.group = GroupReport(StatusReport(JobStatus.PENDING))
 
-    async def aclose(self) -> None:
-        """Close the storage session (the shared cluster client is closed by its owner)."""
-        await self.storage.aclose()
+    def podless(self, watch: SharedWatch) -> bool:
+        return not watch.pods(self.job.job_id)
+
+    async def read(self, watch: SharedWatch, look: wait_plan.Look) -> StatusReport:
+        job = self.job
+        lost: dict[int, str] = {}
+        lost_name = watch.lost.get(job.job_id)
+        lost_host = lws_spec.host_of_pod_name(job.job_id, lost_name or "")
+        if lost_name is not None and lost_host is not None:
+            lost[lost_host] = lost_name
+        self.group = await self.backend._derive(
+            job,
+            self.hosts,
+            watch.pods(job.job_id),
+            cache=self.cache,
+            lost=lost,
+            podless_for=look.podless_for or 0.0,
+        )
+        return self.group.report
+
+    async def end(self, verdict: wait_plan.Verdict) -> None:
+        await self.backend._end(
+            self.job, GroupReport(verdict.report) if verdict.gave_up else self.group
+        )
 
 
 def _annotate(data: bytes, note: str) -> bytes:

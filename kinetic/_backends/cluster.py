@@ -1,0 +1,273 @@
+"""What the backends that run a job as Kubernetes objects share (GKE: a Job;
+pathways: a LeaderWorkerSet).
+
+Theory of operation
+-------------------
+A :class:`ClusterBackend` keeps a job's objects in a GCS bucket and its pods in a
+namespace of a cluster, reached through the loop's :class:`Cluster` (one API client,
+one shared watch per namespace). It holds what does not depend on the kind of object:
+
+* :meth:`ClusterBackend.wait`, the one watch-driven waiter: each pass asks the job's
+  :class:`Follower` (made by the subclass) what the watch shows, and
+  :mod:`kinetic._core.wait_plan` what to do about it (end the job, give up on a job
+  that cannot start, how long to sleep);
+* cancelling (a cancel record, then the subclass deletes its objects), the result,
+  the job's objects in storage, the listing of job ids;
+* the pieces of logs: the stored copy, its tail, a pod's live log.
+
+A subclass names its objects (``_delete_cluster_objects``, ``_list_cluster_objects``),
+how a job ends and which pod's log is the job's.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, ClassVar, TypedDict
+
+import anyio
+
+from kinetic._backends.base import JobRef, StatusCallback
+from kinetic._backends.gke.client import KubeClient
+from kinetic._backends.gke.watch import SharedWatch
+from kinetic._core import k8s_spec, k8s_status, wait_plan
+from kinetic._core.exception_groups import one_error
+from kinetic._core.gke_config import GKEOptions
+from kinetic._core.status import StatusReport
+from kinetic._exceptions import ObjectNotFoundError
+from kinetic._storage.base import Storage
+from kinetic._storage.gcs import GCSStorage
+from runner import protocol
+
+CANCEL_KEY = "cancel.json"
+LOG_RETRY = 1.0
+
+
+class Cluster:
+    """One Kubernetes API client and its shared watches (one per namespace)."""
+
+    def __init__(self, client: KubeClient) -> None:
+        self.client = client
+        self._watches: dict[str, SharedWatch] = {}
+
+    def watch(self, namespace: str) -> SharedWatch:
+        """The shared watch of Kinetic's Jobs and pods in ``namespace``."""
+        found = self._watches.get(namespace)
+        if found is None:
+            found = self._watches[namespace] = SharedWatch(
+                self.client, namespace, k8s_spec.SELECTOR
+            )
+        return found
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+
+class ClusterArgs(TypedDict, total=False):
+    """A cluster backend's keyword arguments (see :class:`ClusterBackend`), for the
+    subclasses to pass on."""
+
+    namespace: str
+    options: GKEOptions | None
+    storage: GCSStorage | None
+
+
+class Follower(abc.ABC):
+    """One waiter's view of its job: what the backend reads in a pass, and how it
+    ends the job when :func:`kinetic._core.wait_plan.judge` says so."""
+
+    @abc.abstractmethod
+    def podless(self, watch: SharedWatch) -> bool:
+        """Whether the job's object exists without a pod, as the watch shows it."""
+
+    @abc.abstractmethod
+    async def read(self, watch: SharedWatch, look: wait_plan.Look) -> StatusReport:
+        """The job's status now (what ``look`` says to read included)."""
+
+    @abc.abstractmethod
+    async def end(self, verdict: wait_plan.Verdict) -> None:
+        """Record the job's outcome for every process and delete its cluster objects."""
+
+
+class ClusterBackend(abc.ABC):
+    """Jobs as Kubernetes objects in ``namespace``; storage is the GCS bucket ``bucket``.
+
+    :param bucket: the jobs bucket.
+    :param cluster: the loop's shared API client and watches.
+    :param namespace: the namespace new jobs go to (a handle names its own).
+    :param options: the backend's knobs (pods, start grace, images).
+    """
+
+    name: ClassVar[str]
+    ended_jobs_hold_resources = True
+
+    def __init__(
+        self,
+        bucket: str,
+        cluster: Cluster,
+        *,
+        namespace: str = "default",
+        options: GKEOptions | None = None,
+        storage: GCSStorage | None = None,
+    ) -> None:
+        self.bucket = bucket
+        self.cluster = cluster
+        self.namespace = namespace
+        self.options = options or GKEOptions()
+        self.storage = storage or GCSStorage(bucket)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.bucket!r}, namespace={self.namespace!r})"
+
+    @property
+    def client(self) -> KubeClient:
+        return self.cluster.client
+
+    # -- waiting ----------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def _wait_rules(self) -> wait_plan.WaitRules:
+        """How this backend's waiters wait."""
+
+    @abc.abstractmethod
+    async def _follower(self, job: JobRef) -> Follower:
+        """A waiter's view of ``job``."""
+
+    async def wait(self, job: JobRef, on_change: StatusCallback | None = None) -> StatusReport:
+        """Follow the job through the namespace's shared watch until it ends."""
+        watch = self.cluster.watch(job.namespace)
+        follower = await self._follower(job)
+        rules = self._wait_rules()
+        state = wait_plan.WaitState()
+        last: StatusReport | None = None
+        async with watch.subscribe():
+            while True:
+                changes = watch.job_changes(job.job_id)
+                if watch.error is not None:
+                    raise watch.error
+                if not watch.synced:
+                    await changes.wait()
+                    continue
+                now = anyio.current_time()
+                state, look = wait_plan.look(state, rules, now=now, podless=follower.podless(watch))
+                report = await follower.read(watch, look)
+                state, verdict = wait_plan.judge(
+                    state,
+                    rules,
+                    report,
+                    now=now,
+                    podless_for=look.podless_for,
+                    lost=watch.lost.get(job.job_id) is not None,
+                )
+                report = verdict.report
+                if verdict.end:
+                    await follower.end(verdict)
+                if on_change is not None and report != last:
+                    await on_change(report)
+                last = report
+                if report.status.is_terminal:
+                    return report
+                with anyio.move_on_after(verdict.timeout):
+                    await changes.wait()
+
+    async def _read_json(self, key: str) -> Any:
+        """The JSON object stored at ``key``; None when there is none (or it is not JSON)."""
+        try:
+            return protocol.load_json(await self.storage.read(key))
+        except (ObjectNotFoundError, ValueError):
+            return None
+
+    # -- logs -------------------------------------------------------------------------
+
+    async def _stored(self, key: str) -> bytes | None:
+        try:
+            return await self.storage.read(key)
+        except ObjectNotFoundError:
+            return None
+
+    async def _stored_logs(self, key: str) -> str | None:
+        data = await self._stored(key)
+        return None if data is None else data.decode(errors="replace")
+
+    def _pod_log_stream(self, job: JobRef, pod: str) -> AsyncIterator[bytes]:
+        """The live log of ``pod``, from its start, until its container ends."""
+        return self.client.stream(
+            f"/api/v1/namespaces/{job.namespace}/pods/{pod}/log",
+            what=f"follow log of pod {job.namespace}/{pod}",
+            query=[("follow", "true")],
+            read_timeout=None,
+        )
+
+    # -- ending -----------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def _delete_cluster_objects(self, job: JobRef) -> None:
+        """Delete the job's Kubernetes objects and pods. Idempotent."""
+
+    @abc.abstractmethod
+    async def _list_cluster_objects(self) -> list[Any]:
+        """The job objects labelled ``app=kinetic`` in the backend's namespace."""
+
+    async def cancel(self, job: JobRef) -> None:
+        """Delete the job's cluster objects. Idempotent.
+
+        A job that has not recorded an outcome gets a cancel record first, so every
+        process reports it FAILED (cancelled).
+        """
+        if not await self.storage.exists(protocol.final_key(job.job_id)):
+            await self.storage.write(
+                f"{job.job_id}/{CANCEL_KEY}", protocol.dump_json({"cancelled": True})
+            )
+        await self._delete_cluster_objects(job)
+
+    async def read_result(self, job: JobRef) -> bytes:
+        """The job's result payload. :raises ObjectNotFoundError: when there is none."""
+        return await self.storage.read(protocol.result_key(job.job_id))
+
+    async def delete_objects(self, job: JobRef) -> None:
+        """Delete the job's objects (``{job_id}/``); shared context archives stay."""
+        await self.storage.delete_prefix(f"{job.job_id}/")
+
+    async def list_job_ids(self) -> list[str]:
+        """Ids of the jobs whose objects are in the namespace, and of recorded jobs."""
+        return await known_job_ids(self.storage, self._list_cluster_objects)
+
+    async def aclose(self) -> None:
+        """Close the storage session (the shared cluster client is closed by its owner)."""
+        await self.storage.aclose()
+
+
+def tail_of(text: str, tail: int | None) -> str:
+    """The last ``tail`` lines of ``text`` (all of it when ``tail`` is None)."""
+    if tail is None:
+        return text
+    return "".join(text.splitlines(keepends=True)[-tail:]) if tail > 0 else ""
+
+
+async def known_job_ids(
+    storage: Storage, list_objects: Callable[[], Awaitable[list[Any]]]
+) -> list[str]:
+    """Ids of the jobs whose Kubernetes objects ``list_objects`` returns, and of those
+    with a stored handle, listed concurrently.
+
+    :raises KineticError: what either listing raised (itself, not an exception group).
+    """
+    found: set[str] = set()
+
+    async def from_cluster() -> None:
+        for obj in await list_objects():
+            job_id = k8s_status.job_id_of(obj)
+            if job_id:
+                found.add(job_id)
+
+    async def from_storage() -> None:
+        async for key in storage.list("job-"):
+            head, _, tail = key.partition("/")
+            if tail == "handle.json":
+                found.add(head)
+
+    with one_error():  # a missing namespace says so plainly
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(from_cluster)
+            tg.start_soon(from_storage)
+    return sorted(found)
