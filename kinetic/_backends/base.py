@@ -1,7 +1,10 @@
 """The narrow interfaces between job orchestration and the places jobs run.
 
-A backend (:class:`Backend`) launches a single job whose artifacts are already in its
-storage, observes it, and ends it. Batches go to its batch engine
+A backend (:class:`Backend`) observes a single job whose artifacts are in its storage,
+and ends it; how it is launched differs per backend (a process for the local one, a
+prepared plan of Kubernetes objects for the cluster ones,
+:class:`~kinetic._backends.cluster.ClusterBackend`), and the submission
+(:mod:`kinetic._engine.targets`) calls it. Batches go to its batch engine
 (:class:`BatchRunner`, the backend's ``batch_runner``): it runs a recorded batch,
 reports its progress, and answers for one input of it (:meth:`BatchRunner.input_activity`
 and the methods after it). Whether a handle is a single job or a batch input is decided
@@ -81,13 +84,6 @@ class Backend(Protocol):
         """Whether a job that ended still holds something only cancelling releases (a
         Kubernetes object); False where ending releases everything, so cleaning up an
         ended job is deleting its objects."""
-        ...
-
-    async def launch(self, job: JobRef) -> None:
-        """Start the job. Its spec, payload and handle are already stored.
-
-        :raises BackendError: when it cannot be started; nothing keeps running then.
-        """
         ...
 
     async def status(self, job: JobRef) -> StatusReport:

@@ -11,6 +11,10 @@ one shared watch per namespace). It holds what does not depend on the kind of ob
   :class:`Follower` (made by the subclass) what the watch shows, and
   :mod:`kinetic._core.wait_plan` what to do about it (end the job, give up on a job
   that cannot start, how long to sleep);
+* launching in two steps: :meth:`ClusterBackend.prepare` builds a :class:`LaunchPlan`
+  (pure: the job's manifest, before anything is written), and
+  :meth:`ClusterBackend.launch` creates the cluster objects it describes; the plan
+  travels with the submission, nothing is kept in the backend between the two;
 * cancelling (a cancel record, then the subclass deletes its objects), the result,
   the job's objects in storage, the listing of job ids;
 * the pieces of logs: the stored copy, its tail, a pod's live log.
@@ -22,7 +26,8 @@ how a job ends and which pod's log is the job's.
 from __future__ import annotations
 
 import abc
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar, TypedDict
 
 import anyio
@@ -31,6 +36,7 @@ from kinetic._backends.base import JobRef, StatusCallback
 from kinetic._backends.gke.client import KubeClient
 from kinetic._backends.gke.watch import SharedWatch
 from kinetic._core import k8s_spec, k8s_status, wait_plan
+from kinetic._core.accelerators import AcceleratorConfig
 from kinetic._core.exception_groups import one_error
 from kinetic._core.gke_config import GKEOptions
 from kinetic._core.status import StatusReport
@@ -70,6 +76,25 @@ class ClusterArgs(TypedDict, total=False):
     namespace: str
     options: GKEOptions | None
     storage: GCSStorage | None
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """A job ready to launch: what :meth:`ClusterBackend.prepare` built and
+    :meth:`ClusterBackend.launch` creates.
+
+    :ivar namespace: where the job's objects go.
+    :ivar manifest: the job's ``batch/v1`` Job (on pathways, every host's pod template).
+    :ivar accelerator: what the job runs on.
+    """
+
+    namespace: str
+    manifest: Mapping[str, Any]
+    accelerator: AcceleratorConfig
+
+    def with_gcs_fuse(self, buckets: Iterable[str]) -> LaunchPlan:
+        """The plan with read-only GCS FUSE volumes for ``buckets`` in its pods."""
+        return replace(self, manifest=k8s_spec.with_gcs_fuse(self.manifest, buckets))
 
 
 class Follower(abc.ABC):
@@ -122,6 +147,48 @@ class ClusterBackend(abc.ABC):
     @property
     def client(self) -> KubeClient:
         return self.cluster.client
+
+    # -- launching --------------------------------------------------------------------
+
+    async def check_cluster(self) -> None:  # noqa: B027 - a hook: nothing to check here
+        """Check, before anything is built or written, that the cluster can run this
+        backend's jobs (nothing to check by default).
+
+        :raises ConfigError: it cannot (the error says how to fix it).
+        :raises BackendError: the API server failed or could not be reached.
+        """
+
+    def prepare(self, job_id: str, template: k8s_spec.JobTemplate) -> LaunchPlan:
+        """The plan of job ``job_id`` from ``template`` (this backend's bucket and pod
+        options in it). Pure.
+
+        :raises ConfigError: the template cannot make a job.
+        """
+        return LaunchPlan(
+            template.namespace, k8s_spec.job_manifest(template, job_id), template.accelerator
+        )
+
+    @abc.abstractmethod
+    async def launch(self, plan: LaunchPlan) -> None:
+        """Create the cluster objects that ``plan`` describes.
+
+        :raises ConfigError: the namespace (or the object's API) does not exist.
+        :raises BackendError: the API server refused or could not be reached.
+        """
+
+    # -- status and logs (what differs: see the subclasses) ---------------------------
+
+    @abc.abstractmethod
+    async def status(self, job: JobRef) -> StatusReport:
+        """The job's current status, asked of the API server."""
+
+    @abc.abstractmethod
+    async def logs(self, job: JobRef, *, tail: int | None = None) -> str:
+        """The job's output so far (the last ``tail`` lines when given)."""
+
+    @abc.abstractmethod
+    def follow_logs(self, job: JobRef, finished: anyio.Event | None = None) -> AsyncIterator[str]:
+        """Yield the job's output as it is written, from the start, until it ends."""
 
     # -- waiting ----------------------------------------------------------------------
 

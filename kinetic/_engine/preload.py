@@ -43,11 +43,7 @@ _CLUSTER_CODE = (
 BACKEND_CODE: Mapping[str, tuple[str, ...]] = {
     "local": ("kinetic._engine.requirements_io",),
     "gke": _CLUSTER_CODE,
-    "pathways": (
-        *_CLUSTER_CODE,
-        "kinetic._backends.pathways.backend",
-        "kinetic._backends.pathways.target",
-    ),
+    "pathways": (*_CLUSTER_CODE, "kinetic._backends.pathways.backend"),
 }
 
 

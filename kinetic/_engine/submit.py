@@ -307,7 +307,7 @@ async def submit(
     output_dir = place.output_dir
     func_name = getattr(fn, "__name__", type(fn).__name__)
     # Backend-specific checks and image resolution: before anything is written.
-    image = await target.prepare(
+    prepared = await target.prepare(
         backend,
         targets.LaunchInput(
             job_id=job_id,
@@ -323,32 +323,28 @@ async def submit(
     # The local root holds jobs' records and contexts: never part of a context.
     excluded: tuple[Path, ...] = (Path(settings.local_root),)
     has_data = False
-    try:
-        packed = None
-        if opts.volumes is None:
-            packed = await anyio.to_thread.run_sync(
-                _pack_plain, fn, args, kwargs, root, excluded, limiter=limiter
-            )
-        if packed is None:
-            data = await prepare_data(
-                args,
-                kwargs,
-                opts.volumes,
-                storage=backend.storage,
-                local_backend=backend.name == "local",
-            )
-            if data.fuse_buckets:
-                target.mount_gcs_fuse(backend, job_id, data.fuse_buckets)
-            has_data = data.has_data
-            excluded = (*excluded, *data.local_paths)
-            packed = await anyio.to_thread.run_sync(
-                _pack, fn, data.args, data.kwargs, root, data.volumes, excluded, limiter=limiter
-            )
-        # Content-addressed and shared: stored before the job's own objects, and kept.
-        archive = await astore_archive(storage, packed.archive, exclude=excluded)
-    except BaseException:
-        target.discard(backend, job_id)
-        raise
+    packed = None
+    if opts.volumes is None:
+        packed = await anyio.to_thread.run_sync(
+            _pack_plain, fn, args, kwargs, root, excluded, limiter=limiter
+        )
+    if packed is None:
+        data = await prepare_data(
+            args,
+            kwargs,
+            opts.volumes,
+            storage=backend.storage,
+            local_backend=backend.name == "local",
+        )
+        if data.fuse_buckets:
+            prepared = prepared.with_gcs_fuse(data.fuse_buckets)
+        has_data = data.has_data
+        excluded = (*excluded, *data.local_paths)
+        packed = await anyio.to_thread.run_sync(
+            _pack, fn, data.args, data.kwargs, root, data.volumes, excluded, limiter=limiter
+        )
+    # Content-addressed and shared: stored before the job's own objects, and kept.
+    archive = await astore_archive(storage, packed.archive, exclude=excluded)
 
     spec = job_spec(
         job_id=job_id,
@@ -360,7 +356,7 @@ async def submit(
         env=env,
         output_dir=output_dir,
         has_data=has_data,
-        install=image.install,
+        install=prepared.image.install,
     )
     if opts.volumes and backend.name == "local":
         spec["private_volumes"] = True
@@ -374,7 +370,7 @@ async def submit(
             cluster_name=place.cluster_name,
             zone=place.zone,
             namespace=settings.namespace,
-            image_uri=image.uri,
+            image_uri=prepared.image.uri,
             accelerator=accel.name + (":spot" if accel.spot else ""),
             func_name=func_name,
             debug=opts.debug,
@@ -390,9 +386,8 @@ async def submit(
     try:
         # Independent objects: written at once (the launch needs them all).
         await storage.write_many(objects)
-        await backend.launch(handle)
+        await target.launch(backend, handle, prepared)
     except BaseException:
-        target.discard(backend, job_id)
         with anyio.CancelScope(shield=True):
             await undo_submission(storage, f"{job_id}/", protocol.handle_key(job_id))
         raise

@@ -4,7 +4,8 @@
 :func:`kinetic._engine.submit.submit` at a fixed point: the location fields before
 anything is written, :meth:`Target.prepare` (image resolution, spec building:
 anything that can fail on bad input) also before anything is written, and
-:meth:`Target.discard` when submission fails after ``prepare``.
+:meth:`Target.launch` once the job's objects are stored. What ``prepare`` builds
+travels with the submission (:class:`Prepared`): nothing is kept between the calls.
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ from kinetic._core.image_spec import JobImage
 from kinetic._exceptions import ConfigError
 
 if TYPE_CHECKING:
+    from kinetic._backends.base import JobRef
+    from kinetic._backends.cluster import ClusterBackend as PodBackend
+    from kinetic._backends.cluster import LaunchPlan
     from kinetic._core.gke_config import GKEOptions
     from kinetic._core.k8s_spec import JobTemplate, PodOptions
     from kinetic._storage.base import Storage
@@ -70,6 +74,22 @@ class LaunchInput:
         )
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """A job ready to launch: its image, and on a cluster backend the plan of its
+    Kubernetes objects."""
+
+    image: JobImage
+    plan: LaunchPlan | None = None
+
+    def with_gcs_fuse(self, buckets: set[str]) -> Prepared:
+        """Mount these buckets read-only (``fuse=True`` data) in the job's pods (a local
+        job reads its data in place)."""
+        if self.plan is None:
+            return self
+        return Prepared(self.image, self.plan.with_gcs_fuse(buckets))
+
+
 class Target(Protocol):
     """The backend-specific steps of a submission."""
 
@@ -77,20 +97,19 @@ class Target(Protocol):
         """Location fields; ``output_dir`` is the user's, or None for the default."""
         ...
 
-    async def prepare(self, backend: Backend, job: LaunchInput) -> JobImage:
-        """Get the job ready to launch (nothing written); return its image.
+    async def prepare(self, backend: Backend, job: LaunchInput) -> Prepared:
+        """Get the job ready to launch (nothing written).
 
         :raises ConfigError: on input the backend cannot run.
         :raises ImageBuildError: the job's image could not be built.
         """
         ...
 
-    def mount_gcs_fuse(self, backend: Backend, job_id: str, buckets: set[str]) -> None:
-        """Mount these buckets read-only (``fuse=True`` data) in the prepared job."""
-        ...
+    async def launch(self, backend: Backend, job: JobRef, prepared: Prepared) -> None:
+        """Start the job. Its spec, payload and handle are already stored.
 
-    def discard(self, backend: Backend, job_id: str) -> None:
-        """Forget what :meth:`prepare` kept, after a failed submission."""
+        :raises BackendError: when it cannot be started; nothing keeps running then.
+        """
         ...
 
 
@@ -106,20 +125,22 @@ class LocalTarget:
             zone="",
         )
 
-    async def prepare(self, backend: Backend, job: LaunchInput) -> JobImage:
+    async def prepare(self, backend: Backend, job: LaunchInput) -> Prepared:
         await warn_missing_requirements(job.package_root)
         await warn_missing_runtime(job.accelerator.kind)
-        return JobImage(job.container_image or "", "local")
+        return Prepared(JobImage(job.container_image or "", "local"))
 
-    def mount_gcs_fuse(self, backend: Backend, job_id: str, buckets: set[str]) -> None:
-        return None  # local jobs use local paths in place and download gs:// data
+    async def launch(self, backend: Backend, job: JobRef, prepared: Prepared) -> None:
+        from kinetic._backends.local import LocalBackend
 
-    def discard(self, backend: Backend, job_id: str) -> None:
-        return None
+        if not isinstance(backend, LocalBackend):
+            raise TypeError(f"expected a local backend, got {backend!r}")
+        await backend.launch(job)
 
 
 class GKETarget:
-    """Kubernetes Jobs: the bucket ``{project}-kn-{cluster}-jobs``, outputs in it."""
+    """Kubernetes objects (a Job on GKE, a LeaderWorkerSet on pathways): the bucket
+    ``{project}-kn-{cluster}-jobs``, outputs in it."""
 
     def placement(self, settings: Settings, job_id: str, output_dir: str | None) -> Placement:
         bucket = settings.bucket_name
@@ -130,28 +151,27 @@ class GKETarget:
             zone=settings.zone,
         )
 
-    async def prepare(self, backend: Backend, job: LaunchInput) -> JobImage:
-        from kinetic._backends.gke.backend import GKEBackend
-
-        if not isinstance(backend, GKEBackend):
-            raise TypeError(f"expected a GKE backend, got {backend!r}")
+    async def prepare(self, backend: Backend, job: LaunchInput) -> Prepared:
+        cluster = _cluster_backend(backend)
+        await cluster.check_cluster()  # before the image is built or anything is written
         image = await gke_image(
-            backend, job.settings, job.accelerator, job.container_image, job.package_root
+            cluster, job.settings, job.accelerator, job.container_image, job.package_root
         )
-        backend.prepare(job.job_id, job.template(image.uri, backend.bucket, backend.options.pod))
-        return image
+        template = job.template(image.uri, cluster.bucket, cluster.options.pod)
+        return Prepared(image, cluster.prepare(job.job_id, template))
 
-    def mount_gcs_fuse(self, backend: Backend, job_id: str, buckets: set[str]) -> None:
-        from kinetic._backends.gke.backend import GKEBackend
+    async def launch(self, backend: Backend, job: JobRef, prepared: Prepared) -> None:
+        if prepared.plan is None:
+            raise ValueError(f"job {job.job_id} was not prepared for launch")
+        await _cluster_backend(backend).launch(prepared.plan)
 
-        if isinstance(backend, GKEBackend):
-            backend.mount_gcs_fuse(job_id, buckets)
 
-    def discard(self, backend: Backend, job_id: str) -> None:
-        from kinetic._backends.gke.backend import GKEBackend
+def _cluster_backend(backend: Backend) -> PodBackend:
+    from kinetic._backends.cluster import ClusterBackend as PodBackend
 
-        if isinstance(backend, GKEBackend):
-            backend.discard(job_id)
+    if not isinstance(backend, PodBackend):
+        raise TypeError(f"expected a cluster backend, got {backend!r}")
+    return backend
 
 
 @runtime_checkable
@@ -274,7 +294,11 @@ async def warn_missing_runtime(category: str) -> None:
         )
 
 
-_TARGETS: Mapping[str, Target] = {"local": LocalTarget(), "gke": GKETarget()}
+_TARGETS: Mapping[str, Target] = {
+    "local": LocalTarget(),
+    "gke": GKETarget(),
+    "pathways": GKETarget(),
+}
 
 
 def target_for(backend: Backend) -> Target:
@@ -282,10 +306,6 @@ def target_for(backend: Backend) -> Target:
 
     :raises ConfigError: for a backend without them.
     """
-    if backend.name == "pathways":  # imported here: it builds on GKETarget
-        from kinetic._backends.pathways.target import PathwaysTarget
-
-        return PathwaysTarget()
     try:
         return _TARGETS[backend.name]
     except KeyError:

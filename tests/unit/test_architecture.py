@@ -23,8 +23,6 @@ PACKAGES = ("kinetic", "runner")
 
 KNOWN: frozenset[tuple[str, str]] = frozenset(
     {
-        # issue 26: the pathways target reaches back into _engine/targets.py.
-        ("kinetic._backends.pathways.target", "kinetic._engine.targets"),
         # issue 25: the image modes read requirements and runtimes through the engine,
         # and the runner image finds its sources by importing kinetic.
         ("kinetic._images.modes", "kinetic._engine.requirements_io"),

@@ -4,7 +4,7 @@ Theory of operation
 -------------------
 Submission stores the job's spec, payload and handle in the bucket
 (``{project}-kn-{cluster}-jobs``), then :meth:`GKEBackend.launch` creates the Job
-built by :func:`kinetic._core.k8s_spec.job_manifest`. The pod runs
+of the job's plan (built by :func:`kinetic._core.k8s_spec.job_manifest`). The pod runs
 ``python -m runner --storage gs://BUCKET --job-id ID --upload-logs``, which writes
 ``result.pkl``, then ``status.json``, and a copy of its output (``logs.txt``).
 
@@ -31,7 +31,7 @@ inputs too: the methods here are for single jobs only.
 from __future__ import annotations
 
 import codecs
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any, Unpack
 
 import anyio
@@ -44,6 +44,7 @@ from kinetic._backends.cluster import (
     ClusterArgs,
     ClusterBackend,
     Follower,
+    LaunchPlan,
     tail_of,
 )
 from kinetic._backends.gke.pool import GKEBatchEngines
@@ -71,37 +72,18 @@ class GKEBackend(ClusterBackend):
 
     def __init__(self, bucket: str, cluster: Cluster, **args: Unpack[ClusterArgs]) -> None:
         super().__init__(bucket, cluster, **args)
-        self._pending_specs: dict[str, dict[str, Any]] = {}
         self.batches = GKEBatchEngines(self)
         self.batch_runner = self.batches
 
     # -- launching --------------------------------------------------------------------
 
-    def prepare(self, job_id: str, template: k8s_spec.JobTemplate) -> dict[str, Any]:
-        """Build (and keep for :meth:`launch`) the job's manifest from ``template`` (this
-        backend's bucket and pod options in it). Pure, raises ConfigError."""
-        manifest = k8s_spec.job_manifest(template, job_id)
-        self._pending_specs[job_id] = manifest
-        return manifest
-
-    def mount_gcs_fuse(self, job_id: str, buckets: Iterable[str]) -> None:
-        """Add read-only GCS FUSE volumes for ``buckets`` to a prepared manifest."""
-        self._pending_specs[job_id] = k8s_spec.with_gcs_fuse(self._pending_specs[job_id], buckets)
-
-    def discard(self, job_id: str) -> None:
-        """Forget a prepared manifest (submission failed before launch)."""
-        self._pending_specs.pop(job_id, None)
-
-    async def launch(self, job: JobRef) -> None:
-        """Create the job's Job from the manifest :meth:`prepare` built.
+    async def launch(self, plan: LaunchPlan) -> None:
+        """Create the job's Job.
 
         :raises ConfigError: the namespace does not exist.
         :raises BackendError: the API server refused or could not be reached.
         """
-        manifest = self._pending_specs.pop(job.job_id, None)
-        if manifest is None:
-            raise ValueError(f"job {job.job_id} was not prepared for launch")
-        await self.client.create_job(job.namespace, manifest)
+        await self.client.create_job(plan.namespace, plan.manifest)
 
     # -- status -----------------------------------------------------------------------
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import codecs
 import logging
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any, Unpack
 
 import anyio
@@ -41,12 +41,12 @@ from kinetic._backends.cluster import (
     ClusterArgs,
     ClusterBackend,
     Follower,
+    LaunchPlan,
     tail_of,
 )
 from kinetic._backends.gke.watch import SharedWatch, either_set
 from kinetic._backends.pathways.api import LwsApi
 from kinetic._core import accelerators, k8s_spec, lws_spec, lws_status, wait_plan
-from kinetic._core.accelerators import AcceleratorConfig
 from kinetic._core.exception_groups import one_error
 from kinetic._core.lws_status import GroupReport
 from kinetic._core.status import JobStatus, StatusReport
@@ -81,7 +81,6 @@ class PathwaysBackend(ClusterBackend):
     ) -> None:
         super().__init__(bucket, cluster, **args)
         self.lws = LwsApi(cluster.client, group)
-        self._pending: dict[str, tuple[dict[str, Any], AcceleratorConfig]] = {}
 
     # -- launching --------------------------------------------------------------------
 
@@ -93,42 +92,27 @@ class PathwaysBackend(ClusterBackend):
         """
         await self.lws.version()
 
-    def prepare(self, job_id: str, template: k8s_spec.JobTemplate) -> dict[str, Any]:
-        """Build (and keep for :meth:`launch`) the pod template of every host: a GKE
-        job's manifest from ``template`` (this backend's bucket and pod options in it).
+    def prepare(self, job_id: str, template: k8s_spec.JobTemplate) -> LaunchPlan:
+        """The plan of a GKE job from ``template``: its pod template is every host's.
         Pure; raises ConfigError (AcceleratorError for non-TPU)."""
         accelerator = template.accelerator
         if accelerator.kind != "tpu":
             raise AcceleratorError(
                 f"the pathways backend runs TPU slices, not {accelerator.name!r}"
             )
-        manifest = k8s_spec.job_manifest(template, job_id)
-        self._pending[job_id] = (manifest, accelerator)
-        return manifest
+        return super().prepare(job_id, template)
 
-    def mount_gcs_fuse(self, job_id: str, buckets: Iterable[str]) -> None:
-        """Add read-only GCS FUSE volumes for ``buckets`` to every host's pod."""
-        manifest, accel = self._pending[job_id]
-        self._pending[job_id] = (k8s_spec.with_gcs_fuse(manifest, buckets), accel)
-
-    def discard(self, job_id: str) -> None:
-        """Forget a prepared job (submission failed before launch)."""
-        self._pending.pop(job_id, None)
-
-    async def launch(self, job: JobRef) -> None:
+    async def launch(self, plan: LaunchPlan) -> None:
         """Create the job's LeaderWorkerSet.
 
         :raises ConfigError: the namespace or the LWS CRD does not exist.
         :raises BackendError: the API server refused or could not be reached.
         """
-        prepared = self._pending.pop(job.job_id, None)
-        if prepared is None:
-            raise ValueError(f"job {job.job_id} was not prepared for launch")
-        manifest, accel = prepared
         version = await self.lws.version()
-        await self.lws.create(
-            job.namespace, lws_spec.lws_manifest(manifest, accelerator=accel, version=version)
+        manifest = lws_spec.lws_manifest(
+            plan.manifest, accelerator=plan.accelerator, version=version
         )
+        await self.lws.create(plan.namespace, manifest)
 
     # -- status -----------------------------------------------------------------------
 
