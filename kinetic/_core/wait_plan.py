@@ -3,8 +3,9 @@ watch. Pure: no IO, no clock, no loop.
 
 Theory of operation
 -------------------
-A waiter (``wait`` of the GKE and pathways backends) wakes on every change the
-watch shows for its job, and on the timeouts decided here. Each pass is two pure
+A waiter (:meth:`kinetic._backends.cluster.ClusterBackend.wait`, for GKE and
+pathways jobs alike) wakes on every change the watch shows for its job, and on the
+timeouts decided here. Each pass is two pure
 steps around the backend's own reading of the job's status:
 
 * :func:`look`, before reading: is the job's object **podless** (its Job or
