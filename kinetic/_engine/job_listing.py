@@ -28,16 +28,17 @@ async def single_jobs(target: Backend) -> list[JobHandle]:
     storage refused it) is left out with a warning naming it, so one broken record does
     not hide the others.
     """
-    ids = await target.list_job_ids()
+    ids = iter(await target.list_job_ids())
     handles: list[JobHandle] = []
-    limiter = anyio.CapacityLimiter(_LOAD_CONCURRENCY)
 
-    async def load(job_id: str) -> None:
-        async with limiter:
+    async def load_some() -> None:
+        # A few loaders share the ids, rather than a task per job: thousands of jobs
+        # would start thousands of tasks in one step of the caller's loop.
+        for job_id in ids:
             try:
                 handles.append(await load_handle(target, job_id))
             except JobNotFoundError:
-                return  # deleted since it was listed
+                continue  # deleted since it was listed
             except Exception as exc:  # noqa: BLE001 - one broken record must not hide the rest
                 log.warning(
                     "list_jobs: skipping job %s: its handle cannot be read: %s", job_id, exc
@@ -45,8 +46,8 @@ async def single_jobs(target: Backend) -> list[JobHandle]:
 
     with one_error():
         async with anyio.create_task_group() as tg:
-            for job_id in ids:
-                tg.start_soon(load, job_id)
+            for _ in range(_LOAD_CONCURRENCY):
+                tg.start_soon(load_some)
     return sorted(handles, key=lambda h: (h.created_at, h.job_id), reverse=True)
 
 

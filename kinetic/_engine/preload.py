@@ -34,6 +34,8 @@ with contextlib.suppress(ImportError):
 _CLUSTER_CODE = (
     "kinetic._backends.gke.backend",
     "kinetic._backends.gke.client",
+    # Which service account a job's pod runs as (asked once per backend, at submission).
+    "kinetic._backends.gke.pod_identity",
     # Execution modes: requirements, the bundled image's builders and registries.
     "kinetic._images.modes",
     "kinetic._images.docker",
