@@ -11,24 +11,16 @@ token from the Google auth library. Every call is bounded by its timeout, retrie
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
-from types import TracebackType
-from typing import Any, Self
+from collections.abc import Mapping
+from typing import Any
 
-import anyio
 import httpx
-from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
-from kinetic._exceptions import KineticError, StorageError
-from kinetic._net import trust_context
+from kinetic._exceptions import StorageError
+from kinetic._infra.rest import RestClient, RestSession, TokenSource, Transient
 
 GCS_API = "https://storage.googleapis.com"
 DEFAULT_TIMEOUT = 30.0
-TokenSource = Callable[[], Awaitable[str]]
-
-
-class _Transient(Exception):
-    pass
 
 
 def emulator_url(env: Mapping[str, str]) -> str | None:
@@ -39,7 +31,7 @@ def emulator_url(env: Mapping[str, str]) -> str | None:
     return host if "://" in host else f"http://{host}"
 
 
-class BucketAdmin:
+class BucketAdmin(RestClient):
     """Bucket-level calls.
 
     :param token: a token source, or None to send no credentials (an emulator).
@@ -57,27 +49,14 @@ class BucketAdmin:
         backoff: float = 0.25,
     ) -> None:
         self._token = token
-        self._http = httpx.AsyncClient(
-            base_url=base_url, transport=transport, timeout=None, verify=trust_context()
+        self._rest = RestSession(
+            base_url=base_url,
+            transport=transport,
+            attempts=attempts,
+            backoff=backoff,
+            max_backoff=5.0,
+            error=StorageError,
         )
-        self._attempts = attempts
-        self._backoff = backoff
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
-    async def aclose(self) -> None:
-        """Close the connection pool (shielded from cancellation)."""
-        with anyio.CancelScope(shield=True):
-            await self._http.aclose()
 
     async def _send(
         self,
@@ -89,33 +68,16 @@ class BucketAdmin:
         body: Any = None,
         timeout: float,
     ) -> httpx.Response:
-        retrying = AsyncRetrying(
-            stop=stop_after_attempt(self._attempts),
-            wait=wait_random_exponential(multiplier=self._backoff, max=5.0),
-            retry=retry_if_exception(lambda e: isinstance(e, _Transient | httpx.TransportError)),
-            sleep=anyio.sleep,
-            reraise=True,
+        return await self._rest.call(
+            method,
+            path,
+            what=what,
+            token=self._token,
+            answer=_retry_overloaded,
+            timeout=timeout,
+            params=params,
+            json=body,
         )
-        try:
-            with anyio.fail_after(timeout):
-                async for attempt in retrying:
-                    with attempt:
-                        headers = {}
-                        if self._token is not None:
-                            headers["Authorization"] = f"Bearer {await self._token()}"
-                        resp = await self._http.request(
-                            method, path, params=params, json=body, headers=headers
-                        )
-                        if resp.status_code == 429 or resp.status_code >= 500:
-                            raise _Transient(f"HTTP {resp.status_code}: {_message(resp)}")
-                        return resp
-        except KineticError:
-            raise
-        except TimeoutError as exc:
-            raise StorageError(f"{what}: no answer within {timeout:g}s") from exc
-        except (_Transient, httpx.HTTPError) as exc:
-            raise StorageError(f"{what} failed: {exc}") from exc
-        raise AssertionError("unreachable: tenacity either returns or raises")
 
     async def exists(self, bucket: str, *, timeout: float = DEFAULT_TIMEOUT) -> bool:
         """Whether ``bucket`` exists (and these credentials may see it).
@@ -175,6 +137,13 @@ class BucketAdmin:
             return False
         _check(resp, what)
         return True
+
+
+def _retry_overloaded(resp: httpx.Response) -> httpx.Response:
+    """The response, unless it asks to be tried again (429, 5xx): the callers judge it."""
+    if resp.status_code == 429 or resp.status_code >= 500:
+        raise Transient(f"HTTP {resp.status_code}: {_message(resp)}")
+    return resp
 
 
 def _message(resp: httpx.Response) -> str:

@@ -25,22 +25,19 @@ goes on in Google's hands; ``kinetic status`` shows where it got to).
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping
-from types import TracebackType
-from typing import Any, Self
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import anyio
 import httpx
-from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
-from kinetic._exceptions import BackendError, ConfigError, JobTimeoutError, KineticError
+from kinetic._exceptions import BackendError, ConfigError, JobTimeoutError
 from kinetic._infra import gke_api
 from kinetic._infra.gke_api import ApiRequest, ClusterInfo, Operation, PoolInfo
-from kinetic._net import trust_context
+from kinetic._infra.rest import RestClient, RestSession, TokenSource, Transient
 
 log = logging.getLogger(__name__)
 
-TokenSource = Callable[[], Awaitable[str]]
 Progress = Callable[[str], None]
 DEFAULT_TIMEOUT = 30.0
 """Seconds for one API call, retries included."""
@@ -48,15 +45,7 @@ OPERATION_TIMEOUT = 1800.0
 """Seconds an operation (cluster creation: typically 5-10 minutes) may take."""
 
 
-class _Transient(Exception):
-    """One attempt's retryable answer (internal)."""
-
-    def __init__(self, status: int, word: str, message: str) -> None:
-        super().__init__(f"HTTP {status} {word}: {message}")
-        self.status, self.word, self.message = status, word, message
-
-
-class ContainerClient:
+class ContainerClient(RestClient):
     """An async client for the few Container API calls ``kinetic up`` makes.
 
     :param token: returns a valid access token (refreshed by the auth library).
@@ -86,31 +75,18 @@ class ContainerClient:
         self._token = token
         self.project = project
         self.location = location
-        self._http = httpx.AsyncClient(
-            base_url=base_url, transport=transport, timeout=None, verify=trust_context()
+        self._rest = RestSession(
+            base_url=base_url,
+            transport=transport,
+            attempts=attempts,
+            backoff=backoff,
+            error=BackendError,
+            prefix="GKE: ",
         )
-        self._attempts = attempts
-        self._backoff = backoff
         self.poll_interval = poll_interval
 
     def __repr__(self) -> str:
         return f"ContainerClient(project={self.project!r}, location={self.location!r})"
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
-    async def aclose(self) -> None:
-        """Close the connection pool (shielded from cancellation)."""
-        with anyio.CancelScope(shield=True):
-            await self._http.aclose()
 
     # -- the boundary -----------------------------------------------------------------
 
@@ -120,35 +96,16 @@ class ContainerClient:
         :raises ConfigError: HTTP 400 (the request is wrong).
         :raises BackendError: refused, failed, or no answer within ``timeout``.
         """
-        retrying = AsyncRetrying(
-            stop=stop_after_attempt(self._attempts),
-            wait=wait_random_exponential(multiplier=self._backoff, max=10.0),
-            retry=retry_if_exception(lambda e: isinstance(e, _Transient | httpx.TransportError)),
-            sleep=anyio.sleep,
-            reraise=True,
-        )
         what = req.what or f"{req.method} {req.path}"
-        try:
-            with anyio.fail_after(timeout):
-                async for attempt in retrying:
-                    with attempt:
-                        token = await self._token()
-                        resp = await self._http.request(
-                            req.method,
-                            req.path,
-                            json=req.body,
-                            headers={"Authorization": f"Bearer {token}"},
-                        )
-                        return self._answer(resp, what)
-        except KineticError:
-            raise
-        except _Transient as exc:
-            raise BackendError(f"GKE: {what} failed ({exc})") from exc
-        except TimeoutError as exc:
-            raise BackendError(f"GKE: {what} got no answer within {timeout:g}s") from exc
-        except httpx.HTTPError as exc:
-            raise BackendError(f"GKE: {what} failed: {type(exc).__name__}: {exc}") from exc
-        raise AssertionError("unreachable: tenacity either returns or raises")
+        return await self._rest.call(
+            req.method,
+            req.path,
+            what=what,
+            token=self._token,
+            answer=lambda resp: self._answer(resp, what),
+            timeout=timeout,
+            json=req.body,
+        )
 
     @staticmethod
     def _answer(resp: httpx.Response, what: str) -> Any:
@@ -159,9 +116,11 @@ class ContainerClient:
         if status == 404:
             return None
         if status == 429 or status >= 500:
-            raise _Transient(status, word, message)
+            raise Transient(f"HTTP {status} {word}: {message}")
         if status == 400 and word == "FAILED_PRECONDITION" and "operation" in message.lower():
-            raise _Transient(status, word, message)  # another operation runs: wait our turn
+            raise Transient(
+                f"HTTP {status} {word}: {message}"
+            )  # another operation runs: wait our turn
         if status == 400:
             raise ConfigError(f"GKE refused {what}: {message or word}")
         if status in (401, 403):

@@ -21,21 +21,18 @@ it is done, bounded by its own timeout.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
-from types import TracebackType
-from typing import Any, Self
+from collections.abc import Mapping
+from typing import Any
 
 import anyio
 import httpx
-from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
-from kinetic._exceptions import BackendError, ConfigError, JobTimeoutError, KineticError
+from kinetic._exceptions import BackendError, ConfigError, JobTimeoutError
 from kinetic._infra import identity, registry
 from kinetic._infra.gke_api import error_message
 from kinetic._infra.iam import Call
-from kinetic._net import trust_context
+from kinetic._infra.rest import RestClient, RestSession, TokenSource, Transient
 
-TokenSource = Callable[[], Awaitable[str]]
 DEFAULT_TIMEOUT = 30.0
 OPERATION_TIMEOUT = 300.0
 ROOTS: Mapping[str, str] = {
@@ -56,12 +53,7 @@ class Conflict(BackendError):
     """HTTP 409: the thing exists already, or a policy changed since it was read."""
 
 
-class _Transient(Exception):
-    def __init__(self, status: int, word: str, message: str) -> None:
-        super().__init__(f"HTTP {status} {word}: {message}")
-
-
-class GoogleRest:
+class GoogleRest(RestClient):
     """An async client for the Google REST calls ``kinetic up`` makes beside GKE's.
 
     :param token: returns a valid access token.
@@ -87,26 +79,10 @@ class GoogleRest:
     ) -> None:
         self._token = token
         self._roots = {**ROOTS, **(roots or {})}
-        self._http = httpx.AsyncClient(transport=transport, timeout=None, verify=trust_context())
-        self._attempts = attempts
-        self._backoff = backoff
+        self._rest = RestSession(
+            transport=transport, attempts=attempts, backoff=backoff, error=BackendError
+        )
         self.poll_interval = poll_interval
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
-    async def aclose(self) -> None:
-        """Close the connection pool (shielded from cancellation)."""
-        with anyio.CancelScope(shield=True):
-            await self._http.aclose()
 
     async def send(self, call: Call, *, timeout: float = DEFAULT_TIMEOUT) -> Any:
         """Send ``call``; its JSON answer (``{}`` when empty), or None on 404.
@@ -115,37 +91,17 @@ class GoogleRest:
         :raises ConfigError: HTTP 400 (the request is wrong).
         :raises BackendError: refused, failed, or no answer within ``timeout``.
         """
-        retrying = AsyncRetrying(
-            stop=stop_after_attempt(self._attempts),
-            wait=wait_random_exponential(multiplier=self._backoff, max=10.0),
-            retry=retry_if_exception(lambda e: isinstance(e, _Transient | httpx.TransportError)),
-            sleep=anyio.sleep,
-            reraise=True,
-        )
         what = call.what or f"{call.method} {call.path}"
-        url = self._roots[call.api].rstrip("/") + call.path
-        try:
-            with anyio.fail_after(timeout):
-                async for attempt in retrying:
-                    with attempt:
-                        token = await self._token()
-                        resp = await self._http.request(
-                            call.method,
-                            url,
-                            params=dict(call.params),
-                            json=call.body,
-                            headers={"Authorization": f"Bearer {token}"},
-                        )
-                        return _answer(call.api, resp, what)
-        except KineticError:
-            raise
-        except _Transient as exc:
-            raise BackendError(f"{what} failed ({exc})") from exc
-        except TimeoutError as exc:
-            raise BackendError(f"{what}: no answer within {timeout:g}s") from exc
-        except httpx.HTTPError as exc:
-            raise BackendError(f"{what} failed: {type(exc).__name__}: {exc}") from exc
-        raise AssertionError("unreachable: tenacity either returns or raises")
+        return await self._rest.call(
+            call.method,
+            self._roots[call.api].rstrip("/") + call.path,
+            what=what,
+            token=self._token,
+            answer=lambda resp: _answer(call.api, resp, what),
+            timeout=timeout,
+            params=call.params,
+            json=call.body,
+        )
 
     async def wait(
         self, operation: Mapping[str, Any], *, what: str, timeout: float = OPERATION_TIMEOUT
@@ -183,7 +139,7 @@ def _answer(api: str, resp: httpx.Response, what: str) -> Any:
     if status == 404:
         return None
     if status == 429 or status >= 500:
-        raise _Transient(status, word, message)
+        raise Transient(f"HTTP {status} {word}: {message}")
     if status == 409:
         raise Conflict(f"{what}: HTTP 409 {word}: {message}")
     if status == 400:

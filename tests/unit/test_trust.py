@@ -221,10 +221,10 @@ async def test_one_context_built_once_serves_aiohttp_and_httpx(
         await connector.close()
     endpoint = await load_endpoint(kubeconfig_path=str(_kubeconfig(tmp_path, "https://h:1")))
     assert endpoint.ssl is shared
-    # httpx: the Container API client's pool verifies with the same context.
+    # httpx: the REST clients' pool (the Container API's here) verifies with the same context.
     container = ContainerClient(_token, project="p", location="l")
     try:
-        pool = container._http._transport._pool  # type: ignore[attr-defined]
+        pool = container._rest.http._transport._pool  # type: ignore[attr-defined]
         assert pool._ssl_context is shared
     finally:
         await container.aclose()
