@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import ctypes
 import fcntl
 import os
 import select
@@ -35,13 +34,10 @@ import tempfile
 import threading
 from collections.abc import Callable
 from functools import partial
-from pathlib import Path
 
 from runner import peer
+from runner.userns import CLONE_NEWNET, enter_user_namespace, unshare
 
-_CLONE_NEWNET = 0x40000000
-_CLONE_NEWUSER = 0x10000000
-_PR_GET_DUMPABLE = 3
 _SIOCGIFFLAGS = 0x8913
 _SIOCSIFFLAGS = 0x8914
 _IFF_UP = 0x1
@@ -62,39 +58,12 @@ class Isolated:
         self.port, self.socket_path = port, socket_path
 
 
-def _unshare(flags: int) -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.unshare(flags) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"unshare: {os.strerror(err)}")
-
-
 def _threads() -> int:
     with open("/proc/self/status") as f:
         for line in f:
             if line.startswith("Threads:"):
                 return int(line.split()[1])
     return 0
-
-
-def _enter_own_user_namespace() -> None:
-    """Become capable over namespaces we create: a user namespace of our own, mapping
-    our uid and gid onto themselves (files keep their owners). One thread only.
-
-    :raises OSError: when the kernel refuses (user namespaces off, or threads running).
-    """
-    if _threads() != 1:
-        raise OSError("the job already runs threads (a new user namespace needs one)")
-    # A process that changed its uid is not dumpable: its /proc files are root's, and it
-    # could not write its uid map. Entering the namespace first would leave it unmapped.
-    if ctypes.CDLL(None, use_errno=True).prctl(_PR_GET_DUMPABLE, 0, 0, 0, 0) != 1:
-        raise OSError("the process is not dumpable, so it cannot map its uid")
-    uid, gid = os.geteuid(), os.getegid()
-    _unshare(_CLONE_NEWUSER)
-    if os.path.exists("/proc/self/setgroups"):
-        Path("/proc/self/setgroups").write_text("deny")
-    Path("/proc/self/uid_map").write_text(f"{uid} {uid} 1")
-    Path("/proc/self/gid_map").write_text(f"{gid} {gid} 1")
 
 
 def _loopback_up() -> None:
@@ -156,15 +125,17 @@ def listen_privately(listen: Callable[[], int], timeout: float = 60.0) -> Isolat
         nothing was started then, and the caller may call ``listen()`` itself.
     :raises Exception: what ``listen()`` raised.
     """
-    if os.geteuid() != 0:
-        _enter_own_user_namespace()
+    if os.geteuid() != 0:  # capable over the network namespace to come: a user one first
+        if _threads() != 1:
+            raise OSError("the job already runs threads (a new user namespace needs one)")
+        enter_user_namespace()
     outcome: list[Isolated | BaseException] = []
     ready = threading.Event()
 
     def _main() -> None:
         listener = None
         try:
-            _unshare(_CLONE_NEWNET)  # this thread only (and what it starts)
+            unshare(CLONE_NEWNET)  # this thread only (and what it starts)
             _loopback_up()
             directory = _private_socket_dir()
             path = os.path.join(directory, _SOCKET_NAME)

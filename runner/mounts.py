@@ -26,8 +26,8 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-_CLONE_NEWNS = 0x00020000
-_CLONE_NEWUSER = 0x10000000
+from runner.userns import CLONE_NEWNS, enter_user_namespace
+
 _MS_BIND = 0x1000
 _MS_REC = 0x4000
 _MS_PRIVATE = 0x40000
@@ -66,15 +66,10 @@ def enter_private_namespace() -> None:
 
     The process must have one thread (the kernel's rule for a new user namespace).
 
-    :raises OSError: when the kernel refuses (user namespaces off or restricted).
+    :raises OSError: when the kernel refuses (user namespaces off or restricted), or
+        the process is not dumpable (:mod:`runner.userns`).
     """
-    uid, gid = os.geteuid(), os.getegid()
-    _call(_libc().unshare(_CLONE_NEWUSER | _CLONE_NEWNS), "unshare")
-    # A process without CAP_SETGID may map its gid only once setgroups is denied.
-    if os.path.exists("/proc/self/setgroups"):
-        Path("/proc/self/setgroups").write_text("deny")
-    Path("/proc/self/uid_map").write_text(f"{uid} {uid} 1")
-    Path("/proc/self/gid_map").write_text(f"{gid} {gid} 1")
+    enter_user_namespace(also=CLONE_NEWNS)
     _mount(None, "/", None, _MS_REC | _MS_PRIVATE)
 
 
