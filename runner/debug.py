@@ -49,10 +49,13 @@ DEFAULT_WAIT = 600.0
 LISTEN_HOST = "127.0.0.1"
 
 
-def _listen_privately(listen: Callable[[], int]) -> tuple[int, str | None]:
+def _listen_privately(
+    listen: Callable[[], int],
+) -> tuple[int, str | None, list[dict[str, int]]]:
     """debugpy in a network of the job's own, behind a private socket
-    (:mod:`runner.debug_net`): its port and that socket. Where the kernel refuses,
-    debugpy on the machine's loopback, with a warning naming the exposure."""
+    (:mod:`runner.debug_net`): its port, that socket, and the processes it started there.
+    Where the kernel refuses, debugpy on the machine's loopback, with a warning naming
+    the exposure."""
     from runner.debug_net import listen_privately
 
     try:
@@ -66,8 +69,8 @@ def _listen_privately(listen: Callable[[], int]) -> tuple[int, str | None]:
             file=sys.stderr,
             flush=True,
         )
-        return port, None
-    return isolated.port, isolated.socket_path
+        return port, None, []
+    return isolated.port, isolated.socket_path, isolated.helpers
 
 
 def ready_key(job_id: str) -> str:
@@ -117,10 +120,11 @@ def wait_for_client(
     def _listen() -> int:
         return int(debugpy.listen((LISTEN_HOST, 0))[1])
 
-    socket_path = None
+    socket_path: str | None = None
+    helpers: list[dict[str, int]] = []
     try:
         if isinstance(store, FileStore):  # this machine: other users must not attach
-            port, socket_path = _listen_privately(_listen)
+            port, socket_path, helpers = _listen_privately(_listen)
         else:  # a pod: its loopback is its own already
             port = _listen()
     except Exception as exc:  # debugpy raises RuntimeError and OSError alike
@@ -129,6 +133,7 @@ def wait_for_client(
         "host": LISTEN_HOST,
         "port": int(port),
         "socket": socket_path,
+        "helpers": helpers,  # ended with the job; a cancel that kills it ends them
         "pid": os.getpid(),
         "host_index": host,
         "code_root": str(code_root),

@@ -52,10 +52,14 @@ class Isolated:
 
     :ivar port: debugpy's port inside the private network.
     :ivar socket_path: the Unix socket (in a ``0700`` directory) that relays to it.
+    :ivar helpers: the processes debugpy started there (its adapter, which daemonizes):
+        pid, start ticks and process group each. The job ends them when it exits; a
+        job killed instead leaves them to whoever cancelled it (the ready marker names
+        them).
     """
 
-    def __init__(self, port: int, socket_path: str) -> None:
-        self.port, self.socket_path = port, socket_path
+    def __init__(self, port: int, socket_path: str, helpers: list[dict[str, int]]) -> None:
+        self.port, self.socket_path, self.helpers = port, socket_path, helpers
 
 
 def _threads() -> int:
@@ -82,22 +86,28 @@ def _private_socket_dir() -> str:
     raise OSError("no directory with a path short enough for a Unix socket")
 
 
-def _others_in_network() -> list[int]:
-    """The other processes in the calling thread's network namespace (of our user)."""
+def _others_in_network() -> list[dict[str, int]]:
+    """The other processes in the calling thread's network namespace: each's pid, start
+    time (clock ticks since boot: a pid reused later is not mistaken for it) and process
+    group."""
     mine = os.readlink("/proc/thread-self/ns/net")
     found = []
     for entry in os.listdir("/proc"):
         if entry.isdigit() and int(entry) != os.getpid():
-            with contextlib.suppress(OSError):
+            with contextlib.suppress(OSError, ValueError, IndexError):
                 if os.readlink(f"/proc/{entry}/ns/net") == mine:
-                    found.append(int(entry))
+                    with open(f"/proc/{entry}/stat") as f:
+                        fields = f.read().rsplit(")", 1)[1].split()
+                    found.append(
+                        {"pid": int(entry), "start_ticks": int(fields[19]), "pgid": int(fields[2])}
+                    )
     return found
 
 
-def _end_processes(pids: list[int]) -> None:
-    for pid in pids:
+def _end_processes(helpers: list[dict[str, int]]) -> None:
+    for helper in helpers:
         with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGTERM)
+            os.kill(helper["pid"], signal.SIGTERM)
 
 
 def _untraced_thread(target: Callable[[], None], name: str) -> threading.Thread:
@@ -146,8 +156,9 @@ def listen_privately(listen: Callable[[], int], timeout: float = 60.0) -> Isolat
             port = listen()
             # debugpy's adapter daemonizes, to outlive the job: it is the one process
             # in this network besides ours. It ends with the job instead.
-            atexit.register(_end_processes, _others_in_network())
-            outcome.append(Isolated(port, path))
+            helpers = _others_in_network()
+            atexit.register(_end_processes, helpers)
+            outcome.append(Isolated(port, path, helpers))
         except BaseException as exc:  # noqa: BLE001 - reported to the caller
             outcome.append(exc)
             if listener is not None:

@@ -27,6 +27,7 @@ answers for their inputs: the methods here are for single jobs only.
 from __future__ import annotations
 
 import codecs
+import contextlib
 import errno
 import os
 import signal
@@ -257,9 +258,24 @@ class LocalBackend:
         signal_group(ref, signal.SIGTERM)
         with anyio.move_on_after(_CANCEL_GRACE):
             await wait_exit(ref)
+            await self.storage.run_io(self._end_debug_helpers, job)
             return
         signal_group(ref, signal.SIGKILL)
         await wait_exit(ref)
+        await self.storage.run_io(self._end_debug_helpers, job)
+
+    def _end_debug_helpers(self, job: JobRef) -> None:
+        """End what a debug job's debugger left running (its adapter daemonizes, so the
+        job's group did not hold it; the ready marker names it). Blocking."""
+        from runner.debug import ready_key  # (cancel only: not on every import)
+
+        marker = self._read_record(ready_key(job.job_id))
+        helpers = marker.get("helpers") if isinstance(marker, dict) else None
+        for helper in helpers if isinstance(helpers, list) else ():
+            with contextlib.suppress(KeyError, TypeError, ValueError, OSError):
+                ref = ProcessRef.from_dict(helper)
+                if is_alive(ref):  # the very process (its start time), not a reused pid
+                    os.kill(ref.pid, signal.SIGKILL)
 
     async def read_result(self, job: JobRef) -> bytes:
         """The job's result payload. :raises ObjectNotFoundError: when there is none."""

@@ -270,7 +270,7 @@ def test_a_debugger_without_privileges_is_private_or_says_it_is_not() -> None:
 
         stderr = io.StringIO()
         with contextlib.redirect_stderr(stderr):
-            port, path = _listen_privately(listen)
+            port, path, _ = _listen_privately(listen)
         # This (main) thread is in the machine's network, as every other local user is.
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
             probe.settimeout(5.0)
@@ -289,3 +289,26 @@ def test_a_debugger_without_privileges_is_private_or_says_it_is_not() -> None:
         assert seen["from the machine"] == "connected"
         (line,) = seen["stderr"].splitlines()
         assert "any user of this machine can attach and run code as you" in line
+
+
+def test_a_cancelled_debug_job_leaves_no_debugger_running(kinetic_env: Path) -> None:
+    """debugpy's adapter daemonizes, out of the job's process group: cancelling the job
+    ends it too (a job that ends by itself ends it on its way out)."""
+    job = debugged.run_async(1)
+    marker_file = kinetic_env / "storage" / job.job_id / "debug.json"
+    wait_until(marker_file.exists, timeout=60)
+    helpers = json.loads(marker_file.read_text())["helpers"]
+    if not helpers:
+        pytest.skip("no private network here: debugpy's adapter is not tracked")
+    assert all(Path(f"/proc/{h['pid']}").exists() for h in helpers)
+    job.cancel()
+    for helper in helpers:
+        wait_until(lambda h=helper: not _running(h["pid"]), timeout=10)
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
