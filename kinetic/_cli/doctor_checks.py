@@ -32,6 +32,7 @@ import anyio.to_thread
 from kinetic._cli.doctor_result import CheckResult, fail, ok, skip, warn
 from kinetic._core.config import Settings
 from kinetic._exceptions import ConfigError, KineticError
+from runner.fs import check_private_dir, make_private_dirs
 
 if TYPE_CHECKING:
     from kinetic._core.kubeconfig import ContextRef
@@ -281,20 +282,27 @@ def _local_root(ctx: _Env) -> Named:
     root = Path(ctx.settings.local_root)
 
     def probe() -> None:
-        root.mkdir(parents=True, exist_ok=True)
+        make_private_dirs(root)  # as the local backend makes it: 0700
         path = root / f".doctor-{uuid.uuid4().hex}"
         path.write_bytes(b"ok")
         path.unlink()
 
     async def check() -> CheckResult:
+        level = fail if ctx.settings.backend == "local" else warn
+        scope = "" if ctx.settings.backend == "local" else " (local backend only)"
+        try:
+            await anyio.to_thread.run_sync(check_private_dir, root)
+        except PermissionError as exc:  # another user's, or theirs to write (security.md)
+            hint = f"chmod 700 {root}, or set KINETIC_LOCAL_ROOT to a directory of yours"
+            return level("local-root", f"{root} is not private: {exc}{scope}", hint)
+        except OSError:
+            pass  # unreadable: the probe below says why
         try:
             await anyio.to_thread.run_sync(probe)
         except OSError as exc:
             hint = "set KINETIC_LOCAL_ROOT to a writable directory"
-            if ctx.settings.backend == "local":
-                return fail("local-root", f"{root} is not writable: {exc}", hint)
-            return warn("local-root", f"{root} is not writable: {exc} (local backend only)", hint)
-        return ok("local-root", f"{root} is writable")
+            return level("local-root", f"{root} is not writable: {exc}{scope}", hint)
+        return ok("local-root", f"{root} is writable, and private")
 
     return "local-root", "is the local root on a slow or hung file system?", check
 

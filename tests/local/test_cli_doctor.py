@@ -73,6 +73,17 @@ def test_an_unwritable_local_root_fails_with_its_fix(tmp_path: Path) -> None:
     assert "KINETIC_LOCAL_ROOT" in checks["local-root"]["hint"]
 
 
+def test_a_local_root_others_may_write_fails_with_its_fix(tmp_path: Path) -> None:
+    root = tmp_path / "shared-root"
+    root.mkdir()
+    root.chmod(0o777)
+    code, checks = doctor(env={"KINETIC_LOCAL_ROOT": str(root)})
+    assert code == 1
+    assert checks["local-root"]["level"] == "fail"
+    assert "not private" in checks["local-root"]["detail"]
+    assert f"chmod 700 {root}" in checks["local-root"]["hint"]
+
+
 def test_a_broken_profiles_file_fails_the_settings(tmp_path: Path) -> None:
     (tmp_path / "profiles.json").write_text("[]")
     code, checks = doctor()
