@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 import kinetic
+from kinetic._backends._process import ProcessRef, is_alive
 from kinetic._backends.local import job_environment
 from kinetic._backends.local_gpus import apply_job_env
 from runner.batch import socket_address as batch_socket_address
@@ -300,15 +301,8 @@ def test_a_cancelled_debug_job_leaves_no_debugger_running(kinetic_env: Path) -> 
     helpers = json.loads(marker_file.read_text())["helpers"]
     if not helpers:
         pytest.skip("no private network here: debugpy's adapter is not tracked")
-    assert all(Path(f"/proc/{h['pid']}").exists() for h in helpers)
+    adapters = [ProcessRef.from_dict(h) for h in helpers]
+    assert all(is_alive(ref) for ref in adapters)
     job.cancel()
-    for helper in helpers:
-        wait_until(lambda h=helper: not _running(h["pid"]), timeout=10)
-
-
-def _running(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
+    for ref in adapters:
+        wait_until(lambda ref=ref: not is_alive(ref), timeout=10)
