@@ -39,7 +39,7 @@ from kinetic._cli._output import (
     report_error,
     table,
 )
-from kinetic._core.exception_groups import one_error
+from kinetic._concurrency import for_each
 from kinetic._exceptions import ConfigError, KineticError
 
 if TYPE_CHECKING:
@@ -234,7 +234,6 @@ async def _jobs_with_status(
     """Every recorded job with its status, read concurrently (newest first), and how
     many there are; with ``page`` (group id, offset, limit), that page of a batch's
     inputs and the batch's number of inputs."""
-    import anyio
 
     from kinetic import aio
 
@@ -249,16 +248,11 @@ async def _jobs_with_status(
             project, zone, cluster, namespace, backend, batch=group_id, offset=offset, limit=limit
         )
     reports: dict[str, StatusReport] = {}
-    limiter = anyio.CapacityLimiter(_LIST_CONCURRENCY)
 
     async def one(h: AioJobHandle) -> None:
-        async with limiter:
-            reports[h.job_id] = await h.status_report()
+        reports[h.job_id] = await h.status_report()
 
-    with one_error():
-        async with anyio.create_task_group() as tg:
-            for h in handles:
-                tg.start_soon(one, h)
+    await for_each(handles, one, limit=_LIST_CONCURRENCY)
     return [(h, reports[h.job_id]) for h in handles], total
 
 
@@ -358,7 +352,6 @@ async def _batch_manifests(
 ) -> list[dict[str, Any]]:
     """The committed batches where the settings point: a summary of each manifest,
     newest first. A manifest that cannot be read is skipped (being deleted)."""
-    import anyio
 
     from kinetic._engine import runtime
     from kinetic._exceptions import ObjectNotFoundError
@@ -369,20 +362,15 @@ async def _batch_manifests(
     storage = runtime.backend_for_settings(settings).storage
     keys = [k async for k in storage.list("_groups/") if k.endswith("/manifest.json")]
     found: list[dict[str, Any]] = []
-    limiter = anyio.CapacityLimiter(_LIST_CONCURRENCY)
 
     async def one(key: str) -> None:
-        async with limiter:
-            try:
-                m = protocol.load_json(await storage.read(key))
-            except (ObjectNotFoundError, ValueError):
-                return
+        try:
+            m = protocol.load_json(await storage.read(key))
+        except (ObjectNotFoundError, ValueError):
+            return
         found.append(
             {k: m.get(k) for k in ("group_id", "name", "func_name", "total", "created_at", "tags")}
         )
 
-    with one_error():
-        async with anyio.create_task_group() as tg:
-            for key in keys:
-                tg.start_soon(one, key)
+    await for_each(keys, one, limit=_LIST_CONCURRENCY)
     return sorted(found, key=lambda m: (str(m["created_at"]), str(m["group_id"])), reverse=True)

@@ -24,10 +24,10 @@ import cloudpickle
 
 from kinetic._backends.base import Backend
 from kinetic._backends.local import LocalBackend
+from kinetic._concurrency import for_each
 from kinetic._core.accelerators import AcceleratorConfig
 from kinetic._core.arg_checks import check_timeout
 from kinetic._core.config import Settings
-from kinetic._core.exception_groups import one_error
 from kinetic._core.ids import check_group_id, new_group_id
 from kinetic._core.image_spec import JobImage
 from kinetic._core.inputs import MapOptions, chunk_size, to_call
@@ -415,15 +415,11 @@ async def _record(
             "lease_s": protocol.POOL_LEASE_SECONDS,
         }
     await storage.write(protocol.group_payload_key(group_id), fn_bytes)
-    limiter = anyio.CapacityLimiter(_WRITE_CONCURRENCY)
 
-    async def _write_chunk(n: int, chunk: bytes) -> None:
-        async with limiter:
-            await storage.write(protocol.group_inputs_key(group_id, n), chunk)
+    async def _write_chunk(numbered: tuple[int, bytes]) -> None:
+        n, chunk = numbered
+        await storage.write(protocol.group_inputs_key(group_id, n), chunk)
 
-    with one_error():
-        async with anyio.create_task_group() as tg:
-            for n, chunk in enumerate(chunks):
-                tg.start_soon(_write_chunk, n, chunk)
+    await for_each(list(enumerate(chunks)), _write_chunk, limit=_WRITE_CONCURRENCY)
     await storage.write(protocol.group_manifest_key(group_id), protocol.dump_json(manifest))
     return manifest

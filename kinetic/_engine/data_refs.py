@@ -22,7 +22,7 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
-from kinetic._core.exception_groups import one_error
+from kinetic._concurrency import for_each
 from kinetic._data.data import Data
 from kinetic._exceptions import DataError, StorageError
 from kinetic._storage.base import Storage
@@ -222,16 +222,11 @@ async def _references(
 ) -> dict[Data, DataRef]:
     """A reference for each distinct ``Data``, hashing and uploading a few at a time."""
     refs: dict[Data, DataRef] = {}
-    limiter = anyio.CapacityLimiter(4)
 
     async def make(d: Data) -> None:
-        async with limiter:
-            refs[d] = await _reference(d, storage, local_backend, prepared)
+        refs[d] = await _reference(d, storage, local_backend, prepared)
 
-    with one_error():
-        async with anyio.create_task_group() as tg:
-            for d in found:
-                tg.start_soon(make, d)
+    await for_each(list(found), make, limit=4)
     return refs
 
 
@@ -293,24 +288,19 @@ async def upload_to_cache(storage: Storage, path: Path, digest: str) -> bool:
     if await storage.exists(marker_key(digest)):
         return False
     files, dirs = await anyio.to_thread.run_sync(_list_tree, path)
-    limiter = anyio.CapacityLimiter(UPLOAD_CONCURRENCY)
 
-    async def put(rel: str, source: Path) -> None:
-        async with limiter:
-            try:
-                await storage.upload_file(cache_key(digest, rel), source)
-            except StorageError as exc:
-                if await anyio.to_thread.run_sync(os.path.exists, source):
-                    raise
-                raise DataError(
-                    f"Data path {str(path)!r} changed while it was uploaded: "
-                    f"{str(source)!r} is gone"
-                ) from exc
+    async def put(file: tuple[str, Path]) -> None:
+        rel, source = file
+        try:
+            await storage.upload_file(cache_key(digest, rel), source)
+        except StorageError as exc:
+            if await anyio.to_thread.run_sync(os.path.exists, source):
+                raise
+            raise DataError(
+                f"Data path {str(path)!r} changed while it was uploaded: {str(source)!r} is gone"
+            ) from exc
 
-    with one_error():
-        async with anyio.create_task_group() as tg:
-            for rel, source in files:
-                tg.start_soon(put, rel, source)
+    await for_each(files, put, limit=UPLOAD_CONCURRENCY)
     marker = {"files": [rel for rel, _ in files], "dirs": dirs, "name": path.name}
     await storage.write(marker_key(digest), protocol.dump_json(marker))
     return True

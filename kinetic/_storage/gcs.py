@@ -39,7 +39,6 @@ import math
 import os
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from functools import partial
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, Self, TypeVar
@@ -57,6 +56,7 @@ from tenacity import (
     wait_random_exponential,
 )
 
+from kinetic._concurrency import for_each
 from kinetic._core.exception_groups import one_error
 from kinetic._exceptions import ConfigError, KineticError, ObjectNotFoundError, StorageError
 from kinetic._net import tls_closing_connector
@@ -258,10 +258,11 @@ class GCSStorage:
         :raises StorageError: when a write fails (the others are cancelled, and those
             done stay written).
         """
-        with one_error():
-            async with anyio.create_task_group() as tg:
-                for key, data in objects.items():
-                    tg.start_soon(partial(self.write, key, data, timeout=timeout))
+
+        async def write(item: tuple[str, bytes]) -> None:
+            await self.write(*item, timeout=timeout)
+
+        await for_each(list(objects.items()), write, limit=self._max_concurrency)
 
     async def create_if_absent(
         self, key: str, data: bytes, *, timeout: float = DEFAULT_TIMEOUT
