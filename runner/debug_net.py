@@ -36,6 +36,7 @@ from collections.abc import Callable
 from functools import partial
 
 from runner import peer
+from runner.procstat import PGID, START_TICKS, stat_fields
 from runner.userns import CLONE_NEWNET, enter_user_namespace, unshare
 
 _SIOCGIFFLAGS = 0x8913
@@ -96,11 +97,15 @@ def _others_in_network() -> list[dict[str, int]]:
         if entry.isdigit() and int(entry) != os.getpid():
             with contextlib.suppress(OSError, ValueError, IndexError):
                 if os.readlink(f"/proc/{entry}/ns/net") == mine:
-                    with open(f"/proc/{entry}/stat") as f:
-                        fields = f.read().rsplit(")", 1)[1].split()
-                    found.append(
-                        {"pid": int(entry), "start_ticks": int(fields[19]), "pgid": int(fields[2])}
-                    )
+                    fields = stat_fields(int(entry))
+                    if fields is not None:
+                        found.append(
+                            {
+                                "pid": int(entry),
+                                "start_ticks": int(fields[START_TICKS]),
+                                "pgid": int(fields[PGID]),
+                            }
+                        )
     return found
 
 

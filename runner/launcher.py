@@ -76,6 +76,7 @@ from runner import peer, protocol
 from runner._main import main as runner_main
 from runner.fs import atomic_write, check_private_dir, make_private_dirs
 from runner.job import parse_args
+from runner.procstat import start_ticks
 from runner.store import FileStore, open_store
 
 PROTOCOL = 1
@@ -153,7 +154,7 @@ class _Launcher:
     def _note_leader(self, pid: int, ticks: int | None) -> None:
         self.leaders[pid] = ticks
         if len(self.leaders) >= self._prune_at:  # forget the ended ones, now and then
-            self.leaders = {p: t for p, t in self.leaders.items() if _start_ticks(p) == t}
+            self.leaders = {p: t for p, t in self.leaders.items() if start_ticks(p) == t}
             self._prune_at = max(_PRUNE_AT, 2 * len(self.leaders))
 
     def outlive_leaders(self) -> None:
@@ -167,7 +168,7 @@ class _Launcher:
                 fd = pidfd_open(pid)
             except OSError:  # gone already (or no pidfds on this kernel)
                 continue
-            if _start_ticks(pid) != ticks:  # the pid is another process's now
+            if start_ticks(pid) != ticks:  # the pid is another process's now
                 os.close(fd)
                 continue
             pending.append(fd)
@@ -247,7 +248,7 @@ class _Launcher:
             os.close(ready_r)
         if ready != b"1":
             raise OSError("the job's leader died before it started the job")
-        ticks = _start_ticks(pid)
+        ticks = start_ticks(pid)
         self._note_leader(pid, ticks)
         return {"pid": pid, "start_ticks": -1 if ticks is None else ticks, "pgid": pid}
 
@@ -378,14 +379,6 @@ def _exit_status(code: object) -> int:
     with contextlib.suppress(BaseException):
         print(code, file=sys.stderr)
     return 1
-
-
-def _start_ticks(pid: int) -> int | None:
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return int(raw[raw.rindex(")") + 2 :].split()[19])
 
 
 def _read_request(conn: socket.socket) -> dict[str, Any]:

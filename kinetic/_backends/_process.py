@@ -22,6 +22,7 @@ from pathlib import Path
 import anyio
 
 from kinetic._exceptions import BackendError
+from runner.procstat import START_TICKS, STATE, start_ticks, stat_fields
 
 # $1: the log file, $2: the exit-status file; the rest is the command. The subshell
 # must not hold our stdout pipe, or reading the pid would wait for the whole job.
@@ -50,25 +51,12 @@ class ProcessRef:
         return cls(int(str(d["pid"])), int(str(d["start_ticks"])), int(str(d["pgid"])))
 
 
-def _stat_fields(pid: int) -> list[str] | None:
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
-        return None
-    # The command name may contain spaces and parentheses: split after the last ')'.
-    return raw[raw.rindex(")") + 2 :].split()
-
-
-def start_ticks(pid: int) -> int | None:
-    """The process's start time in clock ticks since boot, or None if it is gone."""
-    fields = _stat_fields(pid)
-    return int(fields[19]) if fields else None
-
-
 def is_alive(ref: ProcessRef) -> bool:
     """Whether the very process ``ref`` names is still running (zombies count as gone)."""
-    fields = _stat_fields(ref.pid)
-    return bool(fields) and fields[0] != "Z" and int(fields[19]) == ref.start_ticks  # type: ignore[index]
+    fields = stat_fields(ref.pid)
+    return (
+        fields is not None and fields[STATE] != "Z" and int(fields[START_TICKS]) == ref.start_ticks
+    )
 
 
 def spawn_detached(
