@@ -15,7 +15,10 @@ boundary where three rules hold:
   time for another), while a transfer attempt may use all the time that is left.
 * **Retries.** Only transient faults are retried: HTTP 408, 429 and 5xx, connection
   errors and resets, a truncated body, one attempt timing out. Back-off is
-  exponential with jitter (tenacity), for at most ``attempts`` tries.
+  exponential with jitter (tenacity), for at most ``attempts`` tries. After a 429 the
+  sleep is at least ``slow_down`` (1 s) longer: GCS takes about one write a second
+  per object name and answers 429 past that (or past the bucket's rate), so shorter
+  sleeps would spend every attempt inside the same second.
 * **Translation.** HTTP 404 on an object becomes
   :class:`~kinetic.ObjectNotFoundError`; every other failure becomes
   :class:`~kinetic.StorageError` with the original exception as ``__cause__``. No
@@ -90,6 +93,7 @@ class GCSStorage:
     :param backoff: upper bound of the first back-off in seconds; it doubles per retry
         (full jitter: each sleep is uniform between 0 and the bound).
     :param max_backoff: cap on one back-off sleep, in seconds.
+    :param slow_down: seconds added to the back-off after a 429 (Too Many Requests).
     :param max_concurrency: deletions in flight at once in :meth:`delete_prefix`.
     :raises ConfigError: on an invalid bucket name or option.
 
@@ -105,12 +109,15 @@ class GCSStorage:
         attempts: int = 4,
         backoff: float = 0.25,
         max_backoff: float = 8.0,
+        slow_down: float = 1.0,
         max_concurrency: int = 32,
     ) -> None:
         if not bucket or "/" in bucket or bucket.startswith("gs:"):
             raise ConfigError(f"invalid bucket name {bucket!r}")
-        if page_size < 1 or attempts < 1 or max_concurrency < 1 or backoff < 0:
-            raise ConfigError("page_size, attempts and max_concurrency must be >= 1, backoff >= 0")
+        if page_size < 1 or attempts < 1 or max_concurrency < 1 or backoff < 0 or slow_down < 0:
+            raise ConfigError(
+                "page_size, attempts and max_concurrency must be >= 1, backoff and slow_down >= 0"
+            )
         self._bucket = bucket
         self._session = session
         self._owns_session = session is None
@@ -118,6 +125,7 @@ class GCSStorage:
         self._attempts = attempts
         self._backoff = backoff
         self._max_backoff = max_backoff
+        self._slow_down = slow_down
         self._max_concurrency = max_concurrency
         self._client: _GCloudStorage | None = None
         self._closed = False
@@ -175,9 +183,16 @@ class GCSStorage:
             ``None`` (listing), a 404 means the bucket is missing: StorageError.
         :param transfer: let one attempt use all the time left (large transfers).
         """
+        jitter = wait_random_exponential(multiplier=self._backoff, max=self._max_backoff)
+
+        def wait(state: RetryCallState) -> float:
+            exc = state.outcome.exception() if state.outcome else None
+            throttled = isinstance(exc, aiohttp.ClientResponseError) and exc.status == 429
+            return jitter(state) + (self._slow_down if throttled else 0.0)
+
         retrying = AsyncRetrying(
             stop=stop_after_attempt(self._attempts),
-            wait=wait_random_exponential(multiplier=self._backoff, max=self._max_backoff),
+            wait=wait,
             retry=retry_if_exception(_is_transient),
             sleep=anyio.sleep,
             before_sleep=self._log_retry,

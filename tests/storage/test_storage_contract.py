@@ -511,6 +511,22 @@ async def test_gcs_transient_faults_are_retried(
 
 
 @pytest.mark.storage
+async def test_gcs_backs_off_at_least_slow_down_after_a_429(
+    gcs_fault_proxy: FaultProxy, gcs_bucket: str
+) -> None:
+    # GCS takes about one write a second per object name: three 429s in a row must not
+    # use up the attempts within that second (the back-off alone, U(0, 0.01 * 2**n),
+    # would). Each retry after a 429 sleeps at least slow_down.
+    async with GCSStorage(gcs_bucket, attempts=4, backoff=0.01, slow_down=0.2) as store:
+        gcs_fault_proxy.faults[:] = [429, 429, 429]
+        started = time.monotonic()
+        await store.write("k", b"v")
+        assert time.monotonic() - started >= 3 * 0.2
+        assert len(gcs_fault_proxy.seen) == 4
+        assert await store.read("k") == b"v"
+
+
+@pytest.mark.storage
 @pytest.mark.parametrize("status", [400, 401, 403, 412])
 async def test_gcs_permanent_faults_are_not_retried(
     gcs_fault_proxy: FaultProxy, gcs_bucket: str, status: int
