@@ -141,7 +141,7 @@ MAP: tuple[tuple[str, str, tuple[Entry, ...]], ...] = (
                 (
                     "`kinetic up/down/status/pool`: what the cluster needs (plan.py, pure) and "
                     "the REST clients that make it (GKE Container API, IAM, Artifact Registry, "
-                    "Resource Manager, bucket), on one shell (rest.py)"
+                    "Resource Manager, bucket)"
                 ),
             ),
         ),
@@ -221,10 +221,11 @@ MAP: tuple[tuple[str, str, tuple[Entry, ...]], ...] = (
                 ),
             ),
             (
-                "pool.py, pool_book.py",
+                "pool.py, pool_machine.py, pool_book.py",
                 (
-                    "a GKE pool batch's worker (`python -m runner.pool`), and the pure book of "
-                    "claims and outcomes it shares with `kinetic._core.pool_plan`"
+                    "a GKE pool batch's worker (`python -m runner.pool`), its decisions as a "
+                    "pure state machine, and the pure book of claims and outcomes it shares "
+                    "with `kinetic._core.pool_plan`"
                 ),
             ),
         ),
