@@ -1,5 +1,6 @@
 """A stateful stand-in for the Google REST APIs ``kinetic up`` calls beside GKE's,
-behind ``httpx.MockTransport``: none of them has an emulator (DESIGN.md §6).
+served on loopback (``tests.loopback_http``, a port per API host): none of them has an
+emulator (DESIGN.md §6).
 
 It speaks their documented wire format:
 
@@ -20,20 +21,35 @@ with 409 ``ABORTED``. Errors are ``{"error": {"code", "message", "status"}}``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-import httpx
+from aiohttp import web
+
+from kinetic._infra import identity, registry
+from tests.loopback_http import Loopback, Request, reply, serve, serve_in_thread
 
 ACCOUNT_ID = re.compile(r"[a-z](?:[-a-z0-9]{4,28}[a-z0-9])")
 PROJECT_NUMBER = "123456789012"
+HOSTS = {
+    identity.IAM_API: "iam.googleapis.com",
+    identity.CRM_API: "cloudresourcemanager.googleapis.com",
+    identity.STORAGE_API: "storage.googleapis.com",
+    registry.API: "artifactregistry.googleapis.com",
+}
+"""The host of each API root, by :class:`~kinetic._infra.google_rest.GoogleRest`'s key."""
 
 
-def error(code: int, status: str, message: str) -> httpx.Response:
-    return httpx.Response(
-        code, json={"error": {"code": code, "message": message, "status": status}}
-    )
+def error(code: int, status: str, message: str) -> web.Response:
+    return reply(code, json={"error": {"code": code, "message": message, "status": status}})
+
+
+def roots(server: Loopback) -> dict[str, str]:
+    """``GoogleRest``'s ``roots``: each API at its host's port of ``server``."""
+    return {api: server.urls[host] for api, host in HOSTS.items()}
 
 
 class FakeGoogle:
@@ -48,8 +64,9 @@ class FakeGoogle:
         self.buckets: set[str] = set()
         self.policies: dict[str, dict[str, Any]] = {}
         self.operations: dict[str, dict[str, Any]] = {}
-        self.requests: list[httpx.Request] = []
-        self.faults: list[httpx.Response | Exception] = []
+        self.requests: list[Request] = []
+        self.faults: list[web.Response] = []
+        """Answers to give instead of the next requests (``BREAK``: a transport fault)."""
         self.unknown_for: dict[str, int] = {}
         """email -> how many more policies naming it are refused (propagation)."""
         self.interfere: dict[str, dict[str, Any]] = {}
@@ -58,8 +75,17 @@ class FakeGoogle:
 
     # -- helpers for tests ------------------------------------------------------------
 
-    def transport(self) -> httpx.MockTransport:
-        return httpx.MockTransport(self.handle)
+    @contextlib.asynccontextmanager
+    async def serve(self) -> AsyncIterator[dict[str, str]]:
+        """Serve the APIs in the running loop; yields ``GoogleRest``'s ``roots``."""
+        async with serve(self.handle, *HOSTS.values()) as server:
+            yield roots(server)
+
+    @contextlib.contextmanager
+    def serve_in_thread(self) -> Iterator[dict[str, str]]:
+        """:meth:`serve`, on a thread of its own (for code that runs its own loops)."""
+        with serve_in_thread(self.handle, *HOSTS.values()) as server:
+            yield roots(server)
 
     def policy(self, resource: str) -> dict[str, Any]:
         return self.policies.setdefault(resource, {"version": 1, "etag": "BwA=", "bindings": []})
@@ -79,7 +105,7 @@ class FakeGoogle:
         self.accounts[email] = self._account(email)
         self.policy(f"projects/{self.project}/serviceAccounts/{email}")
 
-    def writes(self) -> list[httpx.Request]:
+    def writes(self) -> list[Request]:
         return [r for r in self.requests if r.method != "GET" and not _reads(r)]
 
     # -- the wire ---------------------------------------------------------------------
@@ -97,25 +123,20 @@ class FakeGoogle:
             "email": email,
         }
 
-    async def handle(self, request: httpx.Request) -> httpx.Response:
+    async def handle(self, request: Request) -> web.Response:
         self.requests.append(request)
         if self.faults:
-            fault = self.faults.pop(0)
-            if isinstance(fault, Exception):
-                raise fault
-            return fault
+            return self.faults.pop(0)
         assert request.headers["authorization"].startswith("Bearer "), request.headers
-        host, path, method = request.url.host, request.url.path, request.method
+        host, path, method = request.host, request.path, request.method
         body: Any = json.loads(request.content) if request.content else None
         if host == "artifactregistry.googleapis.com":
-            return self._registry(method, path, dict(request.url.params), body)
+            return self._registry(method, path, request.params, body)
         if host == "iam.googleapis.com":
             return self._iam(method, path, body)
         if host == "cloudresourcemanager.googleapis.com":
             if method == "GET" and path == f"/v1/projects/{self.project}":
-                return httpx.Response(
-                    200, json={"projectId": self.project, "projectNumber": PROJECT_NUMBER}
-                )
+                return reply(200, json={"projectId": self.project, "projectNumber": PROJECT_NUMBER})
             return error(403, "PERMISSION_DENIED", "no such project")
         if host == "storage.googleapis.com":
             m = re.fullmatch(r"/storage/v1/b/([^/]+)/iam", path)
@@ -123,15 +144,13 @@ class FakeGoogle:
             if m[1] not in self.buckets:
                 return error(404, "NOT_FOUND", "The specified bucket does not exist.")
             if method == "GET":
-                assert request.url.params.get("optionsRequestedPolicyVersion") == "3"
-                return httpx.Response(200, json={**self.policy(m[1]), "kind": "storage#policy"})
+                assert request.params.get("optionsRequestedPolicyVersion") == "3"
+                return reply(200, json={**self.policy(m[1]), "kind": "storage#policy"})
             assert method == "PUT"
             return self._set_policy(m[1], body)
         raise AssertionError(f"unexpected host {host}")
 
-    def _registry(
-        self, method: str, path: str, params: dict[str, str], body: Any
-    ) -> httpx.Response:
+    def _registry(self, method: str, path: str, params: dict[str, str], body: Any) -> web.Response:
         if m := re.fullmatch(r"/v1/(projects/[^/]+/locations/[^/]+/operations/[^/:]+)", path):
             op = self.operations.get(m[1])
             if op is None:
@@ -140,7 +159,7 @@ class FakeGoogle:
             if op["polls"] <= 0 and not op["done"]:
                 op["done"] = True
                 op["then"]()
-            return httpx.Response(200, json={"name": op["name"], "done": op["done"]})
+            return reply(200, json={"name": op["name"], "done": op["done"]})
         if m := re.fullmatch(r"/v1/(projects/([^/]+)/locations/([^/]+))/repositories", path):
             assert method == "POST", method
             assert body["format"] == "DOCKER", body
@@ -157,12 +176,12 @@ class FakeGoogle:
             if verb == ":getIamPolicy":
                 assert method == "GET"
                 assert params.get("options.requestedPolicyVersion") == "3"
-                return httpx.Response(200, json=self.policy(name))
+                return reply(200, json=self.policy(name))
             if verb == ":setIamPolicy":
                 assert method == "POST"
                 return self._set_policy(name, body["policy"])
             if method == "GET":
-                return httpx.Response(200, json=self.repositories[name])
+                return reply(200, json=self.repositories[name])
             assert method == "DELETE"
             location = name.rsplit("/repositories/", 1)[0]
             return self._operation(location, lambda: self._forget(name))
@@ -176,12 +195,12 @@ class FakeGoogle:
         self.repositories.pop(resource, None)
         self.policies.pop(resource, None)
 
-    def _operation(self, location: str, then: Any) -> httpx.Response:
+    def _operation(self, location: str, then: Any) -> web.Response:
         name = f"{location}/operations/op-{len(self.operations) + 1}"
         self.operations[name] = {"name": name, "done": False, "polls": self.polls, "then": then}
-        return httpx.Response(200, json={"name": name, "done": False})
+        return reply(200, json={"name": name, "done": False})
 
-    def _iam(self, method: str, path: str, body: Any) -> httpx.Response:
+    def _iam(self, method: str, path: str, body: Any) -> web.Response:
         root = f"/v1/projects/{self.project}/serviceAccounts"
         if path == root:
             assert method == "POST"
@@ -193,7 +212,7 @@ class FakeGoogle:
                 return error(409, "ALREADY_EXISTS", f"Service account {account} already exists")
             self.accounts[address] = {**self._account(address), **body["serviceAccount"]}
             self.policy(f"projects/{self.project}/serviceAccounts/{address}")
-            return httpx.Response(200, json=self.accounts[address])
+            return reply(200, json=self.accounts[address])
         m = re.fullmatch(re.escape(root) + r"/([^/:]+)(:\w+)?", path)
         assert m, path
         address, verb = m[1], m[2]
@@ -203,18 +222,18 @@ class FakeGoogle:
         if verb == ":getIamPolicy":
             assert method == "POST"
             assert body == {"options": {"requestedPolicyVersion": 3}}, body
-            return httpx.Response(200, json=self.policy(resource))
+            return reply(200, json=self.policy(resource))
         if verb == ":setIamPolicy":
             assert method == "POST"
             return self._set_policy(resource, body["policy"])
         if method == "GET":
-            return httpx.Response(200, json=self.accounts[address])
+            return reply(200, json=self.accounts[address])
         assert method == "DELETE"
         del self.accounts[address]
         self.policies.pop(resource, None)
-        return httpx.Response(200, json={})
+        return reply(200, json={})
 
-    def _set_policy(self, resource: str, policy: dict[str, Any]) -> httpx.Response:
+    def _set_policy(self, resource: str, policy: dict[str, Any]) -> web.Response:
         current = self.policy(resource)
         if resource in self.interfere:  # someone else's edit lands first
             current["bindings"].append(self.interfere.pop(resource))
@@ -237,8 +256,8 @@ class FakeGoogle:
             "bindings": policy.get("bindings", []),
         }
         self.policies[resource] = stored
-        return httpx.Response(200, json=stored)
+        return reply(200, json=stored)
 
 
-def _reads(request: httpx.Request) -> bool:
-    return request.url.path.endswith(":getIamPolicy")
+def _reads(request: Request) -> bool:
+    return request.path.endswith(":getIamPolicy")

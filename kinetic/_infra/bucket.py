@@ -1,4 +1,5 @@
-"""The jobs bucket itself: look, create, delete (the Storage JSON API over httpx).
+"""The jobs bucket itself: look, create, delete (the Storage JSON API over
+Kinetic's HTTP edge, :mod:`kinetic._http`).
 
 Objects in the bucket go through :class:`~kinetic._storage.gcs.GCSStorage`; the
 bucket calls it does not have live here: ``GET /storage/v1/b/{name}``,
@@ -14,10 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import httpx
-
 from kinetic._exceptions import StorageError
-from kinetic._infra.rest import RestClient, RestSession, TokenSource, Transient
+from kinetic._http import HttpClient, HttpOwner, Reply, TokenSource, Transient
 
 GCS_API = "https://storage.googleapis.com"
 DEFAULT_TIMEOUT = 30.0
@@ -31,12 +30,11 @@ def emulator_url(env: Mapping[str, str]) -> str | None:
     return host if "://" in host else f"http://{host}"
 
 
-class BucketAdmin(RestClient):
+class BucketAdmin(HttpOwner):
     """Bucket-level calls.
 
     :param token: a token source, or None to send no credentials (an emulator).
     :param base_url: the API root (the emulator's, or :data:`GCS_API`).
-    :param transport: an httpx transport (tests).
     """
 
     def __init__(
@@ -44,14 +42,12 @@ class BucketAdmin(RestClient):
         token: TokenSource | None,
         *,
         base_url: str = GCS_API,
-        transport: httpx.AsyncBaseTransport | None = None,
         attempts: int = 4,
         backoff: float = 0.25,
     ) -> None:
         self._token = token
-        self._rest = RestSession(
+        self._http = HttpClient(
             base_url=base_url,
-            transport=transport,
             attempts=attempts,
             backoff=backoff,
             max_backoff=5.0,
@@ -67,8 +63,8 @@ class BucketAdmin(RestClient):
         params: dict[str, str] | None = None,
         body: Any = None,
         timeout: float,
-    ) -> httpx.Response:
-        return await self._rest.call(
+    ) -> Reply:
+        return await self._http.request(
             method,
             path,
             what=what,
@@ -85,10 +81,10 @@ class BucketAdmin(RestClient):
         :raises StorageError: the API refused or failed.
         """
         what = f"look up gs://{bucket}"
-        resp = await self._send("GET", f"/storage/v1/b/{bucket}", what=what, timeout=timeout)
-        if resp.status_code == 404:
+        reply = await self._send("GET", f"/storage/v1/b/{bucket}", what=what, timeout=timeout)
+        if reply.status == 404:
             return False
-        _check(resp, what)
+        _check(reply, what)
         return True
 
     async def create(
@@ -113,7 +109,7 @@ class BucketAdmin(RestClient):
         if labels:
             body["labels"] = dict(labels)
         what = f"create gs://{bucket} in project {project}"
-        resp = await self._send(
+        reply = await self._send(
             "POST",
             "/storage/v1/b",
             what=what,
@@ -121,9 +117,9 @@ class BucketAdmin(RestClient):
             body=body,
             timeout=timeout,
         )
-        if resp.status_code == 409:
+        if reply.status == 409:
             return False
-        _check(resp, what)
+        _check(reply, what)
         return True
 
     async def delete(self, bucket: str, *, timeout: float = DEFAULT_TIMEOUT) -> bool:
@@ -132,27 +128,27 @@ class BucketAdmin(RestClient):
         :raises StorageError: refused (not empty: empty it first), or failed.
         """
         what = f"delete gs://{bucket}"
-        resp = await self._send("DELETE", f"/storage/v1/b/{bucket}", what=what, timeout=timeout)
-        if resp.status_code == 404:
+        reply = await self._send("DELETE", f"/storage/v1/b/{bucket}", what=what, timeout=timeout)
+        if reply.status == 404:
             return False
-        _check(resp, what)
+        _check(reply, what)
         return True
 
 
-def _retry_overloaded(resp: httpx.Response) -> httpx.Response:
-    """The response, unless it asks to be tried again (429, 5xx): the callers judge it."""
-    if resp.status_code == 429 or resp.status_code >= 500:
-        raise Transient(f"HTTP {resp.status_code}: {_message(resp)}")
-    return resp
+def _retry_overloaded(reply: Reply) -> Reply:
+    """The answer, unless it asks to be tried again (429, 5xx): the callers judge it."""
+    if reply.status == 429 or reply.status >= 500:
+        raise Transient(f"HTTP {reply.status}: {_message(reply)}")
+    return reply
 
 
-def _message(resp: httpx.Response) -> str:
+def _message(reply: Reply) -> str:
     try:
-        return str(resp.json().get("error", {}).get("message") or resp.reason_phrase)
+        return str(reply.json().get("error", {}).get("message") or reply.reason)
     except (ValueError, AttributeError):
-        return resp.text[:200]
+        return reply.text[:200]
 
 
-def _check(resp: httpx.Response, what: str) -> None:
-    if resp.status_code >= 300:
-        raise StorageError(f"{what} failed: HTTP {resp.status_code} {_message(resp)}")
+def _check(reply: Reply, what: str) -> None:
+    if reply.status >= 300:
+        raise StorageError(f"{what} failed: HTTP {reply.status} {_message(reply)}")

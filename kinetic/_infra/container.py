@@ -1,8 +1,9 @@
-"""The GKE Container API over httpx: send the requests of :mod:`kinetic._infra.gke_api`.
+"""The GKE Container API over Kinetic's HTTP edge (:mod:`kinetic._http`): send the requests of :mod:`kinetic._infra.gke_api`.
 
 Theory of operation
 -------------------
-Every call goes through :meth:`ContainerClient._send`, where these rules hold:
+Every call goes through :meth:`ContainerClient._send`, where the edge's rules hold
+(:mod:`kinetic._http`) with these answer rules:
 
 * **Auth.** Each attempt carries a fresh ``Authorization: Bearer`` token from the
   token source (the Google auth library's Application Default Credentials, see
@@ -14,7 +15,7 @@ Every call goes through :meth:`ContainerClient._send`, where these rules hold:
 * **Translation.** 404 is None for the caller; 400 is :class:`~kinetic.ConfigError`
   (the request was wrong: bad machine type, quota shape); 401/403 are
   :class:`~kinetic.BackendError` with a hint about credentials and the API being
-  enabled; anything else is BackendError naming the call. No httpx exception escapes.
+  enabled; anything else is BackendError naming the call. No aiohttp exception escapes.
 
 Long calls answer with an operation: :meth:`ContainerClient.wait` polls it every
 ``poll_interval`` seconds (reporting its status through ``progress``) until it is
@@ -29,12 +30,11 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import anyio
-import httpx
 
 from kinetic._exceptions import BackendError, ConfigError, JobTimeoutError
+from kinetic._http import HttpClient, HttpOwner, Reply, TokenSource, Transient
 from kinetic._infra import gke_api
 from kinetic._infra.gke_api import ApiRequest, ClusterInfo, Operation, PoolInfo
-from kinetic._infra.rest import RestClient, RestSession, TokenSource, Transient
 
 log = logging.getLogger(__name__)
 
@@ -45,14 +45,13 @@ OPERATION_TIMEOUT = 1800.0
 """Seconds an operation (cluster creation: typically 5-10 minutes) may take."""
 
 
-class ContainerClient(RestClient):
+class ContainerClient(HttpOwner):
     """An async client for the few Container API calls ``kinetic up`` makes.
 
     :param token: returns a valid access token (refreshed by the auth library).
     :param project: the GCP project.
     :param location: the cluster's zone (or region).
-    :param transport: an httpx transport (tests: ``httpx.MockTransport``).
-    :param base_url: the API root.
+    :param base_url: the API root (tests: a loopback server's).
     :param attempts: tries per call, the first included.
     :param backoff: upper bound of the first back-off, in seconds.
     :param poll_interval: seconds between two polls of an operation.
@@ -66,7 +65,6 @@ class ContainerClient(RestClient):
         *,
         project: str,
         location: str,
-        transport: httpx.AsyncBaseTransport | None = None,
         base_url: str = gke_api.CONTAINER_API,
         attempts: int = 4,
         backoff: float = 0.5,
@@ -75,9 +73,8 @@ class ContainerClient(RestClient):
         self._token = token
         self.project = project
         self.location = location
-        self._rest = RestSession(
+        self._http = HttpClient(
             base_url=base_url,
-            transport=transport,
             attempts=attempts,
             backoff=backoff,
             error=BackendError,
@@ -97,22 +94,22 @@ class ContainerClient(RestClient):
         :raises BackendError: refused, failed, or no answer within ``timeout``.
         """
         what = req.what or f"{req.method} {req.path}"
-        return await self._rest.call(
+        return await self._http.request(
             req.method,
             req.path,
             what=what,
             token=self._token,
-            answer=lambda resp: self._answer(resp, what),
+            answer=lambda reply: self._answer(reply, what),
             timeout=timeout,
             json=req.body,
         )
 
     @staticmethod
-    def _answer(resp: httpx.Response, what: str) -> Any:
-        status = resp.status_code
+    def _answer(reply: Reply, what: str) -> Any:
+        status = reply.status
         if status < 300:
-            return resp.json() if resp.content else {}
-        word, message = gke_api.error_message(status, resp.content)
+            return reply.json() if reply.body else {}
+        word, message = gke_api.error_message(status, reply.body)
         if status == 404:
             return None
         if status == 429 or status >= 500:

@@ -3,17 +3,15 @@
 Theory of operation
 -------------------
 One client, several API roots (IAM, Artifact Registry, Resource Manager, Storage),
-each :class:`~kinetic._infra.iam.Call` sent through :meth:`GoogleRest.send`, where
-the rules of :mod:`kinetic._infra.container` hold too:
+each :class:`~kinetic._infra.iam.Call` sent through :meth:`GoogleRest.send`, under
+the rules of Kinetic's HTTP edge (:mod:`kinetic._http`: a fresh bearer token per
+attempt, one deadline per call, retries of HTTP 429 and 5xx and transport errors),
+with these answer rules:
 
-* **Auth.** Each attempt carries a fresh bearer token from the token source.
-* **Deadline.** The whole call, retries included, runs under ``anyio.fail_after``.
-* **Retries.** HTTP 429 and 5xx and transport errors, with jittered exponential
-  back-off (tenacity).
 * **Translation.** 404 is None for the caller; 409 is :class:`Conflict` (it exists
   already; a stale policy etag); 400 is :class:`~kinetic.ConfigError`; 401/403 are
   :class:`~kinetic.BackendError` naming the API to enable and the role to hold;
-  anything else is BackendError naming the call. No httpx exception escapes.
+  anything else is BackendError naming the call. No aiohttp exception escapes.
 
 :meth:`GoogleRest.wait` polls a long-running operation (Artifact Registry's) until
 it is done, bounded by its own timeout.
@@ -25,13 +23,12 @@ from collections.abc import Mapping
 from typing import Any
 
 import anyio
-import httpx
 
 from kinetic._exceptions import BackendError, ConfigError, JobTimeoutError
+from kinetic._http import HttpClient, HttpOwner, Reply, TokenSource, Transient
 from kinetic._infra import identity, registry
 from kinetic._infra.gke_api import error_message
 from kinetic._infra.iam import Call
-from kinetic._infra.rest import RestClient, RestSession, TokenSource, Transient
 
 DEFAULT_TIMEOUT = 30.0
 OPERATION_TIMEOUT = 300.0
@@ -53,13 +50,12 @@ class Conflict(BackendError):
     """HTTP 409: the thing exists already, or a policy changed since it was read."""
 
 
-class GoogleRest(RestClient):
+class GoogleRest(HttpOwner):
     """An async client for the Google REST calls ``kinetic up`` makes beside GKE's.
 
     :param token: returns a valid access token.
     :param roots: API roots by API key (default: Google's; tests and emulators
         override some).
-    :param transport: an httpx transport (tests: ``httpx.MockTransport``).
     :param attempts: tries per call, the first included.
     :param backoff: upper bound of the first back-off, in seconds.
     :param poll_interval: seconds between two polls of an operation.
@@ -72,16 +68,13 @@ class GoogleRest(RestClient):
         token: TokenSource,
         *,
         roots: Mapping[str, str] | None = None,
-        transport: httpx.AsyncBaseTransport | None = None,
         attempts: int = 4,
         backoff: float = 0.5,
         poll_interval: float = 2.0,
     ) -> None:
         self._token = token
         self._roots = {**ROOTS, **(roots or {})}
-        self._rest = RestSession(
-            transport=transport, attempts=attempts, backoff=backoff, error=BackendError
-        )
+        self._http = HttpClient(attempts=attempts, backoff=backoff, error=BackendError)
         self.poll_interval = poll_interval
 
     async def send(self, call: Call, *, timeout: float = DEFAULT_TIMEOUT) -> Any:
@@ -92,12 +85,12 @@ class GoogleRest(RestClient):
         :raises BackendError: refused, failed, or no answer within ``timeout``.
         """
         what = call.what or f"{call.method} {call.path}"
-        return await self._rest.call(
+        return await self._http.request(
             call.method,
             self._roots[call.api].rstrip("/") + call.path,
             what=what,
             token=self._token,
-            answer=lambda resp: _answer(call.api, resp, what),
+            answer=lambda reply: _answer(call.api, reply, what),
             timeout=timeout,
             params=call.params,
             json=call.body,
@@ -131,11 +124,11 @@ class GoogleRest(RestClient):
             raise BackendError(f"{what} failed: {op.error}")
 
 
-def _answer(api: str, resp: httpx.Response, what: str) -> Any:
-    status = resp.status_code
+def _answer(api: str, reply: Reply, what: str) -> Any:
+    status = reply.status
     if status < 300:
-        return resp.json() if resp.content else {}
-    word, message = error_message(status, resp.content)
+        return reply.json() if reply.body else {}
+    word, message = error_message(status, reply.body)
     if status == 404:
         return None
     if status == 429 or status >= 500:

@@ -1,10 +1,10 @@
 """``kinetic up`` / ``status`` / ``down`` on GKE, through the command line, in process:
 Kinetic's own clients, with the Google APIs that have no emulator (Container,
 IAM, Artifact Registry, Resource Manager, bucket IAM) served by their stateful
-fakes behind MockTransport, and the cluster's in-cluster part on the testbed's
-real Kubernetes (the session hands the Kubernetes client the testbed's kubeconfig
-instead of one made from the fake cluster's endpoint). The jobs bucket itself is
-fake-gcs-server's.
+fakes on loopback (each on a thread of its own: the CLI runs its own loops), and the
+cluster's in-cluster part on the testbed's real Kubernetes (the session hands the
+Kubernetes client the testbed's kubeconfig instead of one made from the fake cluster's
+endpoint). The jobs bucket itself is fake-gcs-server's.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import anyio
-import httpx
 import pytest
 
 from kinetic._backends.gke.client import KubeClient
@@ -25,6 +24,7 @@ from kinetic._infra.google_rest import GoogleRest
 from kinetic._infra.identity import WI_ANNOTATION, WI_ROLE
 from tests import fix_cluster
 from tests.fix_google import PROJECT_NUMBER, FakeGoogle
+from tests.loopback_http import serve_in_thread
 from tests.unit.test_infra_gke_rest import FakeGKE
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
@@ -76,8 +76,7 @@ def world(testbed: fix_cluster.Testbed, monkeypatch: pytest.MonkeyPatch) -> Iter
             self.token,
             project="p",
             location="z",
-            transport=httpx.MockTransport(w.gke.handle),
-            base_url="https://container.test",
+            base_url=gke_url,
             backoff=0.001,
             poll_interval=0.001,
         )
@@ -87,7 +86,7 @@ def world(testbed: fix_cluster.Testbed, monkeypatch: pytest.MonkeyPatch) -> Iter
     def rest(self: Any) -> GoogleRest:
         if self._rest is None:
             self._rest = GoogleRest(
-                self.token, transport=w.google.transport(), backoff=0.001, poll_interval=0.001
+                self.token, roots=google_roots, backoff=0.001, poll_interval=0.001
             )
             self._stack.push_async_callback(self._rest.aclose)
         made: GoogleRest = self._rest
@@ -100,7 +99,9 @@ def world(testbed: fix_cluster.Testbed, monkeypatch: pytest.MonkeyPatch) -> Iter
 
     for name, fn in (("token", token), ("container", container), ("rest", rest), ("kube", kube)):
         monkeypatch.setattr(infra._Session, name, fn)
-    yield w
+    with serve_in_thread(w.gke.handle) as gke, w.google.serve_in_thread() as google_roots:
+        gke_url = gke.url
+        yield w
 
     async def clean() -> None:
         client = KubeClient(kubeconfig=w.kubeconfig)

@@ -3,7 +3,7 @@ the service account carries the Workload Identity annotation, what ``up`` made i
 Google Cloud is recorded in the cluster with the rest and ``down`` removes exactly
 that, and a job sent with no ``KINETIC_GKE_SERVICE_ACCOUNT`` runs as that service
 account. The Google side (IAM, Artifact Registry: no emulator exists) is
-``tests.fix_google.FakeGoogle`` behind MockTransport; Kubernetes is real.
+``tests.fix_google.FakeGoogle`` on loopback; Kubernetes is real.
 """
 
 from __future__ import annotations
@@ -72,7 +72,10 @@ async def test_up_annotates_records_its_cloud_side_and_down_removes_exactly_that
     google.buckets.add("kt-kn-c-jobs")
     side = CloudSpec("kt", "us-central1", "c", ns, "kinetic", "kt-kn-c-jobs", ("n@kt",))
     spec = SetupSpec(namespace=ns, lws_crd=False, gcp_service_account=side.gsa)
-    async with GoogleRest(token, transport=google.transport(), poll_interval=0.001) as rest:
+    async with (
+        google.serve() as roots,
+        GoogleRest(token, roots=roots, poll_interval=0.001) as rest,
+    ):
         # An up from before the Google side existed: a service account with no annotation.
         plain = await ops.set_up(client, None, SetupSpec(namespace=ns, lws_crd=False))
         assert {o.item: o.result for o in plain}[f"ServiceAccount {ns}/kinetic"] == "created"
@@ -106,7 +109,10 @@ async def test_a_failed_cloud_step_still_records_what_it_made(
     google = FakeGoogle(project="kt")  # no bucket: its grant fails
     side = CloudSpec("kt", "us-central1", "c", ns, "kinetic", "kt-kn-c-jobs")
     spec = SetupSpec(namespace=ns, lws_crd=False, gcp_service_account=side.gsa)
-    async with GoogleRest(token, transport=google.transport(), poll_interval=0.001) as rest:
+    async with (
+        google.serve() as roots,
+        GoogleRest(token, roots=roots, poll_interval=0.001) as rest,
+    ):
         with pytest.raises(BackendError, match="bucket kt-kn-c-jobs does not exist"):
             await ops.set_up(client, None, spec, cloud=cloud_step(rest, side))
         record = await ops.teardown_plan(client, ns)

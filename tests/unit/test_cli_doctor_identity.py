@@ -76,7 +76,10 @@ async def rest(google: FakeGoogle) -> AsyncIterator[GoogleRest]:
     async def token() -> str:
         return "t"
 
-    async with GoogleRest(token, transport=google.transport(), poll_interval=0.001) as client:
+    async with (
+        google.serve() as roots,
+        GoogleRest(token, roots=roots, poll_interval=0.001) as client,
+    ):
         yield client
 
 

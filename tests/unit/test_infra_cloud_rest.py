@@ -1,15 +1,15 @@
 """The Google Cloud side of ``kinetic up`` / ``down`` / ``status`` (the image
 repository, the pods' Google service account, the IAM grants) against the
 documented wire format of Artifact Registry, IAM, Resource Manager and the Storage
-JSON API's bucket policies, served by ``tests.fix_google.FakeGoogle`` behind
-``httpx.MockTransport`` (no emulator of these exists)."""
+JSON API's bucket policies, served by ``tests.fix_google.FakeGoogle`` on loopback
+(no emulator of these exists)."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
 
-import httpx
+import aiohttp
 import pytest
 
 from kinetic._exceptions import BackendError, KineticError
@@ -23,7 +23,8 @@ from kinetic._infra.identity import (
     CloudSpec,
 )
 from kinetic._infra.ops import Outcome
-from tests.fix_google import PROJECT_NUMBER, FakeGoogle
+from tests.fix_google import PROJECT_NUMBER, FakeGoogle, error
+from tests.loopback_http import BREAK
 
 REPO = "projects/p/locations/us-central1/repositories/kinetic"
 GSA = "kn-c-jobs@p.iam.gserviceaccount.com"
@@ -54,9 +55,10 @@ def google() -> FakeGoogle:
 
 @pytest.fixture
 async def rest(google: FakeGoogle) -> AsyncIterator[GoogleRest]:
-    async with GoogleRest(
-        token, transport=google.transport(), backoff=0.001, poll_interval=0.001
-    ) as client:
+    async with (
+        google.serve() as roots,
+        GoogleRest(token, roots=roots, backoff=0.001, poll_interval=0.001) as client,
+    ):
         yield client
 
 
@@ -74,7 +76,7 @@ async def test_a_fresh_project_gets_the_repository_the_account_and_every_grant(
     create_repo = next(r for r in google.requests if r.url.path.endswith("/repositories"))
     assert create_repo.method == "POST"
     assert create_repo.url.path == "/v1/projects/p/locations/us-central1/repositories"
-    assert create_repo.url.params["repositoryId"] == "kinetic"
+    assert create_repo.params["repositoryId"] == "kinetic"
     body = json.loads(create_repo.content)
     assert body["format"] == "DOCKER"
     assert body["labels"] == {"managed-by": "kinetic"}
@@ -202,25 +204,15 @@ async def test_a_missing_bucket_is_an_error_naming_the_grant(
 async def test_refusals_and_faults_are_kinetic_errors_with_a_hint(
     google: FakeGoogle, rest: GoogleRest
 ) -> None:
-    google.faults.append(
-        httpx.Response(
-            403,
-            json={
-                "error": {
-                    "code": 403,
-                    "message": "Artifact Registry API has not been used",
-                    "status": "PERMISSION_DENIED",
-                }
-            },
-        )
-    )
+    google.faults.append(error(403, "PERMISSION_DENIED", "Artifact Registry API has not been used"))
     with pytest.raises(BackendError, match=r"Artifact Registry API \(artifactregistry"):
         await cloud.ensure(rest, SPEC, (), [])
-    google.faults += [httpx.ConnectError("refused")] * 4
-    with pytest.raises(KineticError, match="ConnectError"):
+    google.faults += [BREAK] * 4  # the answer breaks off, four times: every try
+    with pytest.raises(KineticError, match="ClientPayloadError") as info:
         await cloud.ensure(rest, SPEC, (), [])
+    assert isinstance(info.value.__cause__, aiohttp.ClientPayloadError)
     # Transient faults are retried.
-    google.faults += [httpx.Response(503), httpx.ReadError("reset")]
+    google.faults += [error(503, "UNAVAILABLE", ""), BREAK]
     await cloud.ensure(rest, SPEC, (), [])
     assert REPO in google.repositories
 

@@ -1,4 +1,5 @@
-"""The Container API client against a stateful fake behind ``httpx.MockTransport``.
+"""The Container API client against a stateful fake served on loopback
+(``tests.loopback_http``).
 
 No emulator of the GKE Container API exists; the fake speaks its documented wire
 format: clusters and node pools under ``/v1/projects/{p}/locations/{l}``, long calls
@@ -9,26 +10,28 @@ answered with an ``Operation`` that is polled at ``operations/{name}`` until
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
+from collections.abc import AsyncIterator
 from typing import Any
 
+import aiohttp
 import anyio
-import httpx
 import pytest
+from aiohttp import web
 
 from kinetic._exceptions import BackendError, ConfigError, JobTimeoutError, KineticError
 from kinetic._infra import gke_api
 from kinetic._infra.container import ContainerClient
 from kinetic._infra.ops import ensure_cluster
+from tests.loopback_http import BREAK, Request, reply, serve
 
 ROOT = "/v1/projects/p/locations/z"
 
 
-def error(code: int, status: str, message: str) -> httpx.Response:
-    return httpx.Response(
-        code, json={"error": {"code": code, "message": message, "status": status}}
-    )
+def error(code: int, status: str, message: str) -> web.Response:
+    return reply(code, json={"error": {"code": code, "message": message, "status": status}})
 
 
 class FakeGKE:
@@ -39,28 +42,26 @@ class FakeGKE:
         self.operations: dict[str, dict[str, Any]] = {}
         self.polls_left: dict[str, int] = {}
         self.polls = polls
-        self.requests: list[httpx.Request] = []
+        self.requests: list[Request] = []
         self.fail_operation: str | None = None
-        self.faults: list[httpx.Response | Exception] = []
+        self.faults: list[web.Response] = []
+        """Answers to give instead of the next requests (``BREAK``: a transport fault)."""
         self.hang = False
 
-    def operation(self, kind: str, on_done: Any) -> httpx.Response:
+    def operation(self, kind: str, on_done: Any) -> web.Response:
         name = f"operation-{len(self.operations) + 1}"
         self.operations[name] = {"name": name, "status": "RUNNING", "operationType": kind}
         self.polls_left[name] = self.polls
         self.on_done = getattr(self, "on_done", {})
         self.on_done[name] = on_done
-        return httpx.Response(200, json=self.operations[name])
+        return reply(200, json=self.operations[name])
 
-    async def handle(self, request: httpx.Request) -> httpx.Response:
+    async def handle(self, request: Request) -> web.Response:
         self.requests.append(request)
         if self.hang:
             await anyio.sleep(30)
         if self.faults:
-            fault = self.faults.pop(0)
-            if isinstance(fault, Exception):
-                raise fault
-            return fault
+            return self.faults.pop(0)
         path, method = request.url.path, request.method
         assert path.startswith(ROOT), path
         rest = path[len(ROOT) :]
@@ -76,7 +77,7 @@ class FakeGKE:
                     op["error"] = {"code": 8, "message": self.fail_operation}
                 else:
                     self.on_done[op["name"]]()
-            return httpx.Response(200, json=op)
+            return reply(200, json=op)
         if rest == "/clusters" and method == "POST":
             cluster = body["cluster"]
             if cluster["name"] in self.clusters:
@@ -96,7 +97,7 @@ class FakeGKE:
             if cluster is None:
                 return error(404, "NOT_FOUND", f"Not found: cluster {m[1]}")
             if method == "GET":
-                return httpx.Response(200, json=cluster)
+                return reply(200, json=cluster)
             return self.operation("DELETE_CLUSTER", lambda: self.clusters.pop(m[1]))
         if m := re.fullmatch(r"/clusters/([\w-]+)/nodePools(?:/([\w-]+))?", rest):
             cluster = self.clusters.get(m[1])
@@ -104,7 +105,7 @@ class FakeGKE:
                 return error(404, "NOT_FOUND", f"Not found: cluster {m[1]}")
             pools = cluster.setdefault("nodePools", [])
             if method == "GET":
-                return httpx.Response(200, json={"nodePools": pools})
+                return reply(200, json={"nodePools": pools})
             if method == "POST":
                 pool = body["nodePool"]
                 if any(p["name"] == pool["name"] for p in pools):
@@ -119,22 +120,29 @@ class FakeGKE:
         return error(400, "INVALID_ARGUMENT", f"unexpected {method} {rest}")
 
 
-def client(fake: FakeGKE, *, tokens: list[str] | None = None) -> ContainerClient:
+@contextlib.asynccontextmanager
+async def client(
+    fake: FakeGKE, *, tokens: list[str] | None = None
+) -> AsyncIterator[ContainerClient]:
+    """A client of ``fake``, served on loopback while the block runs."""
     issued = tokens if tokens is not None else []
 
     async def token() -> str:
         issued.append(f"tok-{len(issued)}")
         return issued[-1]
 
-    return ContainerClient(
-        token,
-        project="p",
-        location="z",
-        transport=httpx.MockTransport(fake.handle),
-        base_url="https://container.test",
-        backoff=0.001,
-        poll_interval=0.001,
-    )
+    async with (
+        serve(fake.handle) as server,
+        ContainerClient(
+            token,
+            project="p",
+            location="z",
+            base_url=server.url,
+            backoff=0.001,
+            poll_interval=0.001,
+        ) as gke,
+    ):
+        yield gke
 
 
 async def test_create_a_cluster_polls_its_operation_to_completion() -> None:
@@ -220,7 +228,7 @@ async def test_transient_faults_are_retried() -> None:
     fake = FakeGKE()
     fake.faults = [
         error(503, "UNAVAILABLE", "try again"),
-        httpx.ConnectError("connection reset"),
+        BREAK,
         error(400, "FAILED_PRECONDITION", "Cluster is running incompatible operation op-9"),
     ]
     async with client(fake) as gke:
@@ -234,11 +242,11 @@ async def test_persistent_faults_become_our_errors() -> None:
     async with client(fake) as gke:
         with pytest.raises(BackendError, match="get cluster c failed.*503 UNAVAILABLE: down"):
             await gke.get_cluster("c")
-    fake.faults = [httpx.ConnectError("refused")] * 4
+    fake.faults = [BREAK] * 4
     async with client(fake) as gke:
-        with pytest.raises(BackendError, match="ConnectError") as info:
+        with pytest.raises(BackendError, match="ClientPayloadError") as info:
             await gke.get_cluster("c")
-    assert isinstance(info.value.__cause__, httpx.ConnectError)
+    assert isinstance(info.value.__cause__, aiohttp.ClientPayloadError)
 
 
 @pytest.mark.parametrize(
@@ -248,11 +256,11 @@ async def test_persistent_faults_become_our_errors() -> None:
         (error(401, "UNAUTHENTICATED", "who"), BackendError, "application-default login"),
         (error(400, "INVALID_ARGUMENT", "bad machine"), ConfigError, "refused.*bad machine"),
         (error(409, "ALREADY_EXISTS", "taken"), BackendError, "HTTP 409"),
-        (httpx.Response(418, text="teapot"), BackendError, "HTTP 418"),
+        (reply(418, text="teapot"), BackendError, "HTTP 418"),
     ],
 )
 async def test_refusals_are_translated(
-    answer: httpx.Response, kind: type[KineticError], match: str
+    answer: web.Response, kind: type[KineticError], match: str
 ) -> None:
     fake = FakeGKE()
     fake.faults = [answer]
@@ -275,10 +283,10 @@ async def test_a_token_source_failure_is_not_hidden() -> None:
         raise BackendError("no usable Google credentials")
 
     fake = FakeGKE()
-    gke = ContainerClient(
-        no_token, project="p", location="z", transport=httpx.MockTransport(fake.handle)
-    )
-    async with gke:
+    async with (
+        serve(fake.handle) as server,
+        ContainerClient(no_token, project="p", location="z", base_url=server.url) as gke,
+    ):
         with pytest.raises(BackendError, match="no usable Google credentials"):
             await gke.get_cluster("c")
     assert fake.requests == []

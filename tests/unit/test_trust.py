@@ -1,12 +1,12 @@
-"""One trust configuration for both HTTP stacks (kinetic._net.trust_context), for real:
+"""One trust configuration for every HTTP client (kinetic._net.trust_context), for real:
 a loopback HTTPS server (aiohttp.web on 127.0.0.1) whose certificate a private CA made
-here signed, reached by Kinetic's aiohttp side (the Kubernetes client, a kubeconfig
-without a CA: "the system's trust") and its httpx side (the Container API client).
+here signed, reached by the Kubernetes client (a kubeconfig without a CA: "the system's
+trust", its endpoint's own session) and by a REST client of Kinetic's HTTP edge (the
+Container API client, kinetic._http's session).
 
-Both stacks must trust the CA exactly when ``SSL_CERT_FILE``/``SSL_CERT_DIR`` say so,
-and through one context built once. Left to themselves they differ: httpx trusts
-certifi's bundle, and only ``SSL_CERT_FILE`` when both variables are set, where aiohttp
-(OpenSSL) trusts the system's store and both variables.
+Both must trust the CA exactly when ``SSL_CERT_FILE``/``SSL_CERT_DIR`` say so (OpenSSL's
+convention: both variables, else the system's store), and through one context built
+once.
 """
 
 from __future__ import annotations
@@ -150,7 +150,7 @@ async def _token() -> str:
 
 
 async def _both(server: str, where: Path) -> tuple[object, object]:
-    """The aiohttp side's and the httpx side's answers (or the error each raised)."""
+    """The Kubernetes client's and the REST client's answers (or the error each raised)."""
     results: list[object] = []
     client = KubeClient(kubeconfig=str(_kubeconfig(where, server)), attempts=1)
     try:
@@ -190,7 +190,7 @@ async def test_both_variables_serve_both_stacks(
     server: str, pki: dict[str, Path], trust_env: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     # The CA is in the hashed directory only; the file holds another CA. OpenSSL reads
-    # both; httpx on its own would have read SSL_CERT_FILE alone.
+    # both (httpx, on its own, read SSL_CERT_FILE alone).
     if not any(pki["dir"].iterdir()):
         pytest.fail("openssl is needed to lay out a hashed CA directory")
     trust_env.setenv("SSL_CERT_FILE", str(pki["other"]))
@@ -208,7 +208,7 @@ async def test_without_the_variables_neither_stack_trusts_a_private_ca(
         assert "certificate" in str(error).lower(), error
 
 
-async def test_one_context_built_once_serves_aiohttp_and_httpx(
+async def test_one_context_built_once_serves_every_client(
     trust_env: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     shared = trust_context()
@@ -221,11 +221,12 @@ async def test_one_context_built_once_serves_aiohttp_and_httpx(
         await connector.close()
     endpoint = await load_endpoint(kubeconfig_path=str(_kubeconfig(tmp_path, "https://h:1")))
     assert endpoint.ssl is shared
-    # httpx: the REST clients' pool (the Container API's here) verifies with the same context.
+    # The REST clients' session (the Container API's here) verifies with the same context.
     container = ContainerClient(_token, project="p", location="l")
     try:
-        pool = container._rest.http._transport._pool  # type: ignore[attr-defined]
-        assert pool._ssl_context is shared
+        session = await container._http.session()
+        assert session.connector is not None
+        assert session.connector._ssl is shared  # type: ignore[attr-defined]
     finally:
         await container.aclose()
 
