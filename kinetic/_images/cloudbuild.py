@@ -1,4 +1,4 @@
-"""Google Cloud Build over its REST API (v1), with httpx.
+"""Google Cloud Build over its REST API (v1), through Kinetic's HTTP edge (:mod:`kinetic._http`).
 
 Theory of operation
 -------------------
@@ -25,10 +25,10 @@ Theory of operation
 
 Every request carries ``Authorization: Bearer {token}``; the default token source (a
 ``gcloud.aio.auth.Token``) is set up before the upload, so missing credentials fail
-before any bytes are sent. HTTP 429 and 5xx and
-transport faults (connect errors, resets, read timeouts) are retried with exponential
-back-off and jitter, for at most ``attempts`` tries; any other HTTP error fails at
-once with its status and Google's error message. Creating a build is not idempotent:
+before any bytes are sent. HTTP 429 and 5xx and transport faults (connect errors,
+resets, one attempt's timeout) are retried with exponential back-off and jitter, for at
+most ``attempts`` tries (the edge's rules); any other HTTP error fails at once with its
+status and Google's error message. Creating a build is not idempotent:
 when a retried ``POST`` had in fact reached Cloud Build, a duplicate build of the same
 image runs to completion on its own (it pushes the same tag).
 
@@ -60,14 +60,6 @@ from urllib.parse import quote
 
 import anyio
 import anyio.to_thread
-import httpx
-from tenacity import (
-    AsyncRetrying,
-    RetryCallState,
-    retry_if_exception,
-    stop_after_attempt,
-    wait_random_exponential,
-)
 
 from kinetic._exceptions import (
     BackendError,
@@ -76,9 +68,9 @@ from kinetic._exceptions import (
     ObjectNotFoundError,
     StorageError,
 )
+from kinetic._http import HttpClient, Reply, TokenSource, Transient
 from kinetic._images.builder import BUILD_TIMEOUT, Progress
-from kinetic._images.gauth import TokenSource, google_token_source
-from kinetic._net import trust_context
+from kinetic._images.gauth import google_token_source
 from kinetic._storage.base import Storage
 
 __all__ = [
@@ -117,7 +109,7 @@ LOG_TAIL_LINES = 40
 """Lines of the build log that end a failure message."""
 
 REQUEST_TIMEOUT = 60.0
-"""Seconds one HTTP attempt may take (connect, write, read, pool each)."""
+"""Seconds one HTTP attempt may wait for a connection, or for the next bytes of an answer."""
 
 LOG_READ_TIMEOUT = 30.0
 """Seconds one read of the build log may take."""
@@ -269,17 +261,6 @@ class LogLines:
 # -- the builder ---------------------------------------------------------------------
 
 
-"""Returns a fresh-enough OAuth 2.0 access token for the cloud-platform scope."""
-
-
-class _HTTPStatusError(Exception):
-    """An HTTP error answer (internal: retried or translated in :meth:`_call`)."""
-
-    def __init__(self, status: int, detail: str) -> None:
-        super().__init__(f"HTTP {status} {detail}".rstrip())
-        self.status = status
-
-
 @dataclass
 class _Run:
     """What one build_and_push call knows so far (for its error messages)."""
@@ -299,11 +280,10 @@ class CloudBuildBuilder:
         read through it. Borrowed, never closed.
     :param bucket: the name of the bucket ``storage`` is on; Cloud Build reads the
         source from it and writes the log to it.
-    :param transport: the httpx transport (tests pass ``httpx.MockTransport``).
     :param token: returns an access token; by default one
         :class:`gcloud.aio.auth.Token` per call (application default credentials, the
         cloud-platform scope), which needs the asyncio backend.
-    :param base_url: the Cloud Build API's root.
+    :param base_url: the Cloud Build API's root (tests: a loopback server's).
     :param poll_interval: seconds between two polls of a running build.
     :param attempts: tries per request, the first included, for transient faults.
     :param backoff: upper bound of the first back-off in seconds, doubling per retry
@@ -318,7 +298,6 @@ class CloudBuildBuilder:
         storage: Storage,
         bucket: str,
         *,
-        transport: httpx.AsyncBaseTransport | None = None,
         token: TokenSource | None = None,
         base_url: str = DEFAULT_BASE_URL,
         poll_interval: float = 2.0,
@@ -335,7 +314,6 @@ class CloudBuildBuilder:
         self._project = project
         self._storage = storage
         self._bucket = bucket
-        self._transport = transport
         self._token = token
         self._base_url = base_url.rstrip("/")
         self._poll_interval = poll_interval
@@ -393,11 +371,14 @@ class CloudBuildBuilder:
         # Credentials first: a missing credentials file fails before a large upload.
         async with (
             self._token_source() as token,
-            httpx.AsyncClient(
-                transport=self._transport,
+            HttpClient(
+                error=ImageBuildError,
+                prefix="Cloud Build: ",
                 base_url=self._base_url,
-                timeout=httpx.Timeout(REQUEST_TIMEOUT),
-                verify=trust_context(),
+                attempts=self._attempts,
+                backoff=self._backoff,
+                max_backoff=self._max_backoff,
+                attempt_timeout=REQUEST_TIMEOUT,
             ) as client,
         ):
             source = await self._upload(run, context, timeout)
@@ -433,7 +414,7 @@ class CloudBuildBuilder:
 
     async def _follow(
         self,
-        client: httpx.AsyncClient,
+        client: HttpClient,
         token: TokenSource,
         run: _Run,
         build: dict[str, Any],
@@ -466,9 +447,7 @@ class CloudBuildBuilder:
             if progress is not None:
                 progress(line)
 
-    async def _cancel_remote(
-        self, client: httpx.AsyncClient, token: TokenSource, run: _Run
-    ) -> None:
+    async def _cancel_remote(self, client: HttpClient, token: TokenSource, run: _Run) -> None:
         """Cancel the remote build, best effort: shielded, bounded, never raises."""
         path = f"{self._builds_path()}/{run.build_id}:cancel"
         body = {"projectId": self._project, "id": run.build_id}
@@ -485,38 +464,29 @@ class CloudBuildBuilder:
 
     async def _call(
         self,
-        client: httpx.AsyncClient,
+        client: HttpClient,
         token: TokenSource,
         method: str,
         path: str,
         what: str,
         body: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """Send one request with retries; return the JSON object answered.
+        """Send one request under the edge's rules (retries, translation); return the
+        JSON object answered.
 
         :raises ImageBuildError: an HTTP error (after retries for transient ones), a
             transport failure after ``attempts`` tries, no token, or a reply that is
             not a JSON object.
         """
-        retrying = AsyncRetrying(
-            stop=stop_after_attempt(self._attempts),
-            wait=wait_random_exponential(multiplier=self._backoff, max=self._max_backoff),
-            retry=retry_if_exception(_is_transient),
-            sleep=anyio.sleep,
-            before_sleep=_log_retry,
-            reraise=True,
+        return await client.request(
+            method,
+            path,
+            what=what,
+            token=token,
+            answer=lambda reply: _answer(reply, what),
+            timeout=None,  # the build's own deadline bounds every call
+            json=body,
         )
-        try:
-            async for attempt in retrying:
-                with attempt:
-                    return await _attempt(client, token, method, path, body)
-        except _HTTPStatusError as exc:
-            raise ImageBuildError(f"Cloud Build: {what} failed: {exc}") from exc
-        except httpx.HTTPError as exc:
-            raise ImageBuildError(
-                f"Cloud Build: {what} failed: {type(exc).__name__}: {exc}"
-            ) from exc
-        raise AssertionError("unreachable: tenacity either returns or raises")
 
     @contextlib.asynccontextmanager
     async def _token_source(self) -> AsyncIterator[TokenSource]:
@@ -533,60 +503,32 @@ class CloudBuildBuilder:
             raise ImageBuildError(f"Cloud Build: {exc}") from exc
 
 
-async def _attempt(
-    client: httpx.AsyncClient,
-    token: TokenSource,
-    method: str,
-    path: str,
-    body: Mapping[str, Any] | None,
-) -> dict[str, Any]:
-    """One try of one request; raises _HTTPStatusError for an HTTP error answer."""
+def _answer(reply: Reply, what: str) -> dict[str, Any]:
+    """The JSON object answered; :class:`Transient` for 429 and 5xx.
+
+    :raises ImageBuildError: any other HTTP error, or an answer that is not a JSON object.
+    """
+    if reply.status >= 400:
+        error = f"HTTP {reply.status} {_error_detail(reply)}".rstrip()
+        if reply.status == 429 or reply.status >= 500:
+            raise Transient(error)
+        raise ImageBuildError(f"Cloud Build: {what} failed: {error}")
     try:
-        access_token = await token()
-    except Exception as exc:
-        raise ImageBuildError(
-            f"Cloud Build: getting an access token failed: {type(exc).__name__}: {exc}"
-        ) from exc
-    if not access_token:
-        raise ImageBuildError("Cloud Build: no access token (are Google credentials set up?)")
-    resp = await client.request(
-        method, path, json=body, headers={"Authorization": f"Bearer {access_token}"}
-    )
-    if resp.status_code >= 400:
-        raise _HTTPStatusError(resp.status_code, _error_detail(resp))
-    try:
-        data = resp.json()
+        data = reply.json()
     except ValueError as exc:
-        raise ImageBuildError(f"Cloud Build: {method} {path} answered non-JSON") from exc
+        raise ImageBuildError(f"Cloud Build: {what} answered non-JSON") from exc
     if not isinstance(data, dict):
-        raise ImageBuildError(f"Cloud Build: {method} {path} answered {data!r:.200}")
+        raise ImageBuildError(f"Cloud Build: {what} answered {data!r:.200}")
     return data
 
 
-def _error_detail(resp: httpx.Response) -> str:
+def _error_detail(reply: Reply) -> str:
     """Google's ``{"error": {"code", "message", "status"}}``, or the start of the body."""
     try:
-        error = resp.json().get("error")
+        error = reply.json().get("error")
     except (ValueError, AttributeError):
         error = None
     if isinstance(error, Mapping) and error.get("message"):
         status = f"{error['status']}: " if error.get("status") else ""
         return f"{status}{error['message']}"
-    return resp.text[:500].strip()
-
-
-def _is_transient(exc: BaseException) -> bool:
-    """Whether one attempt's failure is worth another try."""
-    if isinstance(exc, _HTTPStatusError):
-        return exc.status == 429 or exc.status >= 500
-    return isinstance(
-        exc,
-        httpx.TimeoutException  # one attempt's timeout; the call's deadline is outside
-        | httpx.NetworkError  # connect errors, resets
-        | httpx.RemoteProtocolError,  # the server dropped the connection mid-answer
-    )
-
-
-def _log_retry(state: RetryCallState) -> None:
-    exc = state.outcome.exception() if state.outcome else None
-    log.debug("Cloud Build request attempt %d failed (%s), retrying", state.attempt_number, exc)
+    return reply.text[:500].strip()

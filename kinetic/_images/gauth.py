@@ -5,18 +5,16 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 
 import anyio
 import anyio.to_thread
 
 from kinetic._exceptions import BackendError
+from kinetic._http import TokenSource
 
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 _GOOGLE_REGISTRY_SUFFIXES = ("-docker.pkg.dev", "gcr.io")
-
-TokenSource = Callable[[], Awaitable[str]]
-"""Returns a valid access token (refreshed by the auth library when it expires)."""
 
 log = logging.getLogger(__name__)
 

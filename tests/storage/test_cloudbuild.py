@@ -2,7 +2,7 @@
 
 The source upload and the build log go through a real ``GCSStorage`` on
 fake-gcs-server (``tests.fix_gcs``). Cloud Build itself has no emulator, so its REST
-API is a small stateful fake behind ``httpx.MockTransport``, written from Google's
+API is a small stateful fake served on loopback (``tests.loopback_http``), written from Google's
 documented v1 shapes: ``POST .../builds`` answers a long-running Operation, each
 ``GET .../builds/{id}`` advances the build QUEUED → WORKING → outcome while writing a
 growing log object into the bucket (as Cloud Build does, under ``logsBucket``), and
@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import anyio
-import httpx
 import pytest
 from aiohttp import web
 
@@ -44,6 +44,7 @@ from kinetic._images.cloudbuild import (
     source_key,
 )
 from kinetic._storage.gcs import GCSStorage
+from tests.loopback_http import BREAK, Request, reply, serve
 
 pytestmark = pytest.mark.storage
 
@@ -52,19 +53,18 @@ TOKEN = "ya29.test-token"
 IMAGE = "us-docker.pkg.dev/kt-project/kinetic/runner:0123abcd"
 FAILED_LINE = 'ERROR: process "/bin/sh -c pip install nope" did not complete: exit code: 1'
 
-Fault = httpx.Response | type[httpx.TransportError]
-"""What the fake answers instead of a request: an HTTP answer, or a transport error."""
+Fault = web.Response
+"""What the fake answers instead of a request: an HTTP answer, or ``BREAK`` (a transport
+fault: the answer breaks off)."""
 
 _ROUTE = re.compile(
     r"/v1/projects/(?P<project>[^/]+)/builds(?:/(?P<id>[^/:]+)(?P<cancel>:cancel)?)?"
 )
 
 
-def api_error(status: int, message: str, code: str) -> httpx.Response:
+def api_error(status: int, message: str, code: str) -> web.Response:
     """An error answer in Google's JSON error shape."""
-    return httpx.Response(
-        status, json={"error": {"code": status, "message": message, "status": code}}
-    )
+    return reply(status, json={"error": {"code": status, "message": message, "status": code}})
 
 
 @dataclass
@@ -82,29 +82,23 @@ class FakeCloudBuild:
     outcome: str | None = "SUCCESS"
     working_polls: int = 4
     faults: dict[str, list[Fault]] = field(default_factory=dict)
-    requests: list[httpx.Request] = field(default_factory=list)
+    requests: list[Request] = field(default_factory=list)
     builds: dict[str, dict[str, Any]] = field(default_factory=dict)
     log_keys: dict[str, str] = field(default_factory=dict)
     polls: int = 0
     cancelled: list[str] = field(default_factory=list)
 
-    def transport(self) -> httpx.MockTransport:
-        return httpx.MockTransport(self.handle)
-
-    def sent(self, route: str) -> list[httpx.Request]:
+    def sent(self, route: str) -> list[Request]:
         """The requests received for one route (faulted ones included)."""
         return [r for r in self.requests if _route_of(r) == route]
 
-    async def handle(self, request: httpx.Request) -> httpx.Response:
+    async def handle(self, request: Request) -> web.Response:
         self.requests.append(request)
         route = _route_of(request)
         if route is None:
             return api_error(404, f"no route {request.method} {request.url.path}", "NOT_FOUND")
         if self.faults.get(route):
-            fault = self.faults[route].pop(0)
-            if isinstance(fault, httpx.Response):
-                return fault
-            raise fault("injected by FakeCloudBuild", request=request)
+            return self.faults[route].pop(0)
         match = _ROUTE.fullmatch(request.url.path)
         assert match is not None
         if route == "create":
@@ -115,11 +109,11 @@ class FakeCloudBuild:
         if route == "cancel":
             self.cancelled.append(build["id"])
             build["status"] = "CANCELLED"
-            return httpx.Response(200, json=build)
+            return reply(200, json=build)
         await self._advance(build)
-        return httpx.Response(200, json=build)
+        return reply(200, json=build)
 
-    def _create(self, body: dict[str, Any]) -> httpx.Response:
+    def _create(self, body: dict[str, Any]) -> web.Response:
         build_id = str(uuid.uuid4())
         logs_bucket = body["logsBucket"]
         bucket, _, prefix = logs_bucket.removeprefix("gs://").partition("/")
@@ -144,7 +138,7 @@ class FakeCloudBuild:
                 "build": build,
             },
         }
-        return httpx.Response(200, json=operation)
+        return reply(200, json=operation)
 
     async def _advance(self, build: dict[str, Any]) -> None:
         """One GET's worth of progress: more log, then the outcome."""
@@ -172,7 +166,7 @@ class FakeCloudBuild:
         await self.storage.write(self.log_keys[build["id"]], text.encode())
 
 
-def _route_of(request: httpx.Request) -> str | None:
+def _route_of(request: Request) -> str | None:
     match = _ROUTE.fullmatch(request.url.path)
     if match is None or match["project"] != PROJECT:
         return None
@@ -203,12 +197,31 @@ def make_context() -> bytes:
     return buf.getvalue()
 
 
-def make_builder(
-    fake: FakeCloudBuild, storage: GCSStorage, bucket: str, **options: Any
-) -> CloudBuildBuilder:
-    options = {"poll_interval": 0.01, "backoff": 0.001, "max_backoff": 0.01, **options}
-    options.setdefault("token", injected_token)
-    return CloudBuildBuilder(PROJECT, storage, bucket, transport=fake.transport(), **options)
+MakeBuilder = Callable[..., CloudBuildBuilder]
+"""``make_builder(fake, storage, bucket, **options)``: a builder whose Cloud Build is
+``fake``."""
+
+
+@pytest.fixture
+async def make_builder() -> AsyncIterator[MakeBuilder]:
+    """Makes builders on the fake of the test's choice, served on loopback in the
+    test's loop (the fake writes build logs through the test's own storage)."""
+    fakes: list[FakeCloudBuild] = []
+
+    async def handle(request: Request) -> web.Response:
+        return await fakes[-1].handle(request)
+
+    async with serve(handle) as server:
+
+        def make(
+            fake: FakeCloudBuild, storage: GCSStorage, bucket: str, **options: Any
+        ) -> CloudBuildBuilder:
+            fakes.append(fake)
+            options = {"poll_interval": 0.01, "backoff": 0.001, "max_backoff": 0.01, **options}
+            options.setdefault("token", injected_token)
+            return CloudBuildBuilder(PROJECT, storage, bucket, base_url=server.url, **options)
+
+        yield make
 
 
 def log_of(n: int) -> list[str]:
@@ -224,7 +237,7 @@ def collector() -> tuple[list[str], Callable[[str], None]]:
 
 
 async def test_successful_build_uploads_source_submits_and_streams_log(
-    gcs_storage: GCSStorage, gcs_bucket: str
+    make_builder: MakeBuilder, gcs_storage: GCSStorage, gcs_bucket: str
 ) -> None:
     fake = FakeCloudBuild(gcs_storage, log_of(25))
     builder = make_builder(fake, gcs_storage, gcs_bucket)
@@ -255,7 +268,7 @@ async def test_successful_build_uploads_source_submits_and_streams_log(
 
 
 async def test_failed_build_names_step_status_and_log_tail(
-    gcs_storage: GCSStorage, gcs_bucket: str
+    make_builder: MakeBuilder, gcs_storage: GCSStorage, gcs_bucket: str
 ) -> None:
     fake = FakeCloudBuild(gcs_storage, [*log_of(60), FAILED_LINE], outcome="FAILURE")
     builder = make_builder(fake, gcs_storage, gcs_bucket)
@@ -277,14 +290,14 @@ async def test_failed_build_names_step_status_and_log_tail(
 
 
 async def test_throttling_and_server_errors_are_retried(
-    gcs_storage: GCSStorage, gcs_bucket: str
+    make_builder: MakeBuilder, gcs_storage: GCSStorage, gcs_bucket: str
 ) -> None:
     fake = FakeCloudBuild(
         gcs_storage,
         log_of(5),
         faults={
-            "create": [api_error(429, "slow down", "RESOURCE_EXHAUSTED"), httpx.Response(503)],
-            "get": [api_error(429, "slow down", "RESOURCE_EXHAUSTED"), httpx.Response(503)],
+            "create": [api_error(429, "slow down", "RESOURCE_EXHAUSTED"), reply(503)],
+            "get": [api_error(429, "slow down", "RESOURCE_EXHAUSTED"), reply(503)],
         },
     )
     seen, progress = collector()
@@ -300,7 +313,7 @@ async def test_throttling_and_server_errors_are_retried(
 
 
 async def test_forbidden_is_not_retried_and_its_message_surfaces(
-    gcs_storage: GCSStorage, gcs_bucket: str
+    make_builder: MakeBuilder, gcs_storage: GCSStorage, gcs_bucket: str
 ) -> None:
     message = "Cloud Build API has not been used in project kt-project before or it is disabled."
     fake = FakeCloudBuild(
@@ -319,13 +332,15 @@ async def test_forbidden_is_not_retried_and_its_message_surfaces(
     assert fake.builds == {}
 
 
-async def test_connection_errors_are_retried(gcs_storage: GCSStorage, gcs_bucket: str) -> None:
+async def test_connection_errors_are_retried(
+    make_builder: MakeBuilder, gcs_storage: GCSStorage, gcs_bucket: str
+) -> None:
     fake = FakeCloudBuild(
         gcs_storage,
         log_of(5),
         faults={
-            "create": [httpx.ConnectError, httpx.ConnectError],
-            "get": [httpx.ReadTimeout, httpx.ReadError],
+            "create": [BREAK, BREAK],  # answers that break off: the connection is lost
+            "get": [BREAK, BREAK],
         },
     )
 
@@ -338,9 +353,9 @@ async def test_connection_errors_are_retried(gcs_storage: GCSStorage, gcs_bucket
     assert len(fake.sent("get")) == fake.working_polls + 1 + 2
 
 
-@pytest.mark.parametrize("fault", [httpx.ConnectError, httpx.Response(503)])
+@pytest.mark.parametrize("fault", [BREAK, reply(503)])
 async def test_persistent_faults_give_up_after_attempts(
-    gcs_storage: GCSStorage, gcs_bucket: str, fault: Fault
+    make_builder: MakeBuilder, gcs_storage: GCSStorage, gcs_bucket: str, fault: Fault
 ) -> None:
     fake = FakeCloudBuild(gcs_storage, log_of(5), faults={"create": [fault] * 10})
 
@@ -350,14 +365,16 @@ async def test_persistent_faults_give_up_after_attempts(
         )
 
     assert len(fake.sent("create")) == 3
-    if isinstance(fault, httpx.Response):
+    if isinstance(fault, web.Response):
         assert "HTTP 503" in str(info.value)
     else:
-        assert isinstance(info.value.__cause__, httpx.ConnectError)
-        assert "ConnectError" in str(info.value)
+        assert isinstance(info.value.__cause__, aiohttp.ClientPayloadError)
+        assert "ClientPayloadError" in str(info.value)
 
 
-async def test_timeout_cancels_the_remote_build(gcs_storage: GCSStorage, gcs_bucket: str) -> None:
+async def test_timeout_cancels_the_remote_build(
+    make_builder: MakeBuilder, gcs_storage: GCSStorage, gcs_bucket: str
+) -> None:
     fake = FakeCloudBuild(gcs_storage, log_of(30), outcome=None)
     seen, progress = collector()
     started = time.monotonic()
@@ -377,7 +394,7 @@ async def test_timeout_cancels_the_remote_build(gcs_storage: GCSStorage, gcs_buc
 
 
 async def test_cancelling_the_caller_cancels_the_remote_build(
-    gcs_storage: GCSStorage, gcs_bucket: str
+    make_builder: MakeBuilder, gcs_storage: GCSStorage, gcs_bucket: str
 ) -> None:
     fake = FakeCloudBuild(gcs_storage, log_of(5), outcome=None)
 
@@ -391,7 +408,9 @@ async def test_cancelling_the_caller_cancels_the_remote_build(
     assert len(fake.cancelled) == 1
 
 
-async def test_upload_failure_is_an_image_build_error(gcs_storage: GCSStorage) -> None:
+async def test_upload_failure_is_an_image_build_error(
+    make_builder: MakeBuilder, gcs_storage: GCSStorage
+) -> None:
     fake = FakeCloudBuild(gcs_storage, log_of(5))
     async with GCSStorage(f"kt-missing-{uuid.uuid4().hex[:16]}", attempts=1) as missing:
         builder = make_builder(fake, missing, missing.bucket)
@@ -401,7 +420,7 @@ async def test_upload_failure_is_an_image_build_error(gcs_storage: GCSStorage) -
 
 
 async def test_token_failure_is_an_image_build_error(
-    gcs_storage: GCSStorage, gcs_bucket: str
+    make_builder: MakeBuilder, gcs_storage: GCSStorage, gcs_bucket: str
 ) -> None:
     async def broken_token() -> str:
         raise RuntimeError("no credentials found")
@@ -438,6 +457,7 @@ async def token_endpoint() -> AsyncIterator[tuple[str, list[dict[str, str]]]]:
 
 
 async def test_default_token_uses_application_default_credentials(
+    make_builder: MakeBuilder,
     gcs_storage: GCSStorage,
     gcs_bucket: str,
     token_endpoint: tuple[str, list[dict[str, str]]],
@@ -465,7 +485,11 @@ async def test_default_token_uses_application_default_credentials(
 
 
 async def test_missing_credentials_are_an_image_build_error(
-    gcs_storage: GCSStorage, gcs_bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    make_builder: MakeBuilder,
+    gcs_storage: GCSStorage,
+    gcs_bucket: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(tmp_path / "missing.json"))
     fake = FakeCloudBuild(gcs_storage, log_of(3))
