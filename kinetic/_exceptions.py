@@ -3,7 +3,7 @@
 Every error Kinetic raises on its own behalf derives from :class:`KineticError`.
 Errors of the user's function are not wrapped: they are re-raised as their
 original type with the remote traceback attached as a note. Errors of
-foreign libraries (aiohttp, gcloud-aio-storage, httpx, OS errors at the IO
+foreign libraries (aiohttp, gcloud-aio-storage, OS errors at the IO
 edges) are translated into this tree where they happen, with the original
 exception chained as ``__cause__``.
 

@@ -119,7 +119,8 @@ def describe(exc: BaseException) -> str:
     ):
         code = exc.os_error.errno
         why = os.strerror(code) if code else str(exc.os_error)
-        return f"cannot connect to {exc.host}:{exc.port}: {why}"
+        where = getattr(exc, "path", None) or f"{exc.host}:{exc.port}"  # a unix socket's
+        return f"cannot connect to {where}: {why}"
     return f"{type(exc).__name__}: {exc}"
 
 

@@ -16,17 +16,17 @@ started, tens of ms on a busy machine). :func:`trust_env_needed` says whether th
 lookups can find anything at all.
 
 **One trust configuration.** Every TLS connection Kinetic verifies with the system's
-trust store (aiohttp: the Kubernetes API, GCS, Google's token endpoint; httpx: Cloud
-Build, Artifact Registry and other registries, the Container, IAM and GCS admin APIs)
-uses one ``ssl.SSLContext``, :func:`trust_context`, built once per process. It trusts
-what OpenSSL's own convention says: ``SSL_CERT_FILE`` and/or ``SSL_CERT_DIR`` when set
-(a company's TLS-inspecting proxy CA, a private registry's), else the system's store.
-Left alone, the two stacks disagree: httpx trusts certifi's bundle (and only
-``SSL_CERT_FILE`` when both variables are set), aiohttp the system's store; behind a
-proxy whose CA is in the system store, GCS and Kubernetes would work while Cloud Build
-and the registry fail. A cluster's own CA (kubeconfig) and client certificates are
-per-cluster contexts (:mod:`kinetic._backends.gke.endpoint`), built on
-:func:`verifying_context` when the kubeconfig names no CA.
+trust store (the Kubernetes API, GCS, Google's token endpoint, and every REST client of
+the one HTTP edge, :mod:`kinetic._http`: Cloud Build, Artifact Registry and other
+registries, the Container, IAM and GCS admin APIs) uses one ``ssl.SSLContext``,
+:func:`trust_context`, built once per process. It trusts what OpenSSL's own convention
+says: ``SSL_CERT_FILE`` and/or ``SSL_CERT_DIR`` when set (a company's TLS-inspecting
+proxy CA, a private registry's), else the system's store. (A second HTTP stack once
+trusted certifi's bundle instead: behind a proxy whose CA is in the system store, GCS
+and Kubernetes worked while Cloud Build and the registry failed.) A cluster's own CA
+(kubeconfig) and client certificates are per-cluster contexts
+(:mod:`kinetic._backends.gke.endpoint`), built on :func:`verifying_context` when the
+kubeconfig names no CA.
 """
 
 from __future__ import annotations
@@ -87,9 +87,9 @@ def verifying_context() -> ssl.SSLContext:
 @functools.cache
 def trust_context() -> ssl.SSLContext:
     """The process's shared verifying context (:func:`verifying_context`, built on the
-    first call; never modified afterwards), for aiohttp connectors and httpx clients
-    alike. Blocking on the first call only. ``trust_context.cache_clear()`` makes the
-    next call read ``SSL_CERT_FILE``/``SSL_CERT_DIR`` again (tests).
+    first call; never modified afterwards), for every aiohttp connector. Blocking on
+    the first call only. ``trust_context.cache_clear()`` makes the next call read
+    ``SSL_CERT_FILE``/``SSL_CERT_DIR`` again (tests).
 
     :raises ConfigError: as :func:`verifying_context`.
     """

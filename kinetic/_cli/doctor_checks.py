@@ -31,7 +31,7 @@ import anyio.to_thread
 
 from kinetic._cli.doctor_result import CheckResult, fail, ok, skip, warn
 from kinetic._core.config import Settings
-from kinetic._exceptions import ConfigError, KineticError
+from kinetic._exceptions import BackendError, ConfigError, KineticError
 from runner.fs import check_private_dir, make_private_dirs
 
 if TYPE_CHECKING:
@@ -44,7 +44,6 @@ PACKAGES = (
     "gcloud-aio-storage",
     "gcloud-aio-auth",
     "pyyaml",
-    "httpx",
     "tenacity",
     "rich",
     "packaging",
@@ -513,8 +512,7 @@ def _builder(ctx: _Env) -> Named:
 
 
 async def _docker(ctx: _Env) -> CheckResult:
-    import httpx
-
+    from kinetic._http import HttpClient
     from kinetic._images.docker import docker_socket
 
     hint = (
@@ -526,16 +524,21 @@ async def _docker(ctx: _Env) -> CheckResult:
     except KineticError as exc:
         return fail("builder", str(exc), hint)
     try:
-        transport = httpx.AsyncHTTPTransport(uds=socket)
-        async with httpx.AsyncClient(
-            transport=transport, base_url="http://docker", timeout=ctx.timeout
-        ) as client:
-            resp = await client.get("/_ping")
-    except httpx.HTTPError as exc:
-        return fail("builder", f"Docker Engine at {socket}: {type(exc).__name__}: {exc}", hint)
-    if resp.status_code != 200:
-        return fail("builder", f"Docker Engine at {socket} answered HTTP {resp.status_code}", hint)
-    api = resp.headers.get("api-version", "?")
+        async with HttpClient(
+            error=BackendError,
+            prefix=f"Docker Engine at {socket}: ",
+            base_url="http://docker",
+            unix_socket=socket,
+            attempts=1,
+        ) as http:
+            reply = await http.request(
+                "GET", "/_ping", what="ping", answer=lambda reply: reply, timeout=ctx.timeout
+            )
+    except KineticError as exc:
+        return fail("builder", str(exc), hint)
+    if reply.status != 200:
+        return fail("builder", f"Docker Engine at {socket} answered HTTP {reply.status}", hint)
+    api = reply.headers.get("api-version", "?")
     return ok("builder", f"docker: Docker Engine at {socket} (API {api})")
 
 

@@ -1,4 +1,5 @@
-"""Docker Engine API (over its unix socket) and registry v2 API, with httpx.
+"""Docker Engine API (over its unix socket) and registry v2 API, through Kinetic's HTTP
+edge (:mod:`kinetic._http`).
 
 Only what building images needs: ``POST /build`` (network off), ``POST
 /images/{name}/push``, and the registry's ``GET /v2/{name}/manifests/{tag}`` to
@@ -6,26 +7,28 @@ ask whether a tag exists (with the registry token handshake where a registry ask
 for it: Artifact Registry, Docker Hub). Both progress streams are JSON lines; an
 ``error`` line fails the operation. Every build or push failure becomes
 :class:`~kinetic.ImageBuildError`, every registry query failure
-:class:`~kinetic.BackendError` (httpx exceptions never escape), and every call takes
-a timeout.
+:class:`~kinetic.BackendError` (aiohttp exceptions never escape), and every call takes
+a timeout. Neither is retried: a build or push is not repeated behind the caller's back.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
+import io
 import json
 import os
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+import aiohttp
 import anyio
-import httpx
 
 from kinetic._exceptions import BackendError, ConfigError, ImageBuildError
+from kinetic._http import HttpClient, Reply
 from kinetic._images.builder import BUILD_TIMEOUT as BUILD_AND_PUSH_TIMEOUT
 from kinetic._images.builder import Progress
-from kinetic._net import trust_context
 
 BUILD_TIMEOUT = 900.0
 PUSH_TIMEOUT = 600.0
@@ -50,15 +53,24 @@ def docker_socket(docker_host: str | None = None) -> str:
     return host.removeprefix("unix://")
 
 
-async def _json_lines(resp: httpx.Response) -> AsyncIterator[dict[str, Any]]:
-    async for line in resp.aiter_lines():
-        if line.strip():
-            try:
-                item = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(item, dict):
+async def _json_lines(resp: aiohttp.ClientResponse) -> AsyncIterator[dict[str, Any]]:
+    """The JSON objects of a progress stream, one a line (other lines skipped)."""
+    rest = b""
+    async for chunk in resp.content.iter_any():
+        *lines, rest = (rest + chunk).split(b"\n")
+        for line in lines:
+            if (item := _json_object(line)) is not None:
                 yield item
+    if (item := _json_object(rest)) is not None:
+        yield item
+
+
+def _json_object(line: bytes) -> dict[str, Any] | None:
+    try:
+        item = json.loads(line) if line.strip() else None
+    except ValueError:
+        return None
+    return item if isinstance(item, dict) else None
 
 
 class DockerEngine:
@@ -67,15 +79,37 @@ class DockerEngine:
     def __init__(self, docker_host: str | None = None) -> None:
         self.socket = docker_socket(docker_host)
 
-    def _client(self, timeout: float) -> httpx.AsyncClient:
-        transport = httpx.AsyncHTTPTransport(uds=self.socket)
-        # Plain HTTP over the socket: no TLS context to build.
-        return httpx.AsyncClient(
-            transport=transport,
+    def _client(self, timeout: float) -> HttpClient:
+        """A client of the daemon: plain HTTP over its socket, waiting at most
+        ``timeout`` seconds for a connection or the next bytes; never retried."""
+        return HttpClient(
+            error=ImageBuildError,
+            prefix="docker ",
             base_url="http://docker",
-            timeout=httpx.Timeout(timeout),
-            verify=False,
+            unix_socket=self.socket,
+            attempts=1,
+            attempt_timeout=timeout,
         )
+
+    @contextlib.asynccontextmanager
+    async def _stream(
+        self, what: str, path: str, *, timeout: float, **request: Any
+    ) -> AsyncIterator[aiohttp.ClientResponse]:
+        """The daemon's progress stream of ``POST path``.
+
+        :raises ImageBuildError: the daemon could not be reached, refused (its answer
+            named), or the stream broke off.
+        """
+        async with (
+            self._client(timeout) as http,
+            http.streaming(
+                what, lambda: http.open("POST", path, **request), timeout=timeout
+            ) as resp,
+        ):
+            if resp.status != 200:
+                body = (await resp.read()).decode(errors="replace")
+                raise ImageBuildError(f"docker {what} refused: HTTP {resp.status} {body}")
+            yield resp
 
     async def build(
         self,
@@ -97,34 +131,22 @@ class DockerEngine:
         if no_cache:
             params["nocache"] = "1"
         output: list[str] = []
-        try:
-            async with (
-                self._client(timeout) as client,
-                client.stream(
-                    "POST",
-                    "/build",
-                    params=params,
-                    content=context,
-                    headers={"Content-Type": "application/x-tar"},
-                ) as resp,
-            ):
-                if resp.status_code != 200:
-                    body = (await resp.aread()).decode(errors="replace")
-                    raise ImageBuildError(
-                        f"docker build of {tag} refused: HTTP {resp.status_code} {body}"
-                    )
-                async for item in _json_lines(resp):
-                    if "stream" in item:
-                        output.append(str(item["stream"]))
-                        if progress is not None and str(item["stream"]).strip():
-                            progress(str(item["stream"]).rstrip("\n"))
-                    if "error" in item:
-                        log = "".join(output)[-4000:]
-                        raise ImageBuildError(
-                            f"docker build of {tag} failed: {item['error']}\n{log}"
-                        )
-        except httpx.HTTPError as exc:
-            raise ImageBuildError(f"docker build of {tag}: {type(exc).__name__}: {exc}") from exc
+        async with self._stream(
+            f"build of {tag}",
+            "/build",
+            timeout=timeout,
+            params=params,
+            data=io.BytesIO(context),  # aiohttp sends a large body in chunks
+            headers={"Content-Type": "application/x-tar"},
+        ) as resp:
+            async for item in _json_lines(resp):
+                if "stream" in item:
+                    output.append(str(item["stream"]))
+                    if progress is not None and str(item["stream"]).strip():
+                        progress(str(item["stream"]).rstrip("\n"))
+                if "error" in item:
+                    log = "".join(output)[-4000:]
+                    raise ImageBuildError(f"docker build of {tag} failed: {item['error']}\n{log}")
         return "".join(output)
 
     async def push(self, image: str, *, timeout: float = PUSH_TIMEOUT) -> None:
@@ -134,26 +156,16 @@ class DockerEngine:
         """
         name, _, tag = image.rpartition(":")
         auth = base64.urlsafe_b64encode(b"{}").decode()
-        try:
-            async with (
-                self._client(timeout) as client,
-                client.stream(
-                    "POST",
-                    f"/images/{name}/push",
-                    params={"tag": tag},
-                    headers={"X-Registry-Auth": auth},
-                ) as resp,
-            ):
-                if resp.status_code != 200:
-                    body = (await resp.aread()).decode(errors="replace")
-                    raise ImageBuildError(
-                        f"docker push of {image} refused: HTTP {resp.status_code} {body}"
-                    )
-                async for item in _json_lines(resp):
-                    if "error" in item:
-                        raise ImageBuildError(f"docker push of {image} failed: {item['error']}")
-        except httpx.HTTPError as exc:
-            raise ImageBuildError(f"docker push of {image}: {type(exc).__name__}: {exc}") from exc
+        async with self._stream(
+            f"push of {image}",
+            f"/images/{name}/push",
+            timeout=timeout,
+            params={"tag": tag},
+            headers={"X-Registry-Auth": auth},
+        ) as resp:
+            async for item in _json_lines(resp):
+                if "error" in item:
+                    raise ImageBuildError(f"docker push of {image} failed: {item['error']}")
 
 
 Credentials = Callable[[], Awaitable[tuple[str, str] | None]]
@@ -195,18 +207,11 @@ class Registry:
     given, else anonymously), once per instance; the token is then reused.
     """
 
-    def __init__(
-        self,
-        host: str,
-        *,
-        credentials: Credentials | None = None,
-        transport: httpx.AsyncBaseTransport | None = None,
-    ) -> None:
+    def __init__(self, host: str, *, credentials: Credentials | None = None) -> None:
         self.host = host
         local = host.startswith(("127.", "localhost", "[::1]"))
         self.base = f"{'http' if local else 'https'}://{host}"
         self._credentials = credentials
-        self._transport = transport
         self._token: str | None = None
 
     async def has_tag(self, name: str, tag: str, *, timeout: float = QUERY_TIMEOUT) -> bool:
@@ -217,29 +222,23 @@ class Registry:
             handshake), or is unreachable.
         """
         url = f"{self.base}/v2/{name}/manifests/{tag}"
-        try:
-            async with httpx.AsyncClient(
-                timeout=httpx.Timeout(timeout),
-                transport=self._transport,
-                # The process's one trust configuration (kinetic._net), built once.
-                verify=trust_context() if self.base.startswith("https:") else False,
-            ) as client:
-                resp = await client.get(url, headers=self._headers())
-                if (
-                    resp.status_code == 401
-                    and "bearer" in resp.headers.get("www-authenticate", "").lower()
-                ):
-                    self._token = await self._fetch_token(client, resp.headers["www-authenticate"])
-                    resp = await client.get(url, headers=self._headers())
-        except httpx.HTTPError as exc:
-            raise BackendError(f"registry {self.host}: {type(exc).__name__}: {exc}") from exc
-        if resp.status_code == 200:
-            return True
-        if resp.status_code == 404:
-            return False
-        raise BackendError(
-            f"registry {self.host}: GET manifest {name}:{tag} answered HTTP {resp.status_code}"
-        )
+        what = f"GET manifest {name}:{tag}"
+
+        async def attempt(_: int) -> bool:
+            reply = await http.send("GET", url, headers=self._headers())
+            challenge = reply.headers.get("www-authenticate", "")
+            if reply.status == 401 and "bearer" in challenge.lower():
+                self._token = await self._fetch_token(http, challenge)
+                reply = await http.send("GET", url, headers=self._headers())
+            if reply.status in (200, 404):
+                return reply.status == 200
+            raise http.error(f"{what} answered HTTP {reply.status}")
+
+        # One try: the caller asks again (its builds wait on the answer, not on retries).
+        async with HttpClient(
+            error=BackendError, prefix=f"registry {self.host}: ", attempts=1
+        ) as http:
+            return await http.call(what, attempt, timeout=timeout)
 
     def _headers(self) -> dict[str, str]:
         headers = {"Accept": _MANIFEST_TYPES}
@@ -247,20 +246,23 @@ class Registry:
             headers["Authorization"] = f"Bearer {self._token}"
         return headers
 
-    async def _fetch_token(self, client: httpx.AsyncClient, challenge: str) -> str:
+    async def _fetch_token(self, http: HttpClient, challenge: str) -> str:
         params = dict(_CHALLENGE.findall(challenge))
         realm = params.pop("realm", None)
         if not realm:
             raise BackendError(f"registry {self.host}: a Bearer challenge without a realm")
         creds = await self._credentials() if self._credentials else None
-        auth = httpx.BasicAuth(*creds) if creds else None
-        resp = await client.get(realm, params=params, auth=auth)
-        if resp.status_code != 200:
+        headers = {}
+        if creds:  # HTTP Basic (aiohttp's BasicAuth is deprecated)
+            pair = base64.b64encode(":".join(creds).encode("latin-1")).decode()
+            headers["Authorization"] = f"Basic {pair}"
+        reply: Reply = await http.send("GET", realm, params=params, headers=headers)
+        if reply.status != 200:
             raise BackendError(
                 f"registry {self.host}: its token service {realm} answered HTTP "
-                f"{resp.status_code}; check the credentials for this registry"
+                f"{reply.status}; check the credentials for this registry"
             )
-        body = resp.json()
+        body = reply.json()
         token = body.get("token") or body.get("access_token")
         if not isinstance(token, str):
             raise BackendError(f"registry {self.host}: its token service returned no token")

@@ -14,12 +14,12 @@ import subprocess
 import threading
 import time
 
-import httpx
 import pytest
 
 import kinetic
 from kinetic import JobStatus
 from tests.fix_cluster import GKETarget, run_python
+from tests.sync_http import SyncHttp
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(240)]
 
@@ -245,15 +245,15 @@ def test_image_pull_failure_fails_after_the_grace(gke: GKETarget) -> None:
 
 def _kill_container(gke: GKETarget, job_id: str) -> None:
     socket = gke.testbed.env["DOCKER_HOST"].removeprefix("unix://")
-    with httpx.Client(transport=httpx.HTTPTransport(uds=socket), base_url="http://docker") as c:
-        filters = json.dumps({"label": ["io.kubernetes.container.name=kinetic"]})
-        found = [
-            ctr
-            for ctr in c.get("/containers/json", params={"filters": filters}).json()
-            if ctr["Labels"].get("io.kubernetes.pod.name", "").startswith(f"kinetic-{job_id}-")
-        ]
-        assert len(found) == 1, found
-        c.post(f"/containers/{found[0]['Id']}/kill", params={"signal": "KILL"}).raise_for_status()
+    c = SyncHttp(unix_socket=socket)
+    filters = json.dumps({"label": ["io.kubernetes.container.name=kinetic"]})
+    found = [
+        ctr
+        for ctr in c.get("/containers/json", params={"filters": filters}).json()
+        if ctr["Labels"].get("io.kubernetes.pod.name", "").startswith(f"kinetic-{job_id}-")
+    ]
+    assert len(found) == 1, found
+    c.post(f"/containers/{found[0]['Id']}/kill", params={"signal": "KILL"}).raise_for_status()
 
 
 def test_pod_killed_mid_run_fails_with_a_reason(gke: GKETarget) -> None:

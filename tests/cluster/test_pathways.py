@@ -24,7 +24,6 @@ from collections.abc import Iterator
 from typing import Any, Self
 
 import anyio
-import httpx
 import pytest
 
 import kinetic
@@ -35,7 +34,9 @@ from kinetic._backends.pathways.api import forget_versions
 from kinetic._backends.pathways.backend import PathwaysBackend
 from kinetic._core import lws_spec
 from kinetic._exceptions import AcceleratorError, ConfigError
+from tests import sync_http
 from tests.fix_cluster import GKETarget
+from tests.sync_http import SyncHttp
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 
@@ -52,8 +53,8 @@ class GroupController:
         self.enabled = env.get("KINETIC_TESTBED_MODE") == "local"
         self.bucket = target.bucket
         self.namespace = target.namespace
-        self.http = httpx.Client(
-            base_url=env.get("KINETIC_TESTBED_API_SERVER", "https://127.0.0.1:6443"),
+        self.http = SyncHttp(
+            env.get("KINETIC_TESTBED_API_SERVER", "https://127.0.0.1:6443"),
             headers={"Authorization": f"Bearer {env.get('KINETIC_TESTBED_TOKEN', '')}"},
             verify=False,
             timeout=10,
@@ -72,7 +73,6 @@ class GroupController:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=10)
-        self.http.close()
 
     def lws(self, name: str) -> dict[str, Any] | None:
         resp = self.http.get(f"{LWS_API}/namespaces/{self.namespace}/leaderworkersets/{name}")
@@ -104,7 +104,7 @@ class GroupController:
                     ):
                         self.seen[name] = lws
                         self.created[name] = [self._create_pod(lws, i) for i in range(_size(lws))]
-            except (httpx.HTTPError, KeyError, ValueError) as exc:  # keep standing in
+            except (*sync_http.Errors, KeyError, ValueError) as exc:  # keep standing in
                 print(f"lws stand-in: {exc}")
             self._stop.wait(0.2)
 

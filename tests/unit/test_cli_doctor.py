@@ -26,13 +26,13 @@ def test_python_versions() -> None:
 
 
 def test_packages() -> None:
-    good = packages_result("0.1.0", {"anyio": "4.4", "httpx": "0.27"})
+    good = packages_result("0.1.0", {"anyio": "4.4", "tenacity": "8.2"})
     assert good.level == "ok"
     assert "anyio 4.4" in good.detail
     assert "(2 dependencies present)" in good.detail
-    bad = packages_result("0.1.0", {"anyio": "4.4", "httpx": None})
+    bad = packages_result("0.1.0", {"anyio": "4.4", "tenacity": None})
     assert bad.level == "fail"
-    assert "missing: httpx" in bad.detail
+    assert "missing: tenacity" in bad.detail
     assert bad.hint
 
 
