@@ -67,7 +67,8 @@ async def _client_trusts_env(home: Path) -> bool:
     )
     client = KubeClient(kubeconfig=str(kubeconfig))
     try:
-        _, _, session = await client._connection()
+        _, _, http = await client._connection()
+        session = await http.session()
         return session.trust_env
     finally:
         await client.aclose()

@@ -1,27 +1,28 @@
-"""The one door to the Kubernetes API: aiohttp, bounded and translated.
+"""The one door to the Kubernetes API: Kinetic's HTTP edge (:mod:`kinetic._http`), bounded
+and translated.
 
 Theory of operation
 -------------------
 :class:`KubeClient` loads its configuration lazily, inside the running loop, on
 the first request: ``$KUBECONFIG`` (or ``~/.kube/config``) when present, else the
 in-cluster service account (:mod:`kinetic._backends.gke.endpoint`, which reads the
-files and builds TLS in a worker thread). It then opens its own aiohttp session and
-presents, per request, what :class:`~kinetic._backends.gke.credentials.Credentials`
+files and builds TLS in a worker thread). Its :class:`~kinetic._http.HttpClient` then
+opens the endpoint's session (:meth:`~kinetic._backends.gke.endpoint.Endpoint.open_session`)
+and it presents, per request, what :class:`~kinetic._backends.gke.credentials.Credentials`
 gives (a token, basic auth, an exec plugin's token or client certificate). It speaks
 raw JSON: the objects it returns are the dicts the API server sent, which the pure
 rules in :mod:`kinetic._core.k8s_status` read.
 
-Every request goes through :meth:`KubeClient._request`, where these rules hold:
+Every request goes through :meth:`KubeClient._request`, a call of the edge (its deadline,
+retries and translation) whose attempts follow these rules:
 
 * **Rate limit.** One token of the client-side bucket per request sent (watches: per
   (re)connection), see :class:`~kinetic._backends.gke.ratelimit.RateLimiter`.
-* **Deadline.** The whole call, retries (and obtaining a credential) included, runs
-  under ``anyio.fail_after``.
 * **Credentials.** A 401 answer drops a credential that can change (token file,
   exec plugin) and sends the request once more with a new one.
-* **Retries.** HTTP 429 and 5xx, connection errors and resets and one attempt's
-  timeout are retried with jittered exponential back-off (tenacity). A ``POST``
-  that was retried and then meets ``409 AlreadyExists`` succeeded the first time.
+* **Retries.** HTTP 429 and 5xx are :class:`~kinetic._http.Transient` (the edge retries
+  them, and connection errors, resets and one attempt's timeout). A ``POST`` that was
+  retried and then meets ``409 AlreadyExists`` succeeded the first time.
 * **Translation.** A missing namespace is :class:`~kinetic.ConfigError`; 404 on the
   object itself is ``None``/``False`` for the caller; every other failure is
   :class:`~kinetic.BackendError` naming the request, with the cause chained. No
@@ -32,23 +33,17 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import aiohttp
 import anyio
-from tenacity import (
-    AsyncRetrying,
-    retry_if_exception,
-    stop_after_attempt,
-    wait_random_exponential,
-)
 
 from kinetic._backends.gke.credentials import Credentials
 from kinetic._backends.gke.endpoint import Endpoint, load_endpoint
 from kinetic._backends.gke.ratelimit import RateLimiter
-from kinetic._exceptions import BackendError, ConfigError, KineticError
+from kinetic._exceptions import BackendError, ConfigError
+from kinetic._http import HttpClient, Transient
 
 log = logging.getLogger(__name__)
 
@@ -70,12 +65,6 @@ class KubeHTTPError(Exception):
     @property
     def reason(self) -> str:
         return str(self.body.get("reason") or "")
-
-
-def _transient(exc: BaseException) -> bool:
-    if isinstance(exc, KubeHTTPError):
-        return exc.status == 429 or exc.status >= 500
-    return isinstance(exc, aiohttp.ClientConnectionError | ConnectionError | TimeoutError)
 
 
 class KubeClient:
@@ -112,7 +101,7 @@ class KubeClient:
         self._backoff = backoff
         self._endpoint: Endpoint | None = None
         self._credentials: Credentials | None = None
-        self._session: aiohttp.ClientSession | None = None
+        self._http: HttpClient | None = None
         self._init_lock = anyio.Lock()
         self._closed = False
 
@@ -126,19 +115,20 @@ class KubeClient:
 
     # -- configuration ----------------------------------------------------------------
 
-    async def _connection(self) -> tuple[Endpoint, Credentials, aiohttp.ClientSession]:
-        if self._session is None and not self._closed:
+    async def _connection(self) -> tuple[Endpoint, Credentials, HttpClient]:
+        if self._http is None and not self._closed:
             async with self._init_lock:
-                if self._session is None and not self._closed:
+                if self._http is None and not self._closed:
                     await self._load()
-        if self._closed or self._session is None:
+        if self._closed or self._http is None:
             raise BackendError("the Kubernetes client is closed")
         assert self._endpoint is not None
         assert self._credentials is not None
-        return self._endpoint, self._credentials, self._session
+        return self._endpoint, self._credentials, self._http
 
     async def _load(self) -> None:
-        """Read the configuration (worker thread) and open the session (this loop).
+        """Read the configuration (worker thread); the session opens on the first send
+        (this loop).
 
         :raises ConfigError: no usable configuration.
         """
@@ -151,7 +141,14 @@ class KubeClient:
         if self._closed:  # closed while the configuration loaded: open nothing
             return
         self._endpoint, self._credentials = endpoint, Credentials(endpoint)
-        self._session = endpoint.open_session()
+        self._http = HttpClient(
+            error=BackendError,
+            prefix="Kubernetes API: ",
+            attempts=self._attempts,
+            backoff=self._backoff,
+            max_backoff=5.0,
+            opener=endpoint.open_session,
+        )
 
     async def credentials_for_another_loop(self) -> Credentials:
         """This client's endpoint and credentials, for connections it does not make
@@ -181,7 +178,7 @@ class KubeClient:
 
         A 401 to a credential that can change is answered by sending once more with a
         new one (each send takes a rate-limit token)."""
-        endpoint, credentials, session = await self._connection()
+        endpoint, credentials, http = await self._connection()
         headers = {"Accept": _JSON}
         data: bytes | None = None
         if body is not None:
@@ -192,7 +189,7 @@ class KubeClient:
         for send in (1, 2):
             auth = await credentials.auth()
             await self.limiter.acquire()
-            resp = await session.request(
+            resp = await http.open(
                 method,
                 endpoint.url(path),
                 params=params,
@@ -232,45 +229,34 @@ class KubeClient:
     ) -> Any:
         """Send a request under the rules of the module docstring; return its JSON
         (or text with ``raw``), or None on 404 of the object itself."""
-        retrying = AsyncRetrying(
-            stop=stop_after_attempt(self._attempts),
-            wait=wait_random_exponential(multiplier=self._backoff, max=5.0),
-            retry=retry_if_exception(_transient),
-            sleep=anyio.sleep,
-            reraise=True,
-        )
-        tries = 0
-        try:
-            with anyio.fail_after(timeout):
-                async for attempt in retrying:
-                    with attempt:
-                        tries += 1
-                        resp = await self._open(
-                            method,
-                            path,
-                            what=what,
-                            query=query,
-                            body=body,
-                            read_timeout=None,
-                            total=timeout,
-                        )
-                        try:
-                            data = await resp.read()
-                        finally:
-                            resp.release()
-                        text = data.decode(errors="replace")
-                        return text if raw else (json.loads(text) if text else None)
-        except KubeHTTPError as exc:
-            if exc.status == 409 and method == "POST" and tries > 1:
-                return None  # our earlier attempt created it
-            return self._translate_http(exc, namespace)
-        except KineticError:
-            raise
-        except TimeoutError as exc:
-            raise BackendError(f"Kubernetes API: {what} timed out after {timeout}s") from exc
-        except Exception as exc:
-            raise BackendError(f"Kubernetes API: {what} failed: {_describe(exc)}") from exc
-        raise AssertionError("unreachable")
+        _, _, http = await self._connection()
+
+        async def attempt(tries: int) -> Any:
+            try:
+                resp = await self._open(
+                    method,
+                    path,
+                    what=what,
+                    query=query,
+                    body=body,
+                    read_timeout=None,
+                    total=timeout,
+                )
+            except KubeHTTPError as exc:
+                if exc.status == 429 or exc.status >= 500:
+                    message = exc.body.get("message") or exc.reason
+                    raise Transient(f"HTTP {exc.status}: {message}") from exc
+                if exc.status == 409 and method == "POST" and tries > 1:
+                    return None  # our earlier attempt created it
+                return self._translate_http(exc, namespace)
+            try:
+                data = await resp.read()
+            finally:
+                resp.release()
+            text = data.decode(errors="replace")
+            return text if raw else (json.loads(text) if text else None)
+
+        return await http.call(what, attempt, timeout=timeout)
 
     @staticmethod
     def _translate_http(exc: KubeHTTPError, namespace: str | None) -> None:
@@ -472,33 +458,23 @@ class KubeClient:
             for a watch is the caller's business).
         :raises BackendError: connection failure or timeout.
         """
-        try:
-            with anyio.fail_after(connect_timeout):
-                resp = await self._open(
-                    "GET", path, what=what, query=query, read_timeout=read_timeout, total=None
-                )
-        except (KubeHTTPError, KineticError):
-            raise
-        except Exception as exc:
-            raise BackendError(f"Kubernetes API: {what} failed: {_describe(exc)}") from exc
-        try:
+        _, _, http = await self._connection()
+
+        async def opening() -> aiohttp.ClientResponse:
+            return await self._open(
+                "GET", path, what=what, query=query, read_timeout=read_timeout, total=None
+            )
+
+        async with http.streaming(what, opening, timeout=connect_timeout) as resp:
             async for chunk in resp.content.iter_any():
                 yield chunk
-        except Exception as exc:
-            raise BackendError(f"Kubernetes API: {what} broke off: {_describe(exc)}") from exc
-        finally:
-            resp.release()
 
     async def aclose(self) -> None:
         """Close the connection pool. Idempotent; shielded from cancellation."""
         self._closed = True
-        session, self._session = self._session, None
-        if session is not None:
-            with anyio.CancelScope(shield=True):
-                try:
-                    await session.close()
-                except Exception as exc:  # noqa: BLE001 - closing must not fail loudly
-                    log.debug("closing the Kubernetes client failed: %s", exc)
+        http, self._http = self._http, None
+        if http is not None:
+            await http.aclose()
 
 
 def _query_value(value: Any) -> str:
@@ -519,16 +495,3 @@ def _collection(kind: str, namespace: str) -> str:
 def collection_path(kind: str, namespace: str) -> str:
     """The API path listing ``kind`` in ``namespace`` (``jobs``, ``pods``, ``events``)."""
     return _collection(kind, namespace)
-
-
-def _describe(exc: BaseException) -> str:
-    """A transport failure in words: where a connection could not be made, and why
-    (aiohttp's own text shows its SSL context's repr)."""
-    if isinstance(exc, aiohttp.ClientConnectorError) and not isinstance(
-        exc,
-        aiohttp.ClientSSLError,  # a TLS failure: its own text says what did not verify
-    ):
-        code = exc.os_error.errno
-        why = os.strerror(code) if code else str(exc.os_error)
-        return f"cannot connect to {exc.host}:{exc.port}: {why}"
-    return f"{type(exc).__name__}: {exc}"
