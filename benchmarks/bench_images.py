@@ -49,11 +49,12 @@ from _common import machine, summary, verdict, write_results
 from kinetic._core.accel_runtime import runtime_request
 from kinetic._core.config import resolve_settings
 from kinetic._core.gke_config import GKEOptions
+from kinetic._core.image_spec import execution_mode
 from kinetic._core.requirements import _classify, requirements_lines
 from kinetic._engine.requirements_io import read_project_requirements
-from kinetic._engine.runtime_resolve import ResolvedRuntime
 from kinetic._images import modes, prebuilt, runner_image
 from kinetic._images.docker import DockerBuilder, DockerEngine, Registry
+from kinetic._images.runtime_resolve import ResolvedRuntime
 from kinetic._storage.local import LocalStorage
 
 FIFTY = [f"package-{i}>=1.{i},<3  # pinned for reasons {i}" for i in range(48)]
@@ -134,10 +135,17 @@ async def warm_image_step(env: dict[str, str], runs: int) -> dict[str, Any]:
         store = LocalStorage(Path(tmp) / "locks")
 
         async def step(image: str | None) -> Any:
+            # As a submission does it (kinetic._engine.submit.job_image): the project's
+            # requirements (none read for a custom image), then the image.
+            requirements = (
+                []
+                if execution_mode(image) == "custom"
+                else await anyio.to_thread.run_sync(read_project_requirements, root)
+            )
             return await modes.resolve_job_image(
                 image,
+                requirements=requirements,
                 category="cpu",
-                package_root=root,
                 settings=settings,
                 options=options,
                 storage=store,

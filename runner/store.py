@@ -1,15 +1,24 @@
 """The runner's view of storage: blocking read/write of whole objects.
 
 A ``file://`` store is a plain directory (the local backend), read with the
-standard library only. A ``gs://`` store reuses Kinetic's async GCS store on a
-private event loop; it is imported only then, so local jobs start fast.
+standard library only. Stores for other URL schemes (``gs://``) are plug-ins: a
+module registers an opener for its scheme (:func:`register_store`), and the process
+that starts the runner names such modules in :data:`STORES_ENV`; the runner imports
+them only when it first meets a scheme it has no store for, so local jobs start fast.
+That is how the runner reaches GCS through Kinetic's own store without ever naming
+``kinetic``: Kinetic's launchers name its module (:mod:`kinetic._core.store_plugins`),
+and the runner runs where Kinetic is installed (a local job's interpreter, or an image
+that carries Kinetic). Without a plug-in, the runner needs nothing but the standard
+library and ``file://`` stores.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from runner.fs import atomic_copy, atomic_write, iter_files
 
@@ -72,65 +81,56 @@ class FileStore:
         return None
 
 
-class GCSStore:
-    """Kinetic's GCS store driven from blocking code on one private loop."""
+STORES_ENV = "KINETIC_RUNNER_STORES"
+"""The environment variable naming the modules (comma-separated) that register stores
+for other URL schemes than ``file://``."""
 
-    def __init__(self, bucket: str) -> None:
-        import asyncio
+Opener = Callable[[str], RunnerStore]
+"""Opens the store of a URL (the whole URL).
 
-        from kinetic._storage.gcs import GCSStorage
+:raises ValueError: for a URL of its scheme that names no store (the message says why).
+"""
 
-        self._runner = asyncio.Runner()
-        self._storage: Any = GCSStorage(bucket)
+_OPENERS: dict[str, Opener] = {}
 
-    def _run(self, coro: Any) -> Any:
-        from kinetic._exceptions import ObjectNotFoundError, StorageError
 
+def register_store(scheme: str, opener: Opener) -> None:
+    """Open URLs ``{scheme}://...`` with ``opener`` (a plug-in calls this on import)."""
+    _OPENERS[scheme] = opener
+
+
+def _load_plugins(url: str) -> None:
+    for name in filter(None, (n.strip() for n in os.environ.get(STORES_ENV, "").split(","))):
         try:
-            return self._runner.run(coro)
-        except ObjectNotFoundError as exc:
-            raise FileNotFoundError(str(exc)) from exc
-        except StorageError as exc:
-            raise OSError(str(exc)) from exc
-
-    def read(self, key: str) -> bytes:
-        data = self._run(self._storage.read(key))
-        assert isinstance(data, bytes)
-        return data
-
-    def write(self, key: str, data: bytes) -> None:
-        self._run(self._storage.write(key, data))
-
-    def create_if_absent(self, key: str, data: bytes) -> bool:
-        return bool(self._run(self._storage.create_if_absent(key, data)))
-
-    def download(self, key: str, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._run(self._storage.download_file(key, path))
-
-    def list(self, prefix: str) -> list[str]:
-        async def collect() -> list[str]:
-            return [k async for k in self._storage.list(prefix)]
-
-        keys = self._run(collect())
-        assert isinstance(keys, list)
-        return keys
-
-    def close(self) -> None:
-        try:
-            self._runner.run(self._storage.aclose())
-        finally:
-            self._runner.close()
+            importlib.import_module(name)
+        except ImportError as exc:
+            raise SystemExit(
+                f"kinetic runner: cannot open {url!r}: the store module {name!r} "
+                f"({STORES_ENV}) cannot be imported here: {exc}"
+            ) from None
 
 
 def open_store(url: str) -> RunnerStore:
-    """Open the store named by ``file:///abs/dir`` or ``gs://bucket``."""
+    """Open the store named by ``file:///abs/dir``, or by a URL of a scheme a plug-in
+    registered (``gs://bucket``: see the module's docstring).
+
+    :raises SystemExit: for a URL that names no store (the message says why).
+    """
     if url.startswith("file://"):
         from urllib.parse import unquote  # only for paths with escapes
 
         path = url.removeprefix("file://")
         return FileStore(Path(unquote(path) if "%" in path else path))
-    bucket = url.removeprefix("gs://").rstrip("/")
-    if url.startswith("gs://") and bucket and "/" not in bucket:
-        return GCSStore(bucket)
-    raise SystemExit(f"kinetic runner: unsupported storage URL {url!r}")
+    scheme, sep, _ = url.partition("://")
+    if sep and scheme not in _OPENERS:
+        _load_plugins(url)
+    opener = _OPENERS.get(scheme) if sep else None
+    if opener is None:
+        raise SystemExit(
+            f"kinetic runner: unsupported storage URL {url!r} (no store for it: "
+            f"{STORES_ENV} names the modules that add them)"
+        )
+    try:
+        return opener(url)
+    except ValueError as exc:
+        raise SystemExit(f"kinetic runner: unsupported storage URL {url!r}: {exc}") from None

@@ -1,10 +1,14 @@
 """The narrow interfaces between job orchestration and the places jobs run.
 
 A backend (:class:`Backend`) observes a single job whose artifacts are in its storage,
-and ends it; how it is launched differs per backend (a process for the local one, a
-prepared plan of Kubernetes objects for the cluster ones,
-:class:`~kinetic._backends.cluster.ClusterBackend`), and the submission
-(:mod:`kinetic._engine.targets`) calls it. Batches go to its batch engine
+and ends it. It also answers what a submission (:mod:`kinetic._engine.submit`,
+:mod:`kinetic._engine.batch_submit`) must know of it, without the submission asking
+which backend it is: where a job's records and outputs go and how it runs
+(:meth:`Backend.placement`), what to check before anything is built or written
+(:meth:`Backend.get_ready`), and how a job is launched, in two steps
+(:meth:`Backend.prepare_launch`, before anything is written, and :meth:`Launch.start`
+once the job's objects are stored: a process for the local backend, Kubernetes
+objects for the cluster ones). Batches go to its batch engine
 (:class:`BatchRunner`, the backend's ``batch_runner``): it runs a recorded batch,
 reports its progress, and answers for one input of it (:meth:`BatchRunner.input_activity`
 and the methods after it). Whether a handle is a single job or a batch input is decided
@@ -18,15 +22,20 @@ only Kinetic errors.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import NamedTuple, Protocol, TypeAlias
+from typing import TYPE_CHECKING, NamedTuple, Protocol, TypeAlias
 
 import anyio
 
 from kinetic._core.status import StatusReport
 from kinetic._storage.base import Storage
 from runner import protocol
+
+if TYPE_CHECKING:  # annotations only: `import kinetic` loads none of the cluster rules
+    from kinetic._core.accelerators import AcceleratorConfig
+    from kinetic._core.config import Settings
+    from kinetic._core.gke_config import GKEOptions
 
 StatusCallback = Callable[[StatusReport], Awaitable[None]]
 
@@ -65,6 +74,80 @@ class JobRef(Protocol):
     def group_index(self) -> int | None: ...
 
 
+@dataclass(frozen=True)
+class Placement:
+    """What a submission needs to know of its backend: where a job's (or a batch's)
+    records and outputs go, and how its jobs run.
+
+    :ivar bucket_name: the handle's storage location (a bucket, or the local storage
+        directory); ``cluster_name`` and ``zone`` are the handle's other location fields.
+    :ivar outputs: the default outputs folder (a job's own is ``{outputs}/{job_id}``).
+    :ivar images: what the images of its jobs' pods are built from (base image,
+        registry); None where jobs run on this machine with this interpreter (see
+        :attr:`runs_here`).
+    :ivar batch_concurrency: a batch's inputs that run at once when ``max_concurrent``
+        is not given.
+    :ivar pod_chunk: the most inputs in one stored chunk of a batch that runs each
+        input in a pod of its own (a pod downloads the chunk holding its input); None
+        where a batch never does.
+    """
+
+    bucket_name: str
+    cluster_name: str
+    zone: str
+    outputs: str
+    images: GKEOptions | None
+    batch_concurrency: int
+    pod_chunk: int | None = None
+
+    @property
+    def runs_here(self) -> bool:
+        """Whether jobs run on this machine with this interpreter (the local backend):
+        no image is built (the interpreter is checked for the project's requirements
+        instead), data is read in place, and volumes are private to the job. Otherwise
+        they run in pods of an image, which a batch's manifest describes."""
+        return self.images is None
+
+    def output_dir(self, job_id: str) -> str:
+        """Job ``job_id``'s default outputs folder."""
+        return f"{self.outputs}/{job_id}"
+
+
+@dataclass(frozen=True)
+class NewJob:
+    """What a backend needs to get a job ready to launch (:meth:`Backend.prepare_launch`).
+
+    :ivar image: the image its pods run (empty where jobs run with this interpreter).
+    :ivar env: the captured variables its process starts with.
+    """
+
+    job_id: str
+    namespace: str
+    image: str
+    accelerator: AcceleratorConfig
+    output_dir: str
+    env: Mapping[str, str]
+    func_name: str
+
+
+class Launch(Protocol):
+    """A job ready to start, made by :meth:`Backend.prepare_launch` before anything is
+    written; nothing is kept in the backend between the two steps."""
+
+    def with_gcs_fuse(self, buckets: Iterable[str]) -> Launch:
+        """Mount these buckets read-only (``fuse=True`` data) in the job's pods (a job
+        that runs here reads its data in place: the same launch)."""
+        ...
+
+    async def start(self, job: JobRef) -> None:
+        """Start the job. Its spec, payload and handle (``job``) are already stored.
+
+        :raises ConfigError: the job can never start there (a missing namespace).
+        :raises BackendError: it could not be started; nothing keeps running then.
+        """
+        ...
+
+
 class Backend(Protocol):
     """Runs single jobs and reports on them (never given a batch input: those go to
     the backend's ``batch_runner``, a :class:`BatchRunner`, where it has one)."""
@@ -84,6 +167,26 @@ class Backend(Protocol):
         """Whether a job that ended still holds something only cancelling releases (a
         Kubernetes object); False where ending releases everything, so cleaning up an
         ended job is deleting its objects."""
+        ...
+
+    def placement(self, settings: Settings) -> Placement:
+        """Where jobs and batches submitted with ``settings`` go, and how they run. Pure."""
+        ...
+
+    async def get_ready(self) -> None:
+        """Before a job's (or batch's) image is built or anything is written: check that
+        this backend can run it, and settle what its pods run as.
+
+        :raises ConfigError: it cannot (the error says how to fix it).
+        :raises BackendError: the cluster failed or could not be reached.
+        """
+        ...
+
+    def prepare_launch(self, job: NewJob) -> Launch:
+        """Get ``job`` ready to launch. Pure: nothing is written or created.
+
+        :raises ConfigError: on a job this backend cannot run.
+        """
         ...
 
     async def status(self, job: JobRef) -> StatusReport:

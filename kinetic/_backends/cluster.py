@@ -11,10 +11,14 @@ one shared watch per namespace). It holds what does not depend on the kind of ob
   :class:`Follower` (made by the subclass) what the watch shows, and
   :mod:`kinetic._core.wait_plan` what to do about it (end the job, give up on a job
   that cannot start, how long to sleep);
+* what a submission needs of it (:meth:`ClusterBackend.placement`: the bucket, outputs
+  in it, pods of an image; :meth:`ClusterBackend.get_ready`: the cluster's check and
+  the pods' service account, before the image is built);
 * launching in two steps: :meth:`ClusterBackend.prepare` builds a :class:`LaunchPlan`
   (pure: the job's manifest, before anything is written), and
   :meth:`ClusterBackend.launch` creates the cluster objects it describes; the plan
-  travels with the submission, nothing is kept in the backend between the two;
+  travels with the submission (:class:`ClusterLaunch`), nothing is kept in the backend
+  between the two;
 * cancelling (a cancel record, then the subclass deletes its objects), the result,
   the job's objects in storage, the listing of job ids;
 * the pieces of logs: the stored copy, its tail, a pod's live log.
@@ -32,11 +36,13 @@ from typing import Any, ClassVar, TypedDict
 
 import anyio
 
-from kinetic._backends.base import JobRef, StatusCallback
+from kinetic._backends.base import JobRef, NewJob, Placement, StatusCallback
 from kinetic._backends.gke.client import KubeClient
+from kinetic._backends.gke.pod_identity import settle_service_account
 from kinetic._backends.gke.watch import SharedWatch
 from kinetic._core import k8s_spec, k8s_status, wait_plan
 from kinetic._core.accelerators import AcceleratorConfig
+from kinetic._core.config import Settings
 from kinetic._core.exception_groups import one_error
 from kinetic._core.gke_config import GKEOptions
 from kinetic._core.status import StatusReport
@@ -47,6 +53,11 @@ from runner import protocol
 
 CANCEL_KEY = "cancel.json"
 LOG_RETRY = 1.0
+BATCH_CONCURRENCY = 64
+"""A batch's inputs that run at once when ``max_concurrent`` is not given."""
+POD_CHUNK = 64
+"""The most inputs per stored chunk of a batch with a pod per input (each pod downloads
+the chunk holding its input)."""
 
 
 class Cluster:
@@ -95,6 +106,21 @@ class LaunchPlan:
     def with_gcs_fuse(self, buckets: Iterable[str]) -> LaunchPlan:
         """The plan with read-only GCS FUSE volumes for ``buckets`` in its pods."""
         return replace(self, manifest=k8s_spec.with_gcs_fuse(self.manifest, buckets))
+
+
+@dataclass(frozen=True)
+class ClusterLaunch:
+    """A job ready to launch on ``backend``: its plan
+    (:class:`~kinetic._backends.base.Launch`)."""
+
+    backend: ClusterBackend
+    plan: LaunchPlan
+
+    def with_gcs_fuse(self, buckets: Iterable[str]) -> ClusterLaunch:
+        return replace(self, plan=self.plan.with_gcs_fuse(buckets))
+
+    async def start(self, job: JobRef) -> None:
+        await self.backend.launch(self.plan)
 
 
 class Follower(abc.ABC):
@@ -147,6 +173,45 @@ class ClusterBackend(abc.ABC):
     @property
     def client(self) -> KubeClient:
         return self.cluster.client
+
+    # -- submission -------------------------------------------------------------------
+
+    def placement(self, settings: Settings) -> Placement:
+        """The bucket ``{project}-kn-{cluster}-jobs`` (the settings'), outputs in it, pods
+        of an image built with this backend's options."""
+        bucket = settings.bucket_name
+        return Placement(
+            bucket_name=bucket,
+            cluster_name=settings.cluster,
+            zone=settings.zone,
+            outputs=f"gs://{bucket}/outputs",
+            images=self.options,
+            batch_concurrency=BATCH_CONCURRENCY,
+            pod_chunk=POD_CHUNK,
+        )
+
+    async def get_ready(self) -> None:
+        """Check the cluster (:meth:`check_cluster`), then settle which service account
+        the pods run as (before a manifest is built from the options)."""
+        await self.check_cluster()
+        await settle_service_account(self)
+
+    def prepare_launch(self, job: NewJob) -> ClusterLaunch:
+        """The job's plan (:meth:`prepare`), with this backend's bucket and pod options.
+
+        :raises ConfigError: the job cannot run here (pathways: not a TPU slice).
+        """
+        template = k8s_spec.JobTemplate(
+            namespace=job.namespace,
+            image=job.image,
+            bucket=self.bucket,
+            accelerator=job.accelerator,
+            output_dir=job.output_dir,
+            env=job.env,
+            pod=self.options.pod,
+            func_name=job.func_name,
+        )
+        return ClusterLaunch(self, self.prepare(job.job_id, template))
 
     # -- launching --------------------------------------------------------------------
 

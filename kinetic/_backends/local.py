@@ -32,9 +32,10 @@ import errno
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.to_thread
@@ -47,16 +48,20 @@ from kinetic._backends._process import (
     spawn_detached,
     wait_exit,
 )
-from kinetic._backends.base import JobRef, StatusCallback
+from kinetic._backends.base import JobRef, NewJob, Placement, StatusCallback
 from kinetic._backends.local_batch import LocalBatches, LocalBatchRunner
 from kinetic._backends.local_launcher import spawn_via_launcher
 from kinetic._core.status import JobStatus, StatusReport, status_from_local_records
+from kinetic._core.store_plugins import RUNNER_ENV
 from kinetic._exceptions import ObjectNotFoundError
 from kinetic._storage.local import LocalStorage, check_root
 from runner import protocol
 from runner.contexts import CACHE_ENV
 from runner.fs import atomic_write, make_private_dirs
 from runner.gpu_lease import job_gpus_key
+
+if TYPE_CHECKING:
+    from kinetic._core.config import Settings
 
 _LAUNCH = "launch.json"
 _EXIT = "exit_code"
@@ -69,13 +74,15 @@ _RUNNER_HOME = os.path.dirname(os.path.dirname(os.path.abspath(runner.__file__))
 
 
 def job_environment(context_cache: Path | None = None) -> dict[str, str]:
-    """The environment local jobs start with: ours, unbuffered, with ``runner`` importable.
+    """The environment local jobs start with: ours, unbuffered, with ``runner`` importable
+    and told where its ``gs://`` store is (:mod:`kinetic._core.store_plugins`).
 
     :param context_cache: where jobs share extracted contexts (:mod:`runner.contexts`).
     """
     env = dict(os.environ)
     env["PYTHONUNBUFFERED"] = "1"  # so followed logs arrive as they are printed
     env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH", ""), _RUNNER_HOME) if p)
+    env.update(RUNNER_ENV)  # its gs:// store, for data on GCS
     if context_cache is not None:
         env[CACHE_ENV] = str(context_cache)
     return env
@@ -101,10 +108,31 @@ class LocalBackend:
     def __repr__(self) -> str:
         return f"LocalBackend({str(self.root)!r})"
 
+    # -- submission -------------------------------------------------------------------
+
+    def placement(self, settings: Settings) -> Placement:
+        """Storage and outputs under the root; jobs run here, a batch's inputs on as many
+        workers as this machine has CPUs."""
+        return Placement(
+            bucket_name=str(self.storage.root),
+            cluster_name="local",
+            zone="",
+            outputs=str(self.root / "outputs"),
+            images=None,
+            batch_concurrency=os.cpu_count() or 1,
+        )
+
+    async def get_ready(self) -> None:
+        """Nothing to check: the root was checked when the settings were read."""
+
+    def prepare_launch(self, job: NewJob) -> _LocalLaunch:
+        return _LocalLaunch(self)
+
     def _key(self, job: JobRef, name: str) -> str:
         return f"{job.job_id}/{name}"
 
     async def launch(self, job: JobRef) -> None:
+        """Start the (stored) job's runner process."""
         job_dir = self.storage.path_for(job.job_id)  # a name only; created in the thread below
         argv = [
             sys.executable,
@@ -332,3 +360,16 @@ def _read_from(path: Path, offset: int) -> bytes:
             return f.read(1 << 20)
     except FileNotFoundError:
         return b""
+
+
+@dataclass(frozen=True)
+class _LocalLaunch:
+    """A local job ready to start: the process is all there is to it."""
+
+    backend: LocalBackend
+
+    def with_gcs_fuse(self, buckets: Iterable[str]) -> _LocalLaunch:
+        return self  # the job reads its data in place
+
+    async def start(self, job: JobRef) -> None:
+        await self.backend.launch(job)

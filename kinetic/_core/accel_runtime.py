@@ -19,7 +19,7 @@ version, and ``jaxlib``/``libtpu``/CUDA plugin pins join the runtime's set, wher
 resolver holds them to JAX's. A specifier the default satisfies (``jax>=0.4``) keeps the
 default, so that one runtime is shared by every project that accepts it. A line marked
 ``# kn:keep`` is not touched: it goes to the project's layer verbatim. Whether the set
-can be installed is decided by a resolver (:mod:`kinetic._engine.runtime_resolve`) for
+can be installed is decided by a resolver (:mod:`kinetic._images.runtime_resolve`) for
 :data:`PLATFORM` and the image's Python, at submission.
 """
 

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from kinetic._core import accelerators
+from kinetic._core import accelerators, store_plugins
 from kinetic._core.accelerators import AcceleratorConfig
 from kinetic._exceptions import ConfigError
 from runner.protocol import FUSE_ROOT, member_attempt_id, member_job_id
@@ -157,6 +157,7 @@ def job_manifest(template: JobTemplate, job_id: str) -> dict[str, Any]:
             "KINETIC_OUTPUT_DIR": template.output_dir,
             "JAX_PLATFORMS": accelerators.jax_platforms(accelerator),
             "PYTHONUNBUFFERED": "1",
+            **store_plugins.RUNNER_ENV,  # the runner's gs:// store
         }
     )
     container: dict[str, Any] = {

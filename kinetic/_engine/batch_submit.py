@@ -2,8 +2,10 @@
 
 Submission writes the function once, the inputs in chunked objects, and the
 manifest last — the commit point, written once and never rewritten — then asks
-the backend's batch engine to run it. Validation, pickling and (on GKE) the
-image happen before the first write, so bad input leaves nothing behind.
+the backend's batch engine to run it. Validation, pickling and (for a backend whose
+jobs run in pods) the image happen before the first write, so bad input leaves
+nothing behind. What differs per backend is asked of it
+(:meth:`~kinetic._backends.base.Backend.placement`), never read from its name or type.
 Nothing is written per input: the inputs are in the chunks.
 """
 
@@ -23,7 +25,6 @@ import anyio.to_thread
 import cloudpickle
 
 from kinetic._backends.base import Backend
-from kinetic._backends.local import LocalBackend
 from kinetic._concurrency import for_each
 from kinetic._core.accelerators import AcceleratorConfig
 from kinetic._core.arg_checks import check_timeout
@@ -32,7 +33,7 @@ from kinetic._core.ids import check_group_id, new_group_id
 from kinetic._core.image_spec import JobImage
 from kinetic._core.inputs import MapOptions, chunk_size, to_call
 from kinetic._core.records import job_spec, shared_handle, utcnow_iso
-from kinetic._engine import runtime, targets
+from kinetic._engine import runtime
 from kinetic._engine.batch import BatchHandle, CleanedSummary
 from kinetic._engine.batch_runner import runner_for
 from kinetic._engine.captured_env import capture_job_env
@@ -47,7 +48,7 @@ from kinetic._engine.packaging import (
     shipping_by_value,
 )
 from kinetic._engine.preload import settings_with_code
-from kinetic._engine.submit import RunOptions, aresolve_target, undo_submission
+from kinetic._engine.submit import RunOptions, aresolve_target, job_image, undo_submission
 from kinetic._exceptions import (
     ConfigError,
     DataError,
@@ -58,10 +59,6 @@ from kinetic._exceptions import (
 from runner import protocol
 
 _WRITE_CONCURRENCY = 16
-GKE_DEFAULT_CONCURRENCY = 64
-"""Inputs running at once on GKE when ``max_concurrent`` is not given."""
-GKE_CHUNK = 64
-"""Inputs per stored chunk on GKE (each pod downloads the chunk holding its input)."""
 
 
 def _package_root(fn: Callable[..., Any]) -> Path:
@@ -171,11 +168,8 @@ async def submit_batch(
     runner = runner_for(backend)
     root = await anyio.to_thread.run_sync(_package_root, fn)
     # Before anything is written: a bad requirement or a failed build is bad input.
-    if backend.name == "gke":
-        image = await targets.gke_image(backend, settings, accel, opts.container_image, root)
-    else:
-        await targets.warn_missing_requirements(root)
-        image = JobImage(opts.container_image or "", "local")
+    await backend.get_ready()
+    image = await job_image(backend, settings, accel, opts.container_image, root)
     group_id = new_group_id()
     storage = backend.storage
     # Recorded first, so attach_batch in another process can wait for this submission.
@@ -203,10 +197,6 @@ async def submit_batch(
             await undo_submission(storage, protocol.group_prefix(group_id))
         raise
     return BatchHandle(backend=backend, manifest=manifest)
-
-
-def _outputs_dir(local_root: str) -> str:
-    return os.path.join(os.path.abspath(local_root), "outputs")
 
 
 def _captured_env(opts: RunOptions) -> dict[str, str]:
@@ -331,12 +321,12 @@ async def _record(
     """
     storage = backend.storage
     root = await anyio.to_thread.run_sync(_package_root, fn)
-    local = isinstance(backend, LocalBackend)
+    place = backend.placement(settings)
     # Workers (local, or a GKE pool) stream through many inputs: few, large chunks. A
-    # pod per input reads only its input's chunk: at most GKE_CHUNK inputs each.
+    # pod per input reads only its input's chunk: at most pod_chunk inputs each.
     size = (
-        chunk_size(len(items), target_chunks=1, max_size=GKE_CHUNK)
-        if pod_per_input and not local
+        chunk_size(len(items), target_chunks=1, max_size=place.pod_chunk)
+        if pod_per_input and place.pod_chunk is not None
         else chunk_size(len(items))
     )
     # Every input is looked at: large batches take milliseconds, so not on the loop.
@@ -348,7 +338,7 @@ async def _record(
     data = (
         PreparedCalls(calls)
         if plain
-        else await prepare_calls_data(calls, storage=backend.storage, local_backend=local)
+        else await prepare_calls_data(calls, storage=backend.storage, local_backend=place.runs_here)
     )
     fn_bytes = await apickle_function(fn, root)
     chunks = await anyio.to_thread.run_sync(_pickle_chunks, fn, data.calls, size, root)
@@ -358,14 +348,7 @@ async def _record(
     sys_path, cwd = await anyio.to_thread.run_sync(relative_sys_path, root, Path.cwd())
 
     func_name = getattr(fn, "__name__", type(fn).__name__)
-    default_pool = (os.cpu_count() or 1) if local else GKE_DEFAULT_CONCURRENCY
-    if isinstance(backend, LocalBackend):
-        output_dir = opts.output_dir or _outputs_dir(settings.local_root)
-        bucket_name, cluster_name, zone = str(backend.storage.root), "local", ""
-    else:
-        place = targets.target_for(backend).placement(settings, group_id, None)
-        output_dir = opts.output_dir or f"gs://{place.bucket_name}/outputs"
-        bucket_name, cluster_name, zone = place.bucket_name, place.cluster_name, place.zone
+    output_dir = opts.output_dir or place.outputs
     spec = job_spec(
         job_id=group_id,
         func_name=func_name,
@@ -390,14 +373,14 @@ async def _record(
         "n_chunks": len(chunks),
         "delivery": protocol.DELIVERY,
         "created_at": utcnow_iso(),
-        "options": map_opts.record(default_pool),
+        "options": map_opts.record(place.batch_concurrency),
         "spec": spec,
         "handle": shared_handle(
             backend=backend.name,
             project=settings.project or "",
-            bucket_name=bucket_name,
-            cluster_name=cluster_name,
-            zone=zone,
+            bucket_name=place.bucket_name,
+            cluster_name=place.cluster_name,
+            zone=place.zone,
             namespace=settings.namespace,
             image_uri=image.uri,
             accelerator=accel.name + (":spot" if accel.spot else ""),
@@ -405,7 +388,7 @@ async def _record(
             debug=opts.debug,
         ),
     }
-    if not local:
+    if not place.runs_here:  # what the batch's pods run
         manifest["gke"] = {
             "image": image.uri,
             "namespace": settings.namespace,

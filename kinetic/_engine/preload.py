@@ -37,6 +37,7 @@ _CLUSTER_CODE = (
     # Which service account a job's pod runs as (asked once per backend, at submission).
     "kinetic._backends.gke.pod_identity",
     # Execution modes: requirements, the bundled image's builders and registries.
+    "kinetic._engine.requirements_io",
     "kinetic._images.modes",
     "kinetic._images.docker",
     "kinetic._images.cloudbuild",

@@ -4,10 +4,14 @@ Order matters. Everything that can be checked without side effects is checked
 first (settings, accelerator, pickling), so bad input fails before any object
 is written. The caller's loop never runs the blocking steps: they are grouped into
 few worker-thread calls (settings and paths; pickling, hashing and the context's
-stat walk), bounded per loop by :func:`kinetic._engine.runtime.blocking_limiter`. Then the shared context archive (content-addressed, stored once),
-the payload, the spec and the handle are written, and the backend launches the
-job. If anything fails after the first job object was written, the job's
-objects are deleted again under a cancellation shield, and the error re-raised.
+stat walk), bounded per loop by :func:`kinetic._engine.runtime.blocking_limiter`. The
+backend is asked what differs (:meth:`~kinetic._backends.base.Backend.placement`,
+``get_ready`` and ``prepare_launch``), and the job's image is resolved here
+(:func:`job_image`), both before anything is written. Then the shared context archive
+(content-addressed, stored once), the payload, the spec and the handle are written, and
+the backend launches the job. If anything fails after the first job object was
+written, the job's objects are deleted again under a cancellation shield, and the error
+re-raised.
 """
 
 from __future__ import annotations
@@ -25,16 +29,17 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
-from kinetic._backends.base import Backend
+from kinetic._backends.base import Backend, NewJob
 from kinetic._core import accelerators
 from kinetic._core.config import Settings, capture_env
 from kinetic._core.ids import new_job_id
-from kinetic._core.image_spec import execution_mode
+from kinetic._core.image_spec import JobImage, execution_mode
 from kinetic._core.records import job_names, job_spec, shared_handle
-from kinetic._engine import runtime, targets
+from kinetic._engine import runtime
 from kinetic._engine.captured_env import capture_job_env
 from kinetic._engine.data_refs import holds_data, prepare_data
 from kinetic._engine.handle import JobHandle
+from kinetic._engine.interpreter_checks import warn_missing_requirements, warn_missing_runtime
 from kinetic._engine.packaging import (
     ContextArchive,
     astore_archive,
@@ -271,6 +276,51 @@ def _pack_plain(
     return _pack(fn, args, kwargs, root, None, exclude)
 
 
+async def job_image(
+    backend: Backend,
+    settings: Settings,
+    accelerator: accelerators.AcceleratorConfig,
+    container_image: str | None,
+    package_root: Path,
+) -> JobImage:
+    """The image a job or a batch runs in, in its execution mode (bundled images are
+    built and pushed here when new); on a backend whose jobs run here, none (this
+    interpreter is checked for the project's requirements instead). Nothing about the
+    job is written. Call :meth:`~kinetic._backends.base.Backend.get_ready` first.
+
+    :raises RequirementsError, RuntimeConflictError, ConfigError, ImageBuildError,
+        BackendError: see :func:`kinetic._images.modes.resolve_job_image`.
+    """
+    images = backend.placement(settings).images
+    if images is None:
+        await warn_missing_requirements(package_root)
+        return JobImage(container_image or "", "local")
+    from kinetic._engine.requirements_io import read_project_requirements
+    from kinetic._images.modes import resolve_job_image
+
+    requirements = (
+        []  # a custom image brings its own: the project's files are not read
+        if execution_mode(container_image) == "custom"
+        else await anyio.to_thread.run_sync(read_project_requirements, package_root)
+    )
+    return await resolve_job_image(
+        container_image,
+        requirements=requirements,
+        category=accelerator.kind,
+        settings=settings,
+        options=images,
+        storage=backend.storage,
+        env=os.environ,
+        progress=_build_progress,
+    )
+
+
+def _build_progress(line: str) -> None:
+    # A build takes minutes: say that it runs and show its steps, not every line of pip.
+    if line.startswith(("building ", "Step ")):
+        print(f"kinetic: {line}", file=sys.stderr, flush=True)
+
+
 async def submit(
     fn: Callable[..., Any],
     args: tuple[Any, ...],
@@ -302,23 +352,24 @@ async def submit(
         debug_wait = wait_timeout(os.environ)
     job_id = new_job_id()
     storage = backend.storage
-    target = targets.target_for(backend)
-    place = target.placement(settings, job_id, opts.output_dir)
-    output_dir = place.output_dir
     func_name = getattr(fn, "__name__", type(fn).__name__)
-    # Backend-specific checks and image resolution: before anything is written.
-    prepared = await target.prepare(
-        backend,
-        targets.LaunchInput(
+    # The backend's checks, the image and the launch's plan: before anything is written.
+    await backend.get_ready()
+    place = backend.placement(settings)
+    output_dir = opts.output_dir or place.output_dir(job_id)
+    image = await job_image(backend, settings, accel, opts.container_image, root)
+    if place.runs_here:  # a pod would have its image's runtime; this interpreter may not
+        await warn_missing_runtime(accel.kind)
+    launch = backend.prepare_launch(
+        NewJob(
             job_id=job_id,
-            settings=settings,
+            namespace=settings.namespace,
+            image=image.uri,
             accelerator=accel,
-            container_image=opts.container_image,
             output_dir=output_dir,
             env=env,
             func_name=func_name,
-            package_root=root,
-        ),
+        )
     )
     # The local root holds jobs' records and contexts: never part of a context.
     excluded: tuple[Path, ...] = (Path(settings.local_root),)
@@ -334,10 +385,10 @@ async def submit(
             kwargs,
             opts.volumes,
             storage=backend.storage,
-            local_backend=backend.name == "local",
+            local_backend=place.runs_here,
         )
         if data.fuse_buckets:
-            prepared = prepared.with_gcs_fuse(data.fuse_buckets)
+            launch = launch.with_gcs_fuse(data.fuse_buckets)
         has_data = data.has_data
         excluded = (*excluded, *data.local_paths)
         packed = await anyio.to_thread.run_sync(
@@ -356,9 +407,9 @@ async def submit(
         env=env,
         output_dir=output_dir,
         has_data=has_data,
-        install=prepared.image.install,
+        install=image.install,
     )
-    if opts.volumes and backend.name == "local":
+    if opts.volumes and place.runs_here:
         spec["private_volumes"] = True
     if debug_wait is not None:
         spec["debug"] = {"wait": debug_wait, "source_root": str(root)}
@@ -370,7 +421,7 @@ async def submit(
             cluster_name=place.cluster_name,
             zone=place.zone,
             namespace=settings.namespace,
-            image_uri=prepared.image.uri,
+            image_uri=image.uri,
             accelerator=accel.name + (":spot" if accel.spot else ""),
             func_name=func_name,
             debug=opts.debug,
@@ -386,7 +437,7 @@ async def submit(
     try:
         # Independent objects: written at once (the launch needs them all).
         await storage.write_many(objects)
-        await target.launch(backend, handle, prepared)
+        await launch.start(handle)
     except BaseException:
         with anyio.CancelScope(shield=True):
             await undo_submission(storage, f"{job_id}/", protocol.handle_key(job_id))

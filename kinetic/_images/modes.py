@@ -10,9 +10,9 @@ prebuilt   ``"prebuilt"``                 ``{base_image_repo}/base-{cat}:{versio
 custom     anything else                  used as given
 ========== ============================== =============================================
 
-In bundled and prebuilt mode the project's requirements and the image's runtime are
-resolved together for the image's platform before anything is built or written
-(:mod:`kinetic._engine.runtime_resolve`).
+In bundled and prebuilt mode the project's requirements (read by the caller, the
+engine) and the image's runtime are resolved together for the image's platform before
+anything is built or written (:mod:`kinetic._images.runtime_resolve`).
 
 See ``docs/execution-modes.md``.
 """
@@ -20,8 +20,7 @@ See ``docs/execution-modes.md``.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable, Mapping
-from pathlib import Path
+from collections.abc import Iterable, Mapping, Sequence
 
 import anyio.to_thread
 
@@ -35,12 +34,10 @@ from kinetic._core.requirements import (
     check_installable_remotely,
     requirements_lines,
 )
-from kinetic._engine import runtime_resolve
-from kinetic._engine.requirements_io import read_project_requirements
-from kinetic._engine.runtime_resolve import ResolvedRuntime
 from kinetic._exceptions import ConfigError
-from kinetic._images import runner_image
+from kinetic._images import runner_image, runtime_resolve
 from kinetic._images.builder import ImageBuilder, Progress, choose_builder
+from kinetic._images.runtime_resolve import ResolvedRuntime
 from kinetic._storage.base import Storage
 from kinetic._version import __version__
 
@@ -104,8 +101,8 @@ async def resolve_runtime(
 async def resolve_job_image(
     container_image: str | None,
     *,
+    requirements: Sequence[Requirement],
     category: str,
-    package_root: Path,
     settings: Settings,
     options: GKEOptions,
     storage: Storage,
@@ -116,8 +113,9 @@ async def resolve_job_image(
     if they are new. Everything that can be wrong with the requirements is found before
     anything is built.
 
-    :raises RequirementsError: a requirement line cannot be parsed, or (prebuilt mode)
-        cannot be installed from a package index.
+    :param requirements: the project's requirement lines (unused for a custom image).
+    :raises RequirementsError: (prebuilt mode) a line cannot be installed from a
+        package index.
     :raises RuntimeConflictError: the requirements and the runtime have no installable
         set for the image's platform.
     :raises ConfigError: no registry for bundled images; unknown builder.
@@ -128,10 +126,9 @@ async def resolve_job_image(
     if mode == "custom":
         assert container_image is not None
         return JobImage(container_image, "custom")
-    reqs = await anyio.to_thread.run_sync(read_project_requirements, package_root)
     if mode == "prebuilt":
-        check_installable_remotely(reqs)
-        request, _ = await resolve_runtime(reqs, category, options.base_image)
+        check_installable_remotely(requirements)
+        request, _ = await resolve_runtime(requirements, category, options.base_image)
         uri = image_spec.prebuilt_uri(settings.base_image_repo, category, __version__)
         if not await runner_image.image_exists(uri):
             raise ConfigError(
@@ -143,7 +140,7 @@ async def resolve_job_image(
         pins = () if request.is_default else tuple(r.line for r in request.user_runtime)
         lines = (*pins, *requirements_lines(request.project))
         return JobImage(uri, "prebuilt", install=lines)
-    request, resolved = await resolve_runtime(reqs, category, options.base_image)
+    request, resolved = await resolve_runtime(requirements, category, options.base_image)
     registry = options.image_registry or settings.default_registry
     runtime = await anyio.to_thread.run_sync(
         runner_image.runtime_plan, registry, options.base_image, resolved

@@ -17,10 +17,9 @@ from collections.abc import Sequence
 import anyio.to_thread
 
 from kinetic._core import accel_runtime, image_spec
-from kinetic._engine import runtime_resolve
-from kinetic._engine.runtime_resolve import ResolvedRuntime
-from kinetic._images import runner_image
+from kinetic._images import runner_image, runtime_resolve
 from kinetic._images.builder import ImageBuilder, Progress
+from kinetic._images.runtime_resolve import ResolvedRuntime
 
 
 def base_plan(

@@ -39,15 +39,14 @@ import anyio
 import anyio.to_thread
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
-import kinetic
 import runner
 from kinetic._core import image_spec
-from kinetic._engine.runtime_resolve import PIP_PLATFORMS, ResolvedRuntime
 from kinetic._exceptions import ImageBuildError
 from kinetic._images import build_lock
 from kinetic._images.builder import ImageBuilder, Progress
 from kinetic._images.docker import DockerBuilder, Registry
 from kinetic._images.gauth import google_registry_credentials, is_google_registry
+from kinetic._images.runtime_resolve import PIP_PLATFORMS, ResolvedRuntime
 from kinetic._storage.base import Storage
 
 DISTRIBUTION = "kinetic-aio"
@@ -134,11 +133,15 @@ def tool_requirements(python: str = "3.11") -> list[str]:
     return [_pin(name, name, python) for name in RUNNER_TOOLS]
 
 
+KINETIC_ROOT = Path(__file__).parents[1]
+"""The ``kinetic`` package's folder, found from this file (``kinetic/_images/``) rather
+than by importing ``kinetic``, which sits above the images."""
+
+
 def package_sources() -> dict[str, bytes]:
     """The ``kinetic`` and ``runner`` packages' files (``.py``, ``py.typed``). Blocking."""
     files: dict[str, bytes] = {}
-    for pkg in (kinetic, runner):
-        root = Path(str(pkg.__file__)).parent
+    for root in (KINETIC_ROOT, Path(str(runner.__file__)).parent):
         for path in sorted(root.rglob("*")):
             if "__pycache__" in path.parts or not path.is_file():
                 continue

@@ -36,8 +36,8 @@ import pytest
 
 import kinetic
 from kinetic._core.accel_runtime import DEFAULTS
-from kinetic._engine.runtime_resolve import ResolvedRuntime
 from kinetic._images import modes, prebuilt, runner_image
+from kinetic._images.runtime_resolve import ResolvedRuntime
 from tests import fix_cluster
 from tests.fix_cluster import GKETarget
 
@@ -234,7 +234,7 @@ def runner_image_runtime(image: str) -> ResolvedRuntime:
     """The runtime a TPU image of :data:`PINNED_JAX` was promised (the cached resolution)."""
     from kinetic._core.accel_runtime import runtime_request
     from kinetic._core.requirements import parse_requirements_txt
-    from kinetic._engine import runtime_resolve
+    from kinetic._images import runtime_resolve
 
     request = runtime_request(parse_requirements_txt(f"jax=={PINNED_JAX}\n"), "tpu")
     runtime = runtime_resolve.resolve_runtime(request, "3.11", runner_image.runtime_inputs())

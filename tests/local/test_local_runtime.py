@@ -9,7 +9,7 @@ import os
 import pytest
 
 import kinetic
-from kinetic._engine import targets
+from kinetic._engine import interpreter_checks
 
 pytestmark = pytest.mark.local
 
@@ -22,7 +22,7 @@ def test_a_tpu_job_names_what_its_image_has_and_this_interpreter_lacks(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("KINETIC_LOCAL_ACCELERATOR", "cpu")  # TPU jobs on this machine's CPUs
-    monkeypatch.setattr(targets, "_warned_categories", set())
+    monkeypatch.setattr(interpreter_checks, "_warned_categories", set())
     monkeypatch.delenv("KERAS_BACKEND", raising=False)
     remote = kinetic.run(accelerator="tpu-v5litepod-4")(keras_backend)
     assert remote() == "jax"
@@ -37,7 +37,7 @@ def test_a_tpu_job_names_what_its_image_has_and_this_interpreter_lacks(
 def test_the_users_keras_backend_wins_and_cpu_jobs_say_nothing(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(targets, "_warned_categories", set())
+    monkeypatch.setattr(interpreter_checks, "_warned_categories", set())
     monkeypatch.setenv("KERAS_BACKEND", "torch")
     assert kinetic.run()(keras_backend)() == "torch"
     monkeypatch.delenv("KERAS_BACKEND")
@@ -46,6 +46,6 @@ def test_the_users_keras_backend_wins_and_cpu_jobs_say_nothing(
 
 
 def test_what_a_gpu_job_lacks_here_is_named() -> None:
-    missing = targets.missing_runtime("gpu")
+    missing = interpreter_checks.missing_runtime("gpu")
     assert missing == ["jax-cuda12-plugin (JAX's CUDA plugin)"]  # jax, keras: installed
-    assert targets.missing_runtime("cpu") == []
+    assert interpreter_checks.missing_runtime("cpu") == []

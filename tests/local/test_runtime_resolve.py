@@ -16,9 +16,8 @@ import pytest
 from kinetic import RequirementsError, RuntimeConflictError
 from kinetic._core.accel_runtime import DEFAULTS, runtime_request
 from kinetic._core.requirements import parse_requirements_txt
-from kinetic._engine import runtime_resolve
-from kinetic._engine.runtime_resolve import ResolvedRuntime
-from kinetic._images import runner_image
+from kinetic._images import runner_image, runtime_resolve
+from kinetic._images.runtime_resolve import ResolvedRuntime
 
 pytestmark = [pytest.mark.local, pytest.mark.timeout(600)]
 

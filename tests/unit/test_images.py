@@ -16,11 +16,11 @@ from aiohttp import web
 
 from kinetic._core import image_spec
 from kinetic._core.config import resolve_settings
-from kinetic._engine.runtime_resolve import ResolvedRuntime
 from kinetic._exceptions import BackendError, ConfigError, ImageBuildError
 from kinetic._images import build_lock, runner_image
 from kinetic._images.builder import choose_builder
 from kinetic._images.docker import Registry
+from kinetic._images.runtime_resolve import ResolvedRuntime
 from kinetic._storage.local import LocalStorage
 from tests.loopback_http import Request, reply, serve
 
