@@ -2,35 +2,37 @@
 
 Theory of operation
 -------------------
-Every pod of a pool batch's Kubernetes Job runs one worker. A worker
+Every pod of a pool batch's Kubernetes Job runs one worker. This module is its IO
+shell; every decision (which span of inputs to claim, when to write a burst of
+outcomes, renew the lease, take over a dead worker's span, stop) is the pure
+:class:`runner.pool_machine.WorkerMachine`'s, whose docstring tells the protocol. A
+worker
 
 1. reads the manifest and the function (``fn.pkl``, its SHA-256 checked) and prepares
    the workspace (the context) once. A failure there is no input's fault and would
    repeat in every worker: it stops the batch (``stop.json``, reason ``failed``, the
    phase) and the worker exits 0;
-2. steps through :func:`runner.pool_book.worker_step` over what it knows of the batch
-   (a listing of claims and outcomes at start, again when it runs out of free inputs or
-   loses a race): to run an input it creates the input's claim object with a
-   create-if-absent precondition — of racing workers exactly one wins, the others
-   learn the claim and move on (to another chunk: workers spread over the chunks);
-3. runs each input in a fresh process forked from itself (the function is unpickled
-   once per worker, each input runs in its own copy: a crash, a leak or global state
-   of one input never reaches another). Meanwhile it renews the claim's lease every
-   third of it, ends the input if the batch was stopped with running inputs to end
-   (cancel, ``cancel_running_on_fail``) or if the input was cancelled alone (someone
-   else wrote its outcome);
-4. retries a failed attempt in a new process while ``retries`` allow, then writes the
-   outcome (create-if-absent: the first outcome of an input stands); after a final
-   failure with ``fail_fast`` it writes ``stop.json``;
-5. exits 0 once every input has an outcome or the batch stopped. The Job has no
+2. loops: asks the machine for its next operation and performs it against storage
+   (list, read, create-if-absent, write), sleeps, runs an input, or exits;
+3. runs each input, by default, in a fresh process forked from itself (the function is
+   unpickled once per worker, each input runs in its own copy: a crash, a leak or
+   global state of one input never reaches another). Meanwhile it keeps asking the
+   machine for upkeep (lease renewal, the stop record, a cancel of the input, a due
+   burst) and ends the child when told to. With ``reuse_process`` (the user's opt-in)
+   inputs run in the worker's own process, one after another: no fork per input, but
+   an input that crashes the process ends the worker (its span is taken over), and
+   what one input leaves in the process (globals, memory) the next one sees. Upkeep
+   then runs in a helper thread while the input runs; an input cannot be ended alone
+   (a stop that ends running inputs ends the worker, after its burst is written);
+4. exits 0 once every input has an outcome or the batch stopped. The Job has no
    ``completions`` (Kubernetes' work-queue semantics): it completes once a worker
    exited 0 and all have ended. A worker that dies is replaced by the Job controller;
-   the input it held is taken over when its lease expires.
+   the span it held is taken over from its first input without an outcome when its
+   lease expires.
 
-Storage writes per input: the claim and the outcome (plus one lease renewal per third
-of the lease for long inputs). Each input's output goes to the pod's log between
-input markers, and its tail into the outcome's header (``output``), so it outlives
-the pod at no extra write. Kubernetes is never called from here.
+Each input's output goes to the pod's log between input markers, and its tail into
+the outcome's header (``output``), so it outlives the pod at no extra write.
+Kubernetes is never called from here.
 """
 
 from __future__ import annotations
@@ -44,47 +46,41 @@ import signal
 import socket
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import cloudpickle
 
 from runner import protocol
 from runner.code_files import load_function
 from runner.job import build_failure, build_success, parse_args, prepare_workspace
-from runner.pool_book import (
-    Claim,
+from runner.pool_book import PoolOptions
+from runner.pool_machine import (
+    Create,
     Exit,
-    GiveUp,
-    PoolBook,
-    PoolOptions,
+    Kill,
+    List,
+    Op,
+    Read,
     Run,
-    Wait,
-    claim_record,
-    parse_claim,
-    stop_kills,
-    worker_step,
+    Sleep,
+    WorkerMachine,
+    Write,
 )
 from runner.protocol import PhaseError
 from runner.scratch import scratch_dir
 from runner.store import RunnerStore, open_store
 
-STOP_EVERY = 1.0
-"""Seconds between two reads of the stop record (between inputs, and during an input
-whose end a stop would force)."""
-REFRESH_AFTER_RACE = 0.5
-"""A lost race re-lists the batch's claims if the last listing is older than this."""
-OUTPUT_TAIL = 64 * 1024
-"""Bytes of an input's output kept in its outcome's header."""
 CHUNKS_KEPT = 4
 
 
 class _Chunks:
-    """Input chunks, read on first use; the last few kept (a worker stays in a chunk)."""
+    """Input chunks, read on first use; the last few kept (a worker stays in a span)."""
 
     def __init__(self, store: RunnerStore, group_id: str, chunk_size: int) -> None:
         self.store, self.group_id, self.chunk_size = store, group_id, chunk_size
@@ -102,75 +98,52 @@ class _Chunks:
         return items[offset]
 
 
+Attempt = tuple[bytes, protocol.FinalRecord, bytes]
+"""An attempt's pickled result payload, final record and output."""
+
+
 class Worker:
     """One worker of a pool batch (see the module docstring)."""
 
     def __init__(self, store: RunnerStore, group_id: str, name: str, workdir: Path) -> None:
         self.store, self.group_id, self.name, self.workdir = store, group_id, name, workdir
         self._manifest: protocol.BatchManifest | None = None
-        self.book: PoolBook | None = None
+        self.machine: WorkerMachine | None = None
         self.fn: Any = None
-        self.stop_checked = 0.0
-        self.listed = 0.0
-
-    # -- storage views -------------------------------------------------------------------
 
     @property
     def manifest(self) -> protocol.BatchManifest:
         assert self._manifest is not None
         return self._manifest
 
-    @property
-    def options(self) -> PoolOptions:
-        assert self.book is not None
-        return self.book.options
+    # -- storage -------------------------------------------------------------------------
 
-    def refresh(self) -> None:
-        """List outcomes and claims; read the claims the book does not know yet."""
-        book = self.book
-        assert book is not None
-        results = protocol.group_results_prefix(self.group_id)
-        for key in self.store.list(results):
-            index = protocol.parse_outcome_name(key.removeprefix(results))
-            if index is not None:
-                book.learn_outcome(index, "?")  # done is all a worker needs to know
-        prefix = protocol.group_claims_prefix(self.group_id)
-        latest: dict[int, int] = {}
-        for key in self.store.list(prefix):
-            parsed = protocol.parse_claim_name(key.removeprefix(prefix))
-            if parsed is not None and parsed[0] not in book.outcomes:
-                latest[parsed[0]] = max(parsed[1], latest.get(parsed[0], -1))
-        for index, number in latest.items():
-            known = book.claims.get(index)
-            if known is None or known.number < number:
-                book.learn_claim(self.read_claim(index, number))
-        self.listed = time.monotonic()
-
-    def read_claim(self, index: int, number: int) -> Claim:
-        try:
-            data = self.store.read(protocol.group_claim_key(self.group_id, index, number))
-        except FileNotFoundError:
-            return Claim(index, number, "?", 0.0)
-        return parse_claim(index, number, data)
-
-    def check_stop(self, *, force: bool = False) -> protocol.StopRecord | None:
-        """The stop record (read at most every :data:`STOP_EVERY` seconds)."""
-        book = self.book
-        assert book is not None
-        if book.stop is None and (force or time.monotonic() - self.stop_checked >= STOP_EVERY):
-            self.stop_checked = time.monotonic()
-            with contextlib.suppress(FileNotFoundError, ValueError):
-                book.learn_stop(protocol.load_stop(self.store.read(self.stop_key)))
-        return book.stop
-
-    @property
-    def stop_key(self) -> str:
-        return protocol.group_stop_key(self.group_id)
+    def perform(self, machine: WorkerMachine, op: Op) -> None:
+        """Do a storage operation or a sleep, and answer the machine."""
+        store = self.store
+        if isinstance(op, List):
+            machine.listed(op.prefix, store.list(op.prefix))
+        elif isinstance(op, Read):
+            try:
+                data: bytes | None = store.read(op.key)
+            except FileNotFoundError:
+                data = None
+            machine.read(op.key, data)
+        elif isinstance(op, Create):
+            machine.created(op.key, store.create_if_absent(op.key, op.data))
+        elif isinstance(op, Write):
+            store.write(op.key, op.data)
+            machine.written(op.key)
+        elif isinstance(op, Sleep):
+            time.sleep(op.seconds)
+        else:
+            raise TypeError(f"not a storage operation: {op!r}")
 
     def write_stop(self, reason: protocol.StopReason, detail: str, phase: str | None) -> None:
         record = protocol.stop_record(reason, detail, phase)
-        self.store.create_if_absent(self.stop_key, protocol.dump_json(record))
-        self.check_stop(force=True)
+        self.store.create_if_absent(
+            protocol.group_stop_key(self.group_id), protocol.dump_json(record)
+        )
 
     # -- the loop ------------------------------------------------------------------------
 
@@ -180,9 +153,9 @@ class Worker:
             self.store.read(protocol.group_manifest_key(self.group_id))
         )
         options = PoolOptions.from_manifest(self.manifest)
-        self.book = book = PoolBook(options)
-        if self.check_stop(force=True) is not None:
-            return protocol.EXIT_OK
+        with contextlib.suppress(FileNotFoundError):
+            self.store.read(protocol.group_stop_key(self.group_id))
+            return protocol.EXIT_OK  # stopped before this worker started
         try:
             self.setup()
         except BaseException as exc:  # noqa: BLE001 - every input would fail the same way
@@ -191,44 +164,22 @@ class Worker:
             self.write_stop("failed", f"{type(exc).__name__}: {exc}", phase)
             return protocol.EXIT_OK
         self.chunks = _Chunks(self.store, self.group_id, options.chunk_size)
-        self.refresh()
-        chunk: int | None = None
-        fresh = True
+        self.machine = machine = WorkerMachine(options, self.group_id, self.name)
         while True:
-            self.check_stop()
-            action = worker_step(book, wall=time.time(), chunk=chunk, pick=random.random())
-            if isinstance(action, Exit):
-                print(f"kinetic pool: worker {self.name} exits ({action.reason})", flush=True)
+            op = self.next_op()
+            if isinstance(op, Exit):
+                print(f"kinetic pool: worker {self.name} exits ({op.reason})", flush=True)
                 return protocol.EXIT_OK
-            if isinstance(action, Wait):
-                if not fresh:
-                    fresh = True
-                else:
-                    time.sleep(max(0.05, action.seconds))
-                self.refresh()
-                continue
-            fresh = False
-            if action.number > 0:
-                # Before taking over: the holder may have renewed since we read its claim.
-                current = self.read_claim(action.index, action.number - 1)
-                if current.expires > time.time():
-                    book.learn_claim(current)
-                    continue
-            expires = time.time() + options.lease_s
-            key = protocol.group_claim_key(self.group_id, action.index, action.number)
-            if not self.store.create_if_absent(key, claim_record(self.name, expires)):
-                book.learn_claim(Claim(action.index, action.number, "?", expires))
-                chunk = None  # another worker is in this chunk: move elsewhere
-                if time.monotonic() - self.listed >= REFRESH_AFTER_RACE:
-                    self.refresh()
-                continue
-            book.learn_claim(Claim(action.index, action.number, self.name, expires))
-            chunk = action.index // options.chunk_size
-            if isinstance(action, GiveUp):
-                self.record_failure(action.index, action.number, action.reason, "execute")
+            if isinstance(op, Run):
+                self.run_input(op)
+            elif isinstance(op, Kill):
+                machine.ended(op.index)  # nothing runs between inputs
             else:
-                assert isinstance(action, Run)
-                self.run_input(action.index, action.number, expires)
+                self.perform(machine, op)
+
+    def next_op(self) -> Op:
+        assert self.machine is not None
+        return self.machine.next(wall=time.time(), mono=time.monotonic(), pick=random.random())
 
     def setup(self) -> None:
         """Fetch and verify the function, prepare the workspace, unpickle the function."""
@@ -244,53 +195,51 @@ class Worker:
 
     # -- one input -----------------------------------------------------------------------
 
-    def run_input(self, index: int, number: int, expires: float) -> None:
-        """Run input ``index`` (attempts and retries) and record its outcome."""
-        options = self.options
+    def run_input(self, op: Run) -> None:
+        """Run one attempt of an input and tell the machine how it ended."""
+        machine = self.machine
+        assert machine is not None
+        started = time.monotonic()
         try:
-            args, kwargs = self.chunks.get(index)
+            args, kwargs = self.chunks.get(op.index)
             if self.manifest["spec"].get("has_data"):
                 from runner.data import resolve_arguments
 
                 args, kwargs = resolve_arguments(self.store, args, kwargs, self.workdir)
         except BaseException as exc:  # noqa: BLE001 - recorded as the input's failure
             data, record = build_failure("resolve", exc, user=False)
-            self.record(index, number, 0, data, record, b"")
+            machine.ran(op.index, record, data)
             return
-        lease = _Lease(self, index, number, expires)
-        for attempt in range(options.retries + 1):
-            done = self.attempt(index, attempt, args, kwargs, lease)
-            if done is None:
-                return  # ended from outside (stop or cancel): no outcome from us
-            data, record, output = done
-            if record["state"] == "succeeded" or attempt >= options.retries:
-                self.record(index, number, attempt, data, record, output)
-                return
-
-    def attempt(
-        self,
-        index: int,
-        attempt: int,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        lease: _Lease,
-    ) -> tuple[bytes, protocol.FinalRecord, bytes] | None:
-        """One attempt in a forked process: its payload, record and output, or None
-        when it was ended from outside."""
-        job_id = protocol.member_job_id(self.group_id, index)
+        job_id = protocol.member_job_id(self.group_id, op.index)
         out_dir = f"{self.manifest['spec']['output_dir'].rstrip('/')}/{job_id}"
-        print(f"{protocol.INPUT_MARKER} {index}", flush=True)
+        env = {"JOB_ID": job_id, "KINETIC_OUTPUT_DIR": out_dir, "KINETIC_ATTEMPT": str(op.attempt)}
+        print(f"{protocol.INPUT_MARKER} {op.index}", flush=True)
         sys.stderr.flush()
+        if machine.options.reuse_process:
+            done = self.in_process(op.index, args, kwargs, env)
+        else:
+            done = self.forked(op.index, args, kwargs, env)
+        if done is None:
+            machine.ended(op.index)
+        else:
+            data, record, output = done
+            machine.ran(op.index, record, data, output, time.monotonic() - started)
+
+    def forked(
+        self, index: int, args: tuple[Any, ...], kwargs: dict[str, Any], env: dict[str, str]
+    ) -> Attempt | None:
+        """One attempt in a forked process: its payload, record and output, or None when
+        it was ended from outside."""
         read_fd, write_fd = os.pipe()
         with tempfile.TemporaryFile() as output:
             pid = os.fork()
             if pid == 0:  # the input's process: never returns
                 os.close(read_fd)
-                _child(self.fn, args, kwargs, output.fileno(), write_fd, job_id, out_dir, attempt)
+                _child(self.fn, args, kwargs, output.fileno(), write_fd, env)
             os.close(write_fd)
             echo = _Echo(output.fileno())
             try:
-                message, ended, status = self._collect(pid, read_fd, lease, echo)
+                message, ended, status = self._collect(pid, read_fd, echo)
             finally:
                 os.close(read_fd)
             echo.pump(last=True)
@@ -304,27 +253,21 @@ class Worker:
         except ValueError:
             sep = b""
         if not sep:
-            error = f"the input's process {_describe(status)} before recording a result"
-            failed: protocol.FinalRecord = {
-                "state": "failed",
-                "phase": "execute",
-                "error": error,
-                "error_type": None,
-            }
-            payload = protocol.result_payload(
-                success=False, phase="execute", error=error, error_type=""
-            )
-            return bytes(cloudpickle.dumps(payload)), failed, text
+            return _lost(f"the input's process {_describe(status)} before recording a result", text)
         return data, record, text
 
-    def _collect(self, pid: int, fd: int, lease: _Lease, echo: _Echo) -> tuple[bytes, bool, int]:
-        """Read the child's message until it exits; keep the lease, copy its output to the
-        pod's log as it comes, and watch for an end from outside. Returns the message,
-        whether the input was ended from outside, and the child's wait status."""
+    def _collect(self, pid: int, fd: int, echo: _Echo) -> tuple[bytes, bool, int]:
+        """Read the child's message until it exits, copying its output to the pod's log
+        as it comes, and doing the machine's upkeep meanwhile (it may end the child).
+        Returns the message, whether the input was ended from outside, and the child's
+        wait status."""
+        machine = self.machine
+        assert machine is not None
         parts: list[bytes] = []
         ended = False
+        timeout = 0.0
         while True:
-            ready, _, _ = select.select([fd], [], [], lease.next_check())
+            ready, _, _ = select.select([fd], [], [], timeout)
             if ready:
                 chunk = os.read(fd, 1 << 20)
                 if not chunk:
@@ -332,44 +275,123 @@ class Worker:
                 parts.append(chunk)
                 continue
             echo.pump()
-            if lease.tick():
+            op = self.next_op()
+            if isinstance(op, Sleep):
+                timeout = op.seconds
+                continue
+            timeout = 0.0
+            if isinstance(op, Kill):
                 ended = True
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
                 break
+            self.perform(machine, op)
         _, status = os.waitpid(pid, 0)
         return b"".join(parts), ended, status
 
-    def record(
-        self,
-        index: int,
-        number: int,
-        attempt: int,
-        data: bytes,
-        record: protocol.FinalRecord,
-        output: bytes,
-    ) -> None:
-        """Write the input's outcome (first one stands); stop the batch on a final
-        failure with ``fail_fast``."""
-        header = protocol.outcome_header(attempt, record, claim=number, worker=self.name)
-        if output:
-            header["output"] = output[-OUTPUT_TAIL:].decode(errors="replace")
-        key = protocol.group_outcome_key(self.group_id, index)
-        self.store.create_if_absent(key, protocol.encode_outcome(header, data))
-        assert self.book is not None
-        self.book.learn_outcome(index, record["state"])
-        if record["state"] != "succeeded" and self.options.fail_fast:
-            self.write_stop("fail_fast", f"input {index} failed", None)
+    def in_process(
+        self, index: int, args: tuple[Any, ...], kwargs: dict[str, Any], env: dict[str, str]
+    ) -> Attempt | None:
+        """One attempt in the worker's own process (``reuse_process``); its output is
+        caught in a file for the outcome's header, then copied to the pod's log."""
+        os.environ.update(env)
+        output = self._output_file()
+        output.seek(0)
+        output.truncate()
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        saved = os.dup(1), os.dup(2)
+        os.dup2(output.fileno(), 1)
+        os.dup2(output.fileno(), 2)
+        upkeep = _Upkeep(self)
+        upkeep.start()
+        try:
+            try:
+                value = self.fn(*args, **kwargs)
+            except BaseException as exc:  # noqa: BLE001 - SystemExit too: the input's outcome
+                traceback.print_exc()
+                data, record = build_failure("execute", exc, user=True)
+            else:
+                data, record = build_success(value)
+        finally:
+            for stream in (sys.stdout, sys.stderr):
+                with contextlib.suppress(OSError, ValueError):
+                    stream.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            for fd in saved:
+                os.close(fd)
+            upkeep.finish()
+        output.seek(0)
+        text = output.read()
+        sys.stdout.buffer.write(text if not text or text.endswith(b"\n") else text + b"\n")
+        sys.stdout.flush()
+        return data, record, text
 
-    def record_failure(self, index: int, number: int, error: str, phase: str) -> None:
-        payload = protocol.result_payload(success=False, phase=phase, error=error, error_type="")
-        record: protocol.FinalRecord = {
-            "state": "failed",
-            "phase": phase,
-            "error": error,
-            "error_type": None,
-        }
-        self.record(index, number, 0, bytes(cloudpickle.dumps(payload)), record, b"")
+    _output: IO[bytes] | None = None
+
+    def _output_file(self) -> IO[bytes]:
+        if self._output is None:
+            self._output = tempfile.TemporaryFile()  # noqa: SIM115 - kept for every input
+        return self._output
+
+
+class _Upkeep(threading.Thread):
+    """The machine's upkeep while an input runs in the worker's own process: the main
+    thread hands the machine over until :meth:`finish` (never both at once). A stop
+    that ends running inputs ends the worker, once its burst is written; an input
+    cancelled alone finishes (its own outcome object stands over the worker's)."""
+
+    def __init__(self, worker: Worker) -> None:
+        super().__init__(name="kinetic-upkeep", daemon=True)
+        self.worker = worker
+        self.done = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        worker, machine = self.worker, self.worker.machine
+        assert machine is not None
+        try:
+            while not self.done.is_set():
+                op = worker.next_op()
+                if isinstance(op, Sleep):
+                    self.done.wait(op.seconds)
+                elif isinstance(op, Kill):
+                    if machine.book.stop is None:
+                        continue  # cancelled alone: it cannot be ended here
+                    machine.ended(op.index)
+                    self._write_and_exit(machine)
+                else:
+                    worker.perform(machine, op)
+        except BaseException as exc:  # noqa: BLE001 - raised in the main thread
+            self.error = exc
+
+    def _write_and_exit(self, machine: WorkerMachine) -> None:
+        while True:
+            op = self.worker.next_op()
+            if isinstance(op, Exit):
+                print(f"kinetic pool: worker {self.worker.name} exits (stopped)", flush=True)
+                os._exit(protocol.EXIT_OK)
+            if not isinstance(op, Run):
+                self.worker.perform(machine, op)
+
+    def finish(self) -> None:
+        self.done.set()
+        self.join()
+        if self.error is not None:
+            raise self.error
+
+
+def _lost(error: str, output: bytes) -> Attempt:
+    """The attempt of an input whose process ended without recording a result."""
+    failed: protocol.FinalRecord = {
+        "state": "failed",
+        "phase": "execute",
+        "error": error,
+        "error_type": None,
+    }
+    payload = protocol.result_payload(success=False, phase="execute", error=error, error_type="")
+    return bytes(cloudpickle.dumps(payload)), failed, output
 
 
 class _Echo:
@@ -389,46 +411,13 @@ class _Echo:
         sys.stdout.flush()
 
 
-class _Lease:
-    """The claim of the running input: renewed in time; watched for an end from outside."""
-
-    def __init__(self, worker: Worker, index: int, number: int, expires: float) -> None:
-        self.worker, self.index, self.number, self.expires = worker, index, number, expires
-        self.checked = time.monotonic()
-
-    def next_check(self) -> float:
-        """Seconds until :meth:`tick` has something to do."""
-        renew_in = self.expires - self.worker.options.lease_s * 2 / 3 - time.time()
-        return max(0.05, min(STOP_EVERY, renew_in))
-
-    def tick(self) -> bool:
-        """Renew the lease when due; True when the input must end (stopped or cancelled)."""
-        worker = self.worker
-        options = worker.options
-        stop = worker.check_stop()
-        if stop is not None and stop_kills(stop, options):
-            return True
-        if time.time() >= self.expires - options.lease_s * 2 / 3:
-            key = protocol.group_outcome_key(worker.group_id, self.index)
-            if worker.store.list(key):
-                return True  # cancelled alone: its outcome is written already
-            self.expires = time.time() + options.lease_s
-            worker.store.write(
-                protocol.group_claim_key(worker.group_id, self.index, self.number),
-                claim_record(worker.name, self.expires),
-            )
-        return False
-
-
 def _child(
     fn: Any,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     out_fd: int,
     result_fd: int,
-    job_id: str,
-    out_dir: str,
-    attempt: int,
+    env: dict[str, str],
 ) -> None:
     """The input's process: run, send ``record JSON line + payload`` to the worker, exit."""
     code = 0
@@ -436,9 +425,7 @@ def _child(
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         os.dup2(out_fd, 1)
         os.dup2(out_fd, 2)
-        os.environ["JOB_ID"] = job_id
-        os.environ["KINETIC_OUTPUT_DIR"] = out_dir
-        os.environ["KINETIC_ATTEMPT"] = str(attempt)
+        os.environ.update(env)
         try:
             value = fn(*args, **kwargs)
         except BaseException as exc:  # noqa: BLE001 - SystemExit too: it is the input's outcome

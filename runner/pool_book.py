@@ -1,24 +1,53 @@
-"""What is known of a batch run by a worker pool, and what a worker does next. Pure.
+"""What is known of a batch run by a worker pool, and how its work is cut. Pure.
 
-Shared by the workers (:mod:`runner.pool`) and the processes that follow the batch
-(:mod:`kinetic._core.pool_plan`, whose docstring tells the whole protocol). Standard
-library only, no IO, no clock: times are passed in.
+Shared by the workers (:mod:`runner.pool_machine`, driven by :mod:`runner.pool`) and
+the processes that follow the batch (:mod:`kinetic._core.pool_plan`, whose docstring
+tells the whole protocol). Standard library only, no IO, no clock: times are passed in.
 
-Per input, storage holds at most an outcome (``results/{index}.res``: done) and claims
-(``claims/{index}.{n}``, each holding until the wall-clock time it carries). An input is
-*done* with an outcome; *running* while its latest claim holds; *expired* when that
-claim's lease ran out (its worker died): claim ``n + 1`` takes it over, unless it had
-``max_claims`` claims already — then it is failed, not run again; *free* otherwise.
+Theory of operation
+-------------------
+Workers claim *spans* of consecutive inputs, one claim object per span
+(``claims/{start}.{n}``, :class:`Span`), and write the outcomes of a span in *bursts*
+(``bursts/{a}-{b}.{start}.{n}``: the outcomes of inputs ``[a, b)``). The input range is
+cut into ``R = min(workers, total)`` fixed *regions*; a span lies inside one region and
+starts at the region's start or exactly where the previous span of the region ends.
+So a region is a chain of spans, and workers who want the next span of a region race
+on the same name: create-if-absent lets exactly one win (spans never overlap).
+
+An input is *done* once a burst's name covers it or it has an outcome object of its
+own (``results/{index}.res``). A span is *running* while its latest claim holds; once
+that lease ran out (its worker died) the span is taken over by claim ``n + 1`` from its
+first input that is not done — unless that input already had ``max_claims`` claims:
+then it is failed, not run again (each claim counts the claims that ran its first
+input: ``tries``). Claims after the first flush after every outcome, so the input a
+worker died on is known exactly.
+
+Span sizes adapt (:func:`span_size`): short while inputs are slow or few remain, long
+while they are fast, so the tail does not wait on one worker.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import bisect
+from dataclasses import dataclass, replace
 
 from runner import protocol
 
 LEASE_WAIT_MAX = 5.0
 """Longest a waiting worker sleeps before it looks at storage again."""
+SPAN_SECONDS = 2.0
+"""Work a span holds at most, by the worker's measure of its inputs: a longer span
+would make the batch's tail wait on one worker."""
+FIRST_SPAN = 4
+"""The first span of a worker (it knows nothing of its inputs' speed yet); each span it
+finishes doubles the next one's limit."""
+MAX_SPAN = 4096
+BURST_MAX = 512
+"""Outcomes in one burst at most."""
+BURST_SECONDS = 1.0
+"""A burst is written this long after its first outcome at the latest."""
+LARGE_RESULT = 1 << 20
+"""Payloads above this many bytes get an object of their own instead of a burst record."""
 
 
 @dataclass(frozen=True)
@@ -33,6 +62,9 @@ class PoolOptions:
     :ivar cancel_running_on_fail: with ``fail_fast``, end the running inputs too.
     :ivar lease_s: seconds a claim holds without renewal.
     :ivar max_claims: claims of one input after which it is failed, not run again.
+    :ivar reuse_process: run inputs in the worker's own process instead of a fork each.
+    :ivar burst_max: outcomes per burst at most; :ivar burst_s: seconds a burst waits.
+    :ivar span_s: seconds of work per span at most.
     """
 
     total: int
@@ -43,6 +75,10 @@ class PoolOptions:
     cancel_running_on_fail: bool = False
     lease_s: float = protocol.POOL_LEASE_SECONDS
     max_claims: int = 3
+    reuse_process: bool = False
+    burst_max: int = BURST_MAX
+    burst_s: float = BURST_SECONDS
+    span_s: float = SPAN_SECONDS
 
     @classmethod
     def from_manifest(cls, manifest: protocol.BatchManifest) -> PoolOptions:
@@ -51,6 +87,7 @@ class PoolOptions:
         gke = manifest.get("gke")
         lease_s = gke.get("lease_s") if gke is not None else None
         max_claims = gke.get("max_claims") if gke is not None else None
+        reuse = gke.get("reuse_process") if gke is not None else None
         return cls(
             total=int(manifest["total"]),
             chunk_size=max(1, int(manifest["chunk_size"])),
@@ -60,18 +97,93 @@ class PoolOptions:
             cancel_running_on_fail=bool(options["cancel_running_on_fail"]),
             lease_s=float(lease_s or protocol.POOL_LEASE_SECONDS),
             max_claims=int(max_claims or retries + 1 + protocol.POOL_MAX_CLAIMS_EXTRA),
+            reuse_process=bool(reuse),
         )
+
+    @property
+    def regions(self) -> int:
+        return max(1, min(self.workers, self.total))
+
+    def region(self, r: int) -> tuple[int, int]:
+        """Inputs ``[lo, hi)`` of region ``r``."""
+        n = self.regions
+        return r * self.total // n, (r + 1) * self.total // n
+
+    def region_of(self, index: int) -> int:
+        """The region input ``index`` lies in."""
+        n = self.regions
+        r = min(n - 1, index * n // max(1, self.total))
+        while self.region(r)[0] > index:  # integer rounding: at most one step either way
+            r -= 1
+        while self.region(r)[1] <= index:
+            r += 1
+        return r
 
 
 @dataclass(frozen=True)
-class Claim:
-    """The latest claim of an input: number ``number`` (0 first), held by ``worker``
-    until ``expires`` (wall clock)."""
+class Span:
+    """Claim ``number`` (0 first) of the span ``[start, end)``: ``worker`` runs its
+    inputs from ``first`` on, and holds it until ``expires`` (wall clock); ``tries``
+    claims, this one included, ran input ``first`` (a takeover counts the claims
+    whose workers died on it)."""
 
-    index: int
+    start: int
     number: int
     worker: str
     expires: float
+    end: int
+    first: int
+    tries: int = 1
+
+
+class Intervals:
+    """A set of inputs kept as sorted, disjoint half-open ranges (spans and bursts are
+    ranges: a batch of 100k inputs is a few thousand of them, not 100k numbers)."""
+
+    def __init__(self) -> None:
+        self._lo: list[int] = []
+        self._hi: list[int] = []
+        self.count = 0
+
+    def add(self, lo: int, hi: int) -> int:
+        """Add ``[lo, hi)``; how many inputs were new."""
+        if lo >= hi:
+            return 0
+        i = bisect.bisect_left(self._hi, lo)  # first range that ends at or after lo
+        j = bisect.bisect_right(self._lo, hi)  # ranges from i to j-1 touch [lo, hi)
+        if i < j:
+            merged = sum(self._hi[k] - self._lo[k] for k in range(i, j))
+            lo, hi = min(lo, self._lo[i]), max(hi, self._hi[j - 1])
+        else:
+            merged = 0
+        self._lo[i:j] = [lo]
+        self._hi[i:j] = [hi]
+        added = hi - lo - merged
+        self.count += added
+        return added
+
+    def __contains__(self, index: object) -> bool:
+        if not isinstance(index, int):
+            return False
+        i = bisect.bisect_right(self._lo, index) - 1
+        return i >= 0 and index < self._hi[i]
+
+    def first_missing(self, lo: int, hi: int) -> int:
+        """The lowest input of ``[lo, hi)`` not in the set, or ``hi``."""
+        i = bisect.bisect_right(self._lo, lo) - 1
+        if i >= 0 and lo < self._hi[i]:
+            lo = self._hi[i]
+        return min(lo, hi)
+
+    def missing(self, lo: int, hi: int) -> int:
+        """How many inputs of ``[lo, hi)`` are not in the set."""
+        i = bisect.bisect_right(self._lo, lo) - 1
+        i = max(i, 0)
+        inside = 0
+        while i < len(self._lo) and self._lo[i] < hi:
+            inside += max(0, min(hi, self._hi[i]) - max(lo, self._lo[i]))
+            i += 1
+        return hi - lo - inside
 
 
 def stop_kills(stop: protocol.StopRecord, options: PoolOptions) -> bool:
@@ -81,177 +193,266 @@ def stop_kills(stop: protocol.StopRecord, options: PoolOptions) -> bool:
 
 
 class PoolBook:
-    """What is known of one pool batch's inputs (see the module docstring).
+    """What is known of one pool batch (see the module docstring).
 
-    Only grows: an outcome, a claim or the stop record, once learned, is never
+    Only grows: a claim, a burst, an outcome or the stop record, once learned, is never
     forgotten (storage never takes them back while the batch lives).
     """
 
     def __init__(self, options: PoolOptions) -> None:
         self.options = options
+        self.spans: dict[int, Span] = {}
+        """The latest claim read of each span, by its start."""
+        self.listed: dict[int, int] = {}
+        """The highest claim number seen (listed or read) of each span, by its start."""
+        self.done = Intervals()
+        """Inputs with a durable outcome (a burst's range or an object of their own)."""
+        self.singles: set[int] = set()
+        """Inputs with an outcome object of their own (a cancel, a large result)."""
         self.outcomes: dict[int, str] = {}
-        self.claims: dict[int, Claim] = {}
+        """Followers: the state of each input whose outcome was read."""
         self.stop: protocol.StopRecord | None = None
         self.changes = 0
         """How many facts were learned: a follower's measure of progress."""
-        n_chunks = -(-options.total // options.chunk_size)
-        # Free inputs per chunk: neither claimed nor done, as far as we know.
-        self._free: dict[int, set[int]] = {
-            c: set(range(c * options.chunk_size, min(options.total, (c + 1) * options.chunk_size)))
-            for c in range(n_chunks)
-        }
-        self._free_chunks = {c for c, free in self._free.items() if free}
+        self._frontier: dict[int, int] = {}  # region -> where its known chain of spans ends
+        self._starts: dict[int, list[int]] = {}  # region -> listed span starts, sorted
 
     # -- learning ----------------------------------------------------------------------
 
-    def _take(self, index: int) -> None:
-        chunk = index // self.options.chunk_size
-        free = self._free.get(chunk)
-        if free is not None:
-            free.discard(index)
-            if not free:
-                self._free_chunks.discard(chunk)
-
-    def learn_outcome(self, index: int, state: str) -> bool:
-        """Record that input ``index`` ended in ``state``; True when that is news."""
-        if index in self.outcomes or not 0 <= index < self.options.total:
+    def learn_listed(self, start: int, number: int) -> bool:
+        """A claim name seen in a listing; True when that is news (its content, needed
+        for its end and lease, is then read: :meth:`unread`)."""
+        if not 0 <= start < self.options.total or self.listed.get(start, -1) >= number:
             return False
-        self.outcomes[index] = state
-        self.claims.pop(index, None)
-        self._take(index)
+        self._list(start, number)
         self.changes += 1
         return True
 
-    def learn_claim(self, claim: Claim) -> bool:
-        """Record a claim (kept if it is the input's latest); True when that is news."""
-        if claim.index in self.outcomes or not 0 <= claim.index < self.options.total:
+    def _list(self, start: int, number: int) -> None:
+        if start not in self.listed:
+            bisect.insort(self._starts.setdefault(self.options.region_of(start), []), start)
+        self.listed[start] = number
+
+    def learn_span(self, span: Span) -> bool:
+        """Record a claim's content (kept if it is its span's latest); True when news."""
+        if not 0 <= span.start < self.options.total:
             return False
-        known = self.claims.get(claim.index)
-        if known is not None and (known.number, known.expires) >= (claim.number, claim.expires):
+        if self.listed.get(span.start, -1) < span.number:
+            self._list(span.start, span.number)
+        known = self.spans.get(span.start)
+        if known is not None and (known.number, known.expires) >= (span.number, span.expires):
             return False
-        self.claims[claim.index] = claim
-        self._take(claim.index)
+        if known is not None and known.end != span.end:  # every claim of a span has its end
+            span = replace(span, end=known.end)
+        self.spans[span.start] = span
+        self.changes += 1
+        return True
+
+    def learn_burst(self, first: int, end: int) -> bool:
+        """Inputs ``[first, end)`` have outcomes (a burst's name); True when news."""
+        end = min(end, self.options.total)
+        if self.done.add(max(0, first), end):
+            self.changes += 1
+            return True
+        return False
+
+    def learn_single(self, index: int) -> bool:
+        """Input ``index`` has an outcome object of its own; True when news."""
+        if not 0 <= index < self.options.total or index in self.singles:
+            return False
+        self.singles.add(index)
+        self.done.add(index, index + 1)
+        self.changes += 1
+        return True
+
+    def learn_outcome(self, index: int, state: str) -> bool:
+        """Followers: input ``index`` ended in ``state``; True when that is news."""
+        if index in self.outcomes or not 0 <= index < self.options.total:
+            return False
+        self.outcomes[index] = state
+        self.done.add(index, index + 1)
         self.changes += 1
         return True
 
     def learn_stop(self, record: protocol.StopRecord) -> None:
         if self.stop is None:
             self.stop = record.copy()  # a copy: the caller's may change
+            self.changes += 1
 
     # -- reading -----------------------------------------------------------------------
 
     @property
     def settled(self) -> bool:
         """Every input has an outcome."""
-        return len(self.outcomes) >= self.options.total
+        return self.done.count >= self.options.total
+
+    def unread(self) -> list[tuple[int, int]]:
+        """``(start, number)`` of listed claims whose content is not known yet."""
+        return sorted(
+            (start, number)
+            for start, number in self.listed.items()
+            if (known := self.spans.get(start)) is None or known.number < number
+        )
+
+    def next_undone(self, span: Span) -> int:
+        """The first input of the claim's part of the span without an outcome (its end
+        when every one has one)."""
+        return self.done.first_missing(span.first, span.end)
 
     def running(self, wall: float) -> list[int]:
-        """Inputs whose latest claim holds at ``wall`` and that have no outcome."""
-        return sorted(i for i, c in self.claims.items() if c.expires > wall)
+        """The input each live claim runs now, as far as storage tells (its first input
+        without an outcome)."""
+        out = []
+        for span in self.spans.values():
+            if span.expires > wall:
+                index = self.next_undone(span)
+                if index < span.end:
+                    out.append(index)
+        return sorted(out)
 
-    def expired(self, wall: float) -> list[Claim]:
-        """Latest claims whose lease ran out at ``wall``, of inputs with no outcome."""
-        return sorted((c for c in self.claims.values() if c.expires <= wall), key=lambda c: c.index)
+    def held(self, wall: float) -> list[Span]:
+        """Live claims whose spans have inputs without outcomes."""
+        return [s for s in self.spans.values() if s.expires > wall and self.next_undone(s) < s.end]
 
-    def free_in(self, chunk: int) -> int | None:
-        """The lowest free input of ``chunk``, or None."""
-        free = self._free.get(chunk)
-        return min(free) if free else None
+    def expired(self, wall: float) -> list[Span]:
+        """Latest claims whose lease ran out at ``wall``, with inputs left to run."""
+        return sorted(
+            (
+                s
+                for s in self.spans.values()
+                if s.expires <= wall
+                and self.listed.get(s.start, -1) <= s.number
+                and self.next_undone(s) < s.end
+            ),
+            key=lambda s: s.start,
+        )
 
-    def free_chunks(self) -> list[int]:
-        """Chunks with free inputs, in order."""
-        return sorted(self._free_chunks)
+    def span_end(self, start: int) -> int | None:
+        """The end of the span starting at ``start``: its claim's, else the next listed
+        start of its region (spans of a region are contiguous), else None."""
+        span = self.spans.get(start)
+        if span is not None:
+            return span.end
+        starts = self._starts.get(self.options.region_of(start), [])
+        i = bisect.bisect_right(starts, start)
+        return starts[i] if i < len(starts) else None
+
+    def frontier(self, region: int) -> tuple[int, int | None]:
+        """Where the region's chain of spans ends as far as known: ``(at, None)``, or
+        ``(at, start)`` when the span starting at ``start`` must be read first (its end
+        is not known)."""
+        lo, hi = self.options.region(region)
+        at = self._frontier.get(region, lo)
+        while at < hi and at in self.listed:
+            end = self.span_end(at)
+            if end is None:
+                return at, at
+            at = end
+        self._frontier[region] = at
+        return at, None
+
+    def suspects(self, wall: float) -> list[int]:
+        """Starts of listed spans with inputs left whose lease may have run out: their
+        claim was never read, or the one read has expired (it may have been renewed)."""
+        out = []
+        for start, number in self.listed.items():
+            span = self.spans.get(start)
+            if span is not None and span.number >= number and span.expires > wall:
+                continue  # a live claim, as last read
+            end = self.span_end(start)
+            first = span.first if span is not None else start
+            if end is None or self.done.first_missing(first, end) < end:
+                out.append(start)
+        return sorted(out)
+
+    def free_estimate(self, region: int) -> int:
+        """Inputs of the region no claim covers (an upper bound while a span's end is
+        unknown: that span counts as one input)."""
+        at, unknown = self.frontier(region)
+        hi = self.options.region(region)[1]
+        return max(0, hi - at - (1 if unknown is not None else 0))
+
+    def free_total(self) -> int:
+        return sum(self.free_estimate(r) for r in range(self.options.regions))
 
 
-# --- the worker's step ---------------------------------------------------------------
+# --- decisions --------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Run:
-    """Create claim ``number`` of input ``index`` (0: a free input; more: a takeover of an
-    expired claim); if that wins, run the input, else learn the claim and step again."""
+def span_size(
+    options: PoolOptions,
+    *,
+    ramp: int,
+    mean_s: float | None,
+    free: int,
+    region_left: int,
+) -> int:
+    """How many inputs a worker claims next (at least one).
 
-    index: int
-    number: int
-
-
-@dataclass(frozen=True)
-class GiveUp:
-    """Create claim ``number`` of input ``index`` and, if that wins, record its failure
-    without running it: ``reason`` says why."""
-
-    index: int
-    number: int
-    reason: str
-
-
-@dataclass(frozen=True)
-class Wait:
-    """Nothing to take now: look at storage again after ``seconds``."""
-
-    seconds: float
-
-
-@dataclass(frozen=True)
-class Exit:
-    """Nothing is left for this worker: ``reason`` is ``"done"`` or ``"stopped"``."""
-
-    reason: str
-
-
-WorkerAction = Run | GiveUp | Wait | Exit
-
-
-def worker_step(book: PoolBook, *, wall: float, chunk: int | None, pick: float) -> WorkerAction:
-    """What a worker does next.
-
-    :param wall: the wall-clock time now.
-    :param chunk: the chunk the worker holds in memory (its inputs come first), or None.
-    :param pick: a number in [0, 1) chosen at random by the caller: which chunk to move
-        to when its own has nothing free (spreads workers over chunks).
+    :param ramp: the worker's current limit (:data:`FIRST_SPAN`, doubled per span).
+    :param mean_s: seconds the worker's inputs took on average, or None (none yet).
+    :param free: inputs no claim covers, as far as the worker knows (whole batch).
+    :param region_left: inputs left in the region the span would start in.
     """
-    if book.stop is not None:
-        return Exit("stopped")
-    if book.settled:
-        return Exit("done")
-    if chunk is not None:
-        index = book.free_in(chunk)
-        if index is not None:
-            return Run(index, 0)
-    chunks = book.free_chunks()
-    if chunks:
-        target = chunks[min(len(chunks) - 1, int(pick * len(chunks)))]
-        index = book.free_in(target)
-        assert index is not None
-        return Run(index, 0)
-    expired = book.expired(wall)
-    if expired:
-        claim = expired[min(len(expired) - 1, int(pick * len(expired)))]
-        number = claim.number + 1
-        if number >= book.options.max_claims:
-            return GiveUp(
-                claim.index,
-                number,
-                f"input {claim.index} lost its worker {number} times "
-                f"(last: {claim.worker}); not run again",
-            )
-        return Run(claim.index, number)
-    # Every unsettled input is held by a live claim: wait for the first lease to end.
-    soonest = min((c.expires for c in book.claims.values()), default=wall)
-    return Wait(max(0.0, min(LEASE_WAIT_MAX, soonest - wall)))
+    size = min(ramp, MAX_SPAN, region_left)
+    if mean_s is not None and mean_s > 0:
+        size = min(size, int(options.span_s / mean_s))
+    # Guided self-scheduling: never more than a share of what is left, so the last
+    # spans are short and every worker finishes near the same time.
+    size = min(size, -(-free // (2 * options.workers)))
+    return max(1, min(size, region_left))
 
 
-def claim_record(worker: str, expires: float) -> bytes:
+def pick_region(book: PoolBook, pick: float, avoid: int | None = None) -> int | None:
+    """A region with inputs no claim covers: among the fullest (within a factor two of
+    the fullest), the one ``pick`` (in [0, 1)) points at; None when none is left.
+
+    Taking from the fullest region is work stealing: a worker that ran out of its own
+    work joins the region with the most left, where its span is a small share.
+    """
+    free = [(book.free_estimate(r), r) for r in range(book.options.regions)]
+    best = max((f for f, r in free if r != avoid), default=0)
+    if best <= 0:
+        best = max((f for f, _ in free), default=0)
+        if best <= 0:
+            return None
+        avoid = None
+    choices = [r for f, r in free if f > 0 and 2 * f >= best and r != avoid]
+    return choices[min(len(choices) - 1, int(pick * len(choices)))]
+
+
+def take_over(span: Span, first: int, worker: str, expires: float) -> Span:
+    """Claim ``number + 1`` of an expired claim's span, from ``first`` (its first input
+    without an outcome). Its ``tries``: when the dead worker died on its own first
+    input, one more than its; else two (that worker ran ``first`` too: claims after the
+    first write each outcome at once, so it died on it — claim 0 maybe later, counted
+    all the same)."""
+    tries = span.tries + 1 if first == span.first else 2
+    return Span(span.start, span.number + 1, worker, expires, span.end, first, tries)
+
+
+def claim_record(span: Span) -> bytes:
     """The bytes of a claim object."""
-    record: protocol.ClaimRecord = {"worker": worker, "expires": expires}
+    record: protocol.ClaimRecord = {
+        "worker": span.worker,
+        "expires": span.expires,
+        "end": span.end,
+        "first": span.first,
+        "tries": span.tries,
+    }
     return protocol.dump_json(record)
 
 
-def parse_claim(index: int, number: int, data: bytes) -> Claim:
-    """A claim from its object's bytes. Writes are atomic, so an unreadable object is
-    not ours: it counts as an expired claim (taken over, never trusted)."""
+def parse_claim(start: int, number: int, data: bytes) -> Span | None:
+    """A claim from its object's bytes, or None when they are not a claim (writes are
+    atomic: such an object is not ours, and is never trusted). A per-input claim
+    (batches recorded before spans) is a span of one input."""
     try:
         record = protocol.load_json(data)
-        return Claim(index, number, str(record["worker"]), float(record["expires"]))
-    except (ValueError, KeyError, TypeError):
-        return Claim(index, number, "?", 0.0)
+        end = int(record.get("end", start + 1))
+        first = int(record.get("first", start))
+        tries = int(record.get("tries", number + 1))
+        worker, expires = str(record["worker"]), float(record["expires"])
+        return Span(start, number, worker, expires, end, first, tries)
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None

@@ -268,6 +268,8 @@ class GKEBatchRecord(TypedDict):
     """Absent in batches recorded before pools existed: one Job per input."""
     lease_s: NotRequired[float]
     max_claims: NotRequired[int]
+    reuse_process: NotRequired[bool]
+    """Pool workers run inputs in their own process, not a fork each (the user's opt-in)."""
 
 
 class BatchManifest(TypedDict):
@@ -526,15 +528,23 @@ def decode_outcome(data: bytes) -> tuple[OutcomeHeader, bytes]:
 
 # --- Batches run by a worker pool on GKE (one Kubernetes Job for the whole batch) ----
 #
-# The default on GKE (see runner/pool.py and kinetic/_backends/gke/pool.py). Besides the
-# records above, per input: one claim object (created with a create-if-absent
-# precondition) and the outcome object, and nothing else:
+# The default on GKE (see runner/pool.py, runner/pool_book.py and
+# kinetic/_backends/gke/pool.py). Besides the records above, per *span* of inputs (a
+# worker claims many at once) one claim, and per *burst* of outcomes one object:
 #
-#   _groups/{group_id}/claims/{index:07d}.{n:03d}   claim n of input index (JSON)
-#   _groups/{group_id}/results/{index:07d}.res      the outcome, as on the per-input path
+#   _groups/{group_id}/claims/{start:07d}.{n:03d}   claim n of the span that starts at
+#                                                   input start (JSON, ClaimRecord)
+#   _groups/{group_id}/bursts/{a:07d}-{b:07d}.{start:07d}.{n:03d}
+#                                                   the outcomes of inputs [a, b), run
+#                                                   under that claim (see encode_burst)
+#   _groups/{group_id}/results/{index:07d}.res      one input's own outcome (a cancel of
+#                                                   that input, or a large result); it
+#                                                   stands over any burst's record of it
 #
-# Claim 0 is the first run of an input. A claim whose lease expired (its worker died)
-# is taken over by creating claim n + 1: of racing workers exactly one wins.
+# Claim 0 of a span is its first run. A claim whose lease expired (its worker died) is
+# taken over by creating claim n + 1 of the same span: of racing workers exactly one
+# wins. Batches recorded before spans (one claim per input, ``{index}.{n}`` without
+# ``end``) read as spans of one input.
 
 ENGINE_POOL: Final = "pool"
 """A batch run by one Kubernetes Job whose pods are a pool of workers (GKE default)."""
@@ -552,11 +562,19 @@ an input whose run keeps killing its worker (out of memory, say) must not loop."
 
 
 class ClaimRecord(TypedDict):
-    """The content of a claim object: who runs the input, until when it holds."""
+    """The content of a claim object: who runs the span, until when it holds."""
 
     worker: str
     expires: float
     """Wall-clock time (seconds since the epoch) after which the claim is void."""
+    end: NotRequired[int]
+    """The span is inputs [start, end) (absent in per-input claims: start + 1)."""
+    first: NotRequired[int]
+    """The first input this claim runs: the span's start for claim 0, the first input
+    without an outcome for a takeover (absent: the span's start)."""
+    tries: NotRequired[int]
+    """How many claims of the span ran input ``first``, this one included; past
+    ``max_claims`` it is failed instead (absent: ``number + 1``)."""
 
 
 def batch_engine(manifest: BatchManifest) -> BatchEngine:
@@ -571,13 +589,45 @@ def group_claims_prefix(group_id: str) -> str:
     return f"_groups/{group_id}/claims/"
 
 
-def group_claim_key(group_id: str, index: int, number: int) -> str:
-    """Claim ``number`` (0 first) of input ``index`` of a pool batch."""
-    return f"_groups/{group_id}/claims/{index:07d}.{number:03d}"
+def group_claim_key(group_id: str, start: int, number: int) -> str:
+    """Claim ``number`` (0 first) of the span that starts at input ``start``."""
+    return f"_groups/{group_id}/claims/{start:07d}.{number:03d}"
+
+
+def group_bursts_prefix(group_id: str) -> str:
+    return f"_groups/{group_id}/bursts/"
+
+
+def burst_name(first: int, end: int, start: int, number: int) -> str:
+    """The name (relative to :func:`group_bursts_prefix`) of the burst of inputs
+    ``[first, end)`` run under claim ``number`` of the span starting at ``start``."""
+    return f"{first:07d}-{end:07d}.{start:07d}.{number:03d}"
+
+
+def parse_burst_name(name: str) -> tuple[int, int, int, int] | None:
+    """``(first, end, start, number)`` of a burst's name (see :func:`burst_name`)."""
+    parts = name.split(".")
+    if len(parts) != 3:
+        return None
+    first, dash, end = parts[0].partition("-")
+    fields = (first, end, parts[1], parts[2])
+    if not dash or not all(f.isascii() and f.isdigit() for f in fields):
+        return None
+    a, b, start, number = (int(f) for f in fields)
+    return (a, b, start, number) if a < b else None
+
+
+BURST_MAGIC: Final = b"KNB1\n"
+
+
+def encode_burst(records: bytes) -> bytes:
+    """A burst object: :data:`BURST_MAGIC`, then framed outcome records
+    (:func:`runner.results_log.encode`), one per input that has one."""
+    return BURST_MAGIC + records
 
 
 def parse_claim_name(name: str) -> tuple[int, int] | None:
-    """``(index, number)`` of a claim object's name relative to the claims prefix."""
+    """``(start, number)`` of a claim object's name relative to the claims prefix."""
     head, dot, tail = name.partition(".")
     if not dot or not head.isdigit() or not tail.isdigit():
         return None

@@ -146,3 +146,23 @@ def iter_logs(results_dir: Path) -> Iterator[Path]:
     for name in names:
         if name.endswith(".log"):
             yield results_dir / name
+
+
+def decode_burst(data: bytes) -> list[tuple[int, protocol.OutcomeHeader, bytes]]:
+    """The outcomes in a pool worker's burst object (:func:`runner.protocol.encode_burst`):
+    ``(index, header, payload)`` each, in order.
+
+    :raises ValueError: when ``data`` is not a whole burst (objects are written whole:
+        a burst that fails its checks was changed in storage).
+    """
+    start = len(protocol.BURST_MAGIC)
+    if not data.startswith(protocol.BURST_MAGIC):
+        raise ValueError("not a burst of outcomes")
+    found, end = scan(data, start)
+    if end != len(data):
+        raise ValueError(f"the burst is damaged at byte {end} of {len(data)}")
+    view = memoryview(data)
+    return [
+        (index, header(head).copy(), bytes(view[body + len(head) + 1 : body + length]))
+        for index, head, body, length in found
+    ]

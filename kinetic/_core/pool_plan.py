@@ -3,29 +3,28 @@
 Theory of operation
 -------------------
 A pool batch is one Kubernetes Job whose pods (the workers, :mod:`runner.pool`) take
-inputs from the recorded chunks. What is known of the batch lives in storage, as
-objects whose names say almost everything (:mod:`runner.protocol`):
+inputs from the recorded chunks, a *span* of consecutive inputs at a time. What is
+known of the batch lives in storage, as objects whose names say almost everything
+(:mod:`runner.protocol`):
 
-* ``results/{index}.res``: the input has an outcome — it is **done** (the state is in
-  the outcome's header);
-* ``claims/{index}.{n}``: claim ``n`` of the input, holding until the wall-clock time
-  it carries (its lease). The input is **running** while its latest claim holds and it
-  has no outcome; **expired** once that lease ran out (its worker died): claim
-  ``n + 1`` takes it over, unless it already had ``max_claims`` claims — then it is
-  **failed** (its runs keep killing their workers);
-* neither: the input is **free**;
+* ``claims/{start}.{n}``: claim ``n`` of the span that starts at input ``start`` (its
+  end, its first input, and the wall-clock time its lease holds until are inside).
+  A span is **running** while its latest claim holds; once that lease ran out (its
+  worker died) claim ``n + 1`` takes it over from its first input without an outcome,
+  unless that input already had ``max_claims`` claims — then it is **failed** (its
+  runs keep killing their workers);
+* ``bursts/{a}-{b}.{start}.{n}``: the outcomes of inputs ``[a, b)``, written together
+  by the worker that holds the span: those inputs are **done** (the states are in the
+  burst's records, read by followers; workers only list the names);
+* ``results/{index}.res``: one input's outcome of its own (a cancel of that input, or a
+  large result); it stands over any burst's record of the input;
 * ``stop.json``: the batch was stopped (cancel, fail_fast, an unusable function):
   nothing new starts, and once nothing runs every input without an outcome never ran.
 
-A :class:`PoolBook` holds that knowledge, fed by listings (:meth:`PoolBook.learn_outcome`,
-:meth:`PoolBook.learn_claim`, :meth:`PoolBook.learn_stop`). Two pure steps read it (the
-book and the worker's step live in :mod:`runner.pool_book`, re-exported here: the
-workers import nothing of ``kinetic``):
+A :class:`PoolBook` holds that knowledge (:mod:`runner.pool_book`, re-exported here with
+the pure decisions the workers take, :mod:`runner.pool_machine`: the workers import
+nothing of ``kinetic``). The follower's step is here:
 
-* :func:`worker_step` — what a worker does next: claim a free input (preferring the
-  chunk it already holds in memory, so each chunk is read by few workers and racing
-  workers rarely collide), take over an expired claim, fail an input that lost too many
-  claims, wait for the leases others hold, or exit (all done, or stopped);
 * :func:`follow_step` — what a follower (any client process) reports and does: the
   running inputs, the stop once nothing runs, and the failure of a pool that cannot
   run (its pods cannot start for ``start_grace`` seconds, the Kubernetes Job failed or
@@ -48,37 +47,22 @@ from typing import Any
 from kinetic._core import k8s_status
 from kinetic._core.status import START_PHASE, JobStatus, could_not_start, start_grace_left
 from runner import protocol
-from runner.pool_book import (
-    Claim,
-    Exit,
-    GiveUp,
-    PoolBook,
-    PoolOptions,
-    Run,
-    Wait,
-    WorkerAction,
-    stop_kills,
-    worker_step,
-)
+from runner.pool_book import PoolBook, PoolOptions, Span, parse_claim, stop_kills
 
 __all__ = [
-    "Claim",
     "ClusterView",
-    "Exit",
     "FollowDecision",
     "FollowState",
-    "GiveUp",
     "PoolBook",
     "PoolOptions",
-    "Run",
-    "Wait",
-    "WorkerAction",
+    "Span",
     "cluster_view",
     "failure",
     "follow_step",
     "look_due",
+    "parse_claim",
+    "span_of",
     "stop_kills",
-    "worker_step",
 ]
 
 IDLE_LOOK = 2.0
@@ -95,6 +79,15 @@ MAX_POLL = 2.0
 
 
 # --- the follower's step -----------------------------------------------------------------
+
+
+def span_of(book: PoolBook, index: int) -> Span | None:
+    """The latest claim read of the span that holds input ``index``, or None."""
+    best: Span | None = None
+    for span in book.spans.values():
+        if span.start <= index < span.end and (best is None or span.start > best.start):
+            best = span
+    return best
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,8 @@ import cloudpickle
 import pytest
 
 import kinetic
-from runner import protocol
+from runner import protocol, results_log
+from runner.pool_book import parse_claim
 from runner.store import FileStore
 
 REPO = Path(__file__).resolve().parents[2]
@@ -47,6 +48,16 @@ def slow_on_zero(x: int, flag: str) -> int:
     return x
 
 
+_COUNT = [0]
+
+
+def pid_and_count(x: int) -> tuple[int, int]:
+    """Which process ran the input, and how many inputs that process ran so far."""
+    print(f"counting {x}", flush=True)
+    _COUNT[0] += 1
+    return os.getpid(), _COUNT[0]
+
+
 def fail_on_two(x: int) -> int:
     if x == 2:
         raise ValueError("two")
@@ -63,6 +74,7 @@ def record(
     store = FileStore(root)
     chunk = kw.pop("chunk", 4)
     lease = kw.pop("lease", 30.0)
+    reuse = kw.pop("reuse_process", False)
     fn_bytes = bytes(cloudpickle.dumps(fn))
     options = {
         "input_mode": "auto",
@@ -91,7 +103,7 @@ def record(
             "env": {},
             "output_dir": str(root / "outputs"),
         },
-        "gke": {"engine": protocol.ENGINE_POOL, "lease_s": lease},
+        "gke": {"engine": protocol.ENGINE_POOL, "lease_s": lease, "reuse_process": reuse},
     }
     store.write(protocol.group_payload_key(GID), fn_bytes)
     for n, start in enumerate(range(0, len(calls), chunk)):
@@ -122,23 +134,36 @@ def finish(procs: list[subprocess.Popen[bytes]], timeout: float = 60) -> list[st
 
 
 def outcomes(store: FileStore) -> dict[int, tuple[dict[str, Any], Any]]:
-    found = {}
+    """Every input's outcome, from the bursts and the outcome objects of their own; an
+    input with two outcomes fails the test (none is ever written twice here)."""
+    found: dict[int, tuple[dict[str, Any], Any]] = {}
+    bursts = protocol.group_bursts_prefix(GID)
+    for key in store.list(bursts):
+        assert protocol.parse_burst_name(key.removeprefix(bursts)) is not None, key
+        for index, header, payload in results_log.decode_burst(store.read(key)):
+            assert index not in found, f"input {index} has two outcomes"
+            found[index] = (dict(header), cloudpickle.loads(payload))
     prefix = protocol.group_results_prefix(GID)
     for key in store.list(prefix):
         index = protocol.parse_outcome_name(key.removeprefix(prefix))
         assert index is not None
+        assert index not in found, f"input {index} has two outcomes"
         header, payload = protocol.decode_outcome(store.read(key))
-        found[index] = (header, cloudpickle.loads(payload))
+        found[index] = (dict(header), cloudpickle.loads(payload))
     return found
 
 
-def claims(store: FileStore) -> list[tuple[int, int]]:
+def claims(store: FileStore) -> list[tuple[int, int, int, int]]:
+    """``(start, number, first, end)`` of every claim."""
     prefix = protocol.group_claims_prefix(GID)
-    return sorted(
-        parsed
-        for key in store.list(prefix)
-        if (parsed := protocol.parse_claim_name(key.removeprefix(prefix))) is not None
-    )
+    out = []
+    for key in store.list(prefix):
+        parsed = protocol.parse_claim_name(key.removeprefix(prefix))
+        assert parsed is not None
+        span = parse_claim(*parsed, store.read(key))
+        assert span is not None
+        out.append((span.start, span.number, span.first, span.end))
+    return sorted(out)
 
 
 def test_workers_share_the_inputs_once_each(tmp_path: Path) -> None:
@@ -148,12 +173,31 @@ def test_workers_share_the_inputs_once_each(tmp_path: Path) -> None:
     found = outcomes(store)
     assert sorted(found) == list(range(n))
     assert all(payload["result"] == 2 * i for i, (_, payload) in found.items())
-    # One claim and one outcome per input, and nothing else written per input.
-    assert claims(store) == [(i, 0) for i in range(n)]
+    # Spans: claims that tile the inputs without overlap, each a first claim.
+    spans = claims(store)
+    assert all(number == 0 and first == start for start, number, first, _ in spans)
+    assert [(s, e) for s, _, _, e in spans] == list(
+        zip([s for s, *_ in spans], [s for s, *_ in spans[1:]] + [n], strict=True)
+    )
+    assert len(spans) < n / 2  # far fewer claims than inputs
     assert found[5][0]["output"] == "doubling 5\n"
     assert {h["worker"] for h, _ in found.values()} <= {"w0", "w1", "w2"}
-    per_input = [k for k in store.list(protocol.group_prefix(GID)) if "/inputs/" not in k]
-    assert len(per_input) == 2 * n + 2  # + fn.pkl and the manifest
+    bursts = store.list(protocol.group_bursts_prefix(GID))
+    assert len(bursts) <= 2 * len(spans)
+    assert not store.list(protocol.group_results_prefix(GID))
+
+
+def test_inputs_may_run_in_the_workers_own_process(tmp_path: Path) -> None:
+    n = 20
+    store = record(tmp_path, pid_and_count, [((i,), {}) for i in range(n)], reuse_process=True)
+    out = finish([start_worker(tmp_path, "w0")])
+    found = outcomes(store)
+    assert sorted(found) == list(range(n))
+    pids = {payload["result"][0] for _, payload in found.values()}
+    assert len(pids) == 1  # one process, the worker's: no fork per input
+    assert sorted(payload["result"][1] for _, payload in found.values()) == list(range(1, n + 1))
+    assert found[3][0]["output"] == "counting 3\n"
+    assert "counting 3" in out[0]  # copied to the pod's log too
 
 
 def test_an_input_that_kills_its_process_fails_alone(tmp_path: Path) -> None:
@@ -184,7 +228,8 @@ def test_a_dead_workers_input_is_taken_over_after_its_lease(tmp_path: Path) -> N
     assert sorted(found) == [0, 1, 2, 3]
     assert found[0][0]["worker"] == "heir"
     assert found[0][0]["claim"] == 1
-    assert (0, 1) in claims(store)
+    # Input 0's span was taken over from its first input without an outcome.
+    assert any(c[:3] == (0, 1, 0) for c in claims(store)), claims(store)
 
 
 def test_fail_fast_stops_the_pool(tmp_path: Path) -> None:

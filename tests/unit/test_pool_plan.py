@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import pytest
@@ -9,30 +10,29 @@ import pytest
 from kinetic._core import k8s_spec, pool_plan
 from kinetic._core.accelerators import parse_accelerator
 from kinetic._core.pool_plan import (
-    Claim,
     ClusterView,
-    Exit,
     FollowState,
-    GiveUp,
     PoolBook,
     PoolOptions,
-    Run,
-    Wait,
+    Span,
     follow_step,
     look_due,
-    worker_step,
 )
 from runner import protocol
+from runner.pool_book import (
+    Intervals,
+    claim_record,
+    parse_claim,
+    pick_region,
+    span_size,
+    take_over,
+)
 
 WALL = 1_000_000.0
 
 
 def book(total: int = 10, chunk: int = 4, **kw: Any) -> PoolBook:
     return PoolBook(PoolOptions(total=total, chunk_size=chunk, lease_s=30.0, **kw))
-
-
-def claim(index: int, number: int = 0, expires: float = WALL + 10) -> Claim:
-    return Claim(index, number, "w", expires)
 
 
 # --- the book -------------------------------------------------------------------------
@@ -60,86 +60,120 @@ def test_options_from_manifest_and_defaults_for_old_records() -> None:
     assert PoolOptions.from_manifest(manifest).lease_s == protocol.POOL_LEASE_SECONDS
 
 
+def span(
+    start: int, end: int, number: int = 0, expires: float = WALL + 10, first: int | None = None
+) -> Span:
+    return Span(start, number, "w", expires, end, start if first is None else first)
+
+
+def test_intervals_merge_and_answer_what_is_missing() -> None:
+    done = Intervals()
+    assert done.add(2, 5) == 3
+    assert done.add(7, 9) == 2
+    assert done.add(4, 8) == 2  # joins both
+    assert done.count == 7
+    assert 2 in done
+    assert 8 in done
+    assert 9 not in done
+    assert done.first_missing(0, 10) == 0
+    assert done.first_missing(3, 10) == 9
+    assert done.first_missing(3, 6) == 6
+    assert done.missing(0, 10) == 3
+    assert done.add(9, 10) == 1
+    assert done.add(0, 2) == 2
+    assert done.first_missing(0, 10) == 10
+
+
+def test_regions_tile_the_inputs() -> None:
+    opts = PoolOptions(total=10, chunk_size=4, workers=3)
+    assert [opts.region(r) for r in range(opts.regions)] == [(0, 3), (3, 6), (6, 10)]
+    assert [opts.region_of(i) for i in range(10)] == [0, 0, 0, 1, 1, 1, 2, 2, 2, 2]
+    assert PoolOptions(total=2, chunk_size=1, workers=8).regions == 2
+
+
 def test_book_classifies_done_running_expired_and_free() -> None:
-    b = book()
+    b = book(total=10, workers=2)  # regions [0, 5) and [5, 10)
     assert b.learn_outcome(0, "succeeded")
     assert not b.learn_outcome(0, "failed")  # the first outcome stands
-    assert b.learn_claim(claim(1))
-    assert b.learn_claim(claim(2, expires=WALL - 1))
-    assert not b.learn_claim(claim(0))  # done: a late claim changes nothing
+    assert b.learn_span(span(0, 3))
+    assert b.learn_span(span(5, 7, expires=WALL - 1))
     assert not b.learn_outcome(99, "succeeded")  # out of range
-    assert b.running(WALL) == [1]
-    assert [c.index for c in b.expired(WALL)] == [2]
-    assert b.free_in(0) == 3
-    assert b.free_chunks() == [0, 1, 2]
-    b.learn_outcome(1, "failed")
-    assert b.running(WALL) == []  # an outcome ends the claim
+    assert b.running(WALL) == [1]  # span [0, 3): input 0 is done, its worker runs 1
+    assert [s.start for s in b.expired(WALL)] == [5]
+    assert b.frontier(0) == (3, None)
+    assert b.free_estimate(0) == 2
+    assert b.free_estimate(1) == 3
+    b.learn_burst(1, 3)
+    assert b.running(WALL) == []  # the span's inputs all have outcomes
     assert not b.settled
 
 
 def test_a_newer_claim_or_a_renewal_replaces_the_known_one() -> None:
     b = book()
-    b.learn_claim(claim(1, 0, WALL - 5))
-    assert b.learn_claim(claim(1, 0, WALL + 20))  # renewed
-    assert not b.learn_claim(claim(1, 0, WALL - 5))  # an older read
-    assert b.learn_claim(claim(1, 1, WALL + 1))  # taken over
-    assert b.claims[1].number == 1
+    b.learn_span(span(1, 4, 0, WALL - 5))
+    assert b.learn_span(span(1, 4, 0, WALL + 20))  # renewed
+    assert not b.learn_span(span(1, 4, 0, WALL - 5))  # an older read
+    assert b.learn_span(span(1, 4, 1, WALL + 1, first=2))  # taken over
+    assert b.spans[1].number == 1
+
+
+def test_a_takeover_counts_the_claims_that_ran_its_first_input() -> None:
+    dead = Span(0, 0, "a", WALL - 1, 10, 0)
+    assert take_over(dead, 4, "b", WALL + 30) == Span(0, 1, "b", WALL + 30, 10, 4, 2)
+    again = take_over(take_over(dead, 4, "b", WALL), 4, "c", WALL)  # b died on input 4
+    assert (again.number, again.first, again.tries) == (2, 4, 3)
+    moved = take_over(again, 6, "d", WALL)  # c got past 4 and died on 6
+    assert (moved.number, moved.first, moved.tries) == (3, 6, 2)
+
+
+def test_a_listed_span_ends_where_the_next_of_its_region_starts() -> None:
+    b = book(total=20, workers=2)  # regions [0, 10) and [10, 20)
+    b.learn_listed(0, 0)
+    b.learn_listed(4, 0)
+    b.learn_listed(10, 0)
+    assert b.span_end(0) == 4  # spans of a region are contiguous
+    assert b.span_end(4) is None  # the last one: its claim must be read
+    assert b.frontier(0) == (4, 4)
+    assert b.unread() == [(0, 0), (4, 0), (10, 0)]
+    b.learn_span(span(4, 7))
+    assert b.frontier(0) == (7, None)
+    assert b.free_estimate(0) == 3
+    assert b.free_estimate(1) == 9  # the span at 10 counts as one input until read
+    assert b.suspects(WALL) == [0, 10]  # never read; 4 holds
 
 
 def test_changes_count_every_new_fact() -> None:
     b = book()
-    b.learn_claim(claim(1))
+    b.learn_span(span(1, 3))
     b.learn_outcome(1, "succeeded")
     b.learn_outcome(1, "succeeded")
-    assert b.changes == 2
+    b.learn_burst(2, 3)
+    assert b.changes == 3
 
 
-# --- the worker's step ----------------------------------------------------------------
+def test_span_sizes_adapt_to_speed_and_to_what_is_left() -> None:
+    opts = PoolOptions(total=100_000, chunk_size=64, workers=4, span_s=2.0)
+    size = partial(span_size, opts, free=100_000, region_left=25_000)
+    assert size(ramp=4, mean_s=None) == 4  # speed unknown: a short first span
+    assert size(ramp=4096, mean_s=0.001) == 2000  # fast inputs: 2 s of them
+    assert size(ramp=4096, mean_s=10.0) == 1  # slow ones: one at a time
+    assert size(ramp=4096, mean_s=0.001, free=400) == 50  # few left: a share of them
+    assert size(ramp=4096, mean_s=0.001, free=3) == 1
+    assert size(ramp=4096, mean_s=0.001, region_left=7) == 7
 
 
-def test_worker_prefers_its_chunk_then_a_picked_free_chunk() -> None:
-    b = book(total=12, chunk=4)
-    assert worker_step(b, wall=WALL, chunk=1, pick=0.0) == Run(4, 0)
-    b.learn_claim(claim(4))
-    assert worker_step(b, wall=WALL, chunk=1, pick=0.0) == Run(5, 0)
-    for i in (5, 6, 7):
-        b.learn_outcome(i, "succeeded")
-    # Chunk 1 has nothing free: the pick chooses among chunks 0 and 2.
-    assert worker_step(b, wall=WALL, chunk=1, pick=0.0) == Run(0, 0)
-    assert worker_step(b, wall=WALL, chunk=1, pick=0.99) == Run(8, 0)
-    assert worker_step(b, wall=WALL, chunk=None, pick=0.6) == Run(8, 0)
-
-
-def test_worker_takes_over_an_expired_claim_then_waits_for_live_ones() -> None:
-    b = book(total=3, chunk=3)
-    b.learn_outcome(0, "succeeded")
-    b.learn_claim(claim(1, 0, WALL - 1))
-    b.learn_claim(claim(2, 0, WALL + 3))
-    assert worker_step(b, wall=WALL, chunk=0, pick=0.0) == Run(1, 1)
-    b.learn_claim(claim(1, 1, WALL + 30))
-    action = worker_step(b, wall=WALL, chunk=0, pick=0.0)
-    assert action == Wait(3.0)  # until the first lease ends
-    assert isinstance(worker_step(b, wall=WALL - 100, chunk=0, pick=0), Wait)
-    assert worker_step(b, wall=WALL - 100, chunk=0, pick=0).seconds <= 5.0  # type: ignore[union-attr]
-
-
-def test_an_input_that_keeps_losing_its_worker_is_given_up() -> None:
-    b = book(total=1, chunk=1, retries=0, max_claims=3)
-    b.learn_claim(claim(0, 2, WALL - 1))
-    action = worker_step(b, wall=WALL, chunk=None, pick=0.0)
-    assert isinstance(action, GiveUp)
-    assert (action.index, action.number) == (0, 3)
-    assert "lost its worker 3 times" in action.reason
-
-
-def test_worker_exits_when_done_or_stopped() -> None:
-    b = book(total=2, chunk=2)
-    b.learn_outcome(0, "succeeded")
-    b.learn_outcome(1, "failed")
-    assert worker_step(b, wall=WALL, chunk=None, pick=0.0) == Exit("done")
-    b2 = book()
-    b2.learn_stop({"reason": "cancelled"})
-    assert worker_step(b2, wall=WALL, chunk=None, pick=0.0) == Exit("stopped")
+def test_work_is_stolen_from_the_fullest_regions() -> None:
+    b = book(total=40, workers=4)  # regions of 10
+    b.learn_span(span(0, 10))
+    b.learn_span(span(10, 18))
+    b.learn_span(span(20, 22))
+    assert pick_region(b, 0.0) == 2  # 8 left; region 3 has 10: both within a factor 2
+    assert pick_region(b, 0.99) == 3
+    b.learn_span(span(30, 40))
+    b.learn_span(span(22, 30))
+    assert pick_region(b, 0.5) == 1
+    b.learn_span(span(18, 20))
+    assert pick_region(b, 0.5) is None
 
 
 def test_which_stops_end_running_inputs() -> None:
@@ -151,15 +185,29 @@ def test_which_stops_end_running_inputs() -> None:
     assert pool_plan.stop_kills({"reason": "fail_fast"}, kill)
 
 
-def test_claim_objects_round_trip_and_unreadable_ones_count_as_expired() -> None:
-    from runner.pool_book import claim_record, parse_claim
-
-    assert parse_claim(3, 1, claim_record("pod-a", 12.5)) == Claim(3, 1, "pod-a", 12.5)
-    assert parse_claim(3, 1, b"not json").expires == 0.0
+def test_claim_and_burst_names_and_records_round_trip() -> None:
+    record = claim_record(Span(3, 1, "pod-a", 12.5, 9, 4, 2))
+    assert parse_claim(3, 1, record) == Span(3, 1, "pod-a", 12.5, 9, 4, 2)
+    assert parse_claim(3, 1, b"not json") is None
+    # A claim of a batch recorded before spans: one input.
+    assert parse_claim(3, 2, b'{"worker": "p", "expires": 1.0}') == Span(3, 2, "p", 1.0, 4, 3, 3)
     assert protocol.parse_claim_name("0000003.001") == (3, 1)
     assert protocol.parse_claim_name("junk") is None
     assert protocol.parse_outcome_name("0000012.res") == 12
     assert protocol.parse_outcome_name("worker-1.log") is None
+    name = protocol.burst_name(4, 9, 3, 1)
+    assert protocol.parse_burst_name(name) == (4, 9, 3, 1)
+    assert protocol.parse_burst_name("0000009-0000004.0000003.001") is None
+    assert protocol.parse_burst_name("junk") is None
+
+
+def test_span_of_finds_the_claim_holding_an_input() -> None:
+    b = book(total=20, workers=1)
+    b.learn_span(span(0, 5))
+    b.learn_span(span(5, 12, number=1, first=8))
+    assert pool_plan.span_of(b, 7) == b.spans[5]
+    assert pool_plan.span_of(b, 3) == b.spans[0]
+    assert pool_plan.span_of(b, 15) is None
 
 
 # --- the cluster view -----------------------------------------------------------------
@@ -232,7 +280,7 @@ def test_looks_are_rationed() -> None:
 
 def test_follower_reports_running_inputs_and_backs_off_while_nothing_changes() -> None:
     b = book()
-    b.learn_claim(claim(2))
+    b.learn_span(span(2, 3))
     first = step(b, FollowState(), ClusterView(exists=True, active=1, started=1), 0.0)
     assert first.running == [2]
     assert first.fail is None
@@ -308,7 +356,7 @@ def test_a_vanished_job_is_created_again_unless_the_batch_stopped_or_finished() 
 
 def test_a_stop_is_reported_once_no_pod_runs() -> None:
     b = book()
-    b.learn_claim(claim(1))
+    b.learn_span(span(1, 2))
     record = {"reason": "fail_fast", "detail": "input 0 failed", "phase": None}
     b.learn_stop(record)
     # Seen before the stop was known: not enough.

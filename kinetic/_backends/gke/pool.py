@@ -9,9 +9,11 @@ outcomes, and exit when none is left. From then on the batch needs no client: a
 process that follows it (``results()``, ``as_completed()``, ``attach_batch`` from any
 machine) only *reads*, and decides with :mod:`kinetic._core.pool_plan`:
 
-1. storage shows the progress: outcome objects (each read once, cached), claim objects
-   (running inputs) and the stop record. Storage is polled (every 0.2 s while inputs
-   finish, backing off to 2 s while nothing changes): it has no watch;
+1. storage shows the progress: bursts of outcomes (each read once, cached; an outcome
+   is reported only once its burst is durable, since it is read from it), outcome
+   objects of single inputs, claims (the spans running) and the stop record. Storage is
+   polled (every 0.2 s while inputs finish, backing off to 2 s while nothing changes):
+   it has no watch;
 2. the cluster is looked at rarely (:func:`~kinetic._core.pool_plan.look_due`): a list
    of the pool's pods, and the Job itself only when no pod is active. Rarely, because
    Kubernetes requests are the scarce resource: a batch of thousands of inputs costs
@@ -25,8 +27,10 @@ machine) only *reads*, and decides with :mod:`kinetic._core.pool_plan`:
    but what is in storage: a new one carries on where the old one stopped).
 
 ``cancel()`` records ``stop.json`` and deletes the Job and its pods (two requests).
-Delivery is at-least-once: an input whose worker died runs again once its claim's
-lease expired (its outcome object is created only once: the first one stands).
+Delivery is at-least-once: an input whose worker died before its burst was written
+runs again once its claim's lease expired. Each input is reported once: an outcome
+object of its own stands over burst records, and of two bursts with the same input
+(a worker that stalled past its lease) the first one read stands.
 
 :class:`GKEBatchEngines` is the backend's batch runner: it hands each batch to this
 engine or to the one-Job-per-input engine (:mod:`kinetic._backends.gke.batch`),
@@ -51,7 +55,7 @@ from kinetic._core import k8s_spec, pool_plan
 from kinetic._core.exception_groups import one_error
 from kinetic._exceptions import ObjectNotFoundError
 from kinetic._storage.base import Storage
-from runner import protocol
+from runner import protocol, results_log
 
 if TYPE_CHECKING:
     from kinetic._backends.cluster import ClusterBackend
@@ -87,9 +91,19 @@ class GKEPool(GroupEngine["_Follower"]):
     # -- one input (see kinetic._backends.base.BatchRunner) ----------------------------
 
     async def input_activity(self, job: JobRef) -> InputActivity:
-        """Running while a live claim holds the input."""
-        claim = await self.follower(str(job.group_id)).latest_claim(input_index(job))
-        return InputActivity(running=claim is not None and claim.expires > time.time())
+        """Running while a live claim holds the input's span and the input is the one
+        its worker runs (the first of the span without an outcome)."""
+        follower = self.follower(str(job.group_id))
+        index = input_index(job)
+        claim = await follower.latest_claim(index)
+        book = follower.book
+        running = (
+            claim is not None
+            and book is not None
+            and claim.expires > time.time()
+            and book.next_undone(claim) == index
+        )
+        return InputActivity(running=running)
 
     async def input_changed(self, job: JobRef) -> None:
         """Follow the batch until an input finished, or it stopped."""
@@ -104,15 +118,20 @@ class GKEPool(GroupEngine["_Follower"]):
         if index in loaded:
             return str(loaded[index][0].get("output") or "")
         claim = await follower.latest_claim(index)
-        if claim is None or claim.expires <= time.time():
+        if claim is None or claim.expires <= time.time() or claim.first > index:
             return ""
         text = await self.backend.client.pod_log(job.namespace, claim.worker)
         return _input_section(text or "", index)
 
     async def cancel_input(self, job: JobRef) -> None:
-        """Record the input cancelled unless an outcome stands; its worker ends it at its
-        next lease renewal (a pod runs many inputs: it is not deleted)."""
+        """Record the input cancelled unless an outcome stands; its worker skips it, or
+        ends it at its next look for cancels (a pod runs many inputs: it is not deleted).
+        The outcome object of its own stands over a burst written after the look."""
         group_id, index = str(job.group_id), input_index(job)
+        follower = self.follower(group_id)
+        await follower.refresh()
+        if index in follower.outcomes:
+            return
         header = protocol.cancelled_header()
         payload = bytes(
             cloudpickle.dumps(protocol.result_payload(success=False, error="cancelled"))
@@ -135,6 +154,8 @@ class _Follower:
         self.state = pool_plan.FollowState()
         self.outcomes: Loaded = {}
         self.lock = anyio.Lock()
+        self._bursts_read: set[str] = set()
+        self._singles: set[int] = set()  # inputs with an outcome object of their own
 
     @property
     def storage(self) -> Storage:
@@ -197,79 +218,115 @@ class _Follower:
 
     # -- storage ------------------------------------------------------------------------
 
-    async def _read_outcomes(self, indices: Collection[int]) -> None:
-        """Read (into the cache) the outcome objects of ``indices`` that exist."""
-        book = await self._load()
-
-        def learn(index: int, header: protocol.OutcomeHeader, payload: bytes) -> None:
-            self.outcomes[index] = (header, payload)
-            book.learn_outcome(index, protocol.as_input_state(header.get("state")))
-
-        wanted = [i for i in indices if i not in self.outcomes]
-        await read_outcomes(self.storage, self.group_id, wanted, learn)
-
     async def load_many(self, indices: list[int]) -> Loaded:
-        await self._read_outcomes([i for i in indices if i not in self.outcomes])
+        """The outcomes of ``indices`` that are durable (a look at storage first when
+        one is not known yet)."""
+        if any(i not in self.outcomes for i in indices):
+            async with self.lock:
+                await self.refresh()
         return {i: self.outcomes[i] for i in indices if i in self.outcomes}
 
     def forget(self, index: int) -> None:
         self.outcomes.pop(index, None)
+        self._singles.discard(index)
 
-    async def _read_claim(self, index: int, number: int) -> pool_plan.Claim:
+    def _learn(self, index: int, header: protocol.OutcomeHeader, payload: bytes) -> None:
+        assert self.book is not None
+        if index in self.outcomes and index not in self._singles:
+            return  # the first burst read stands (see the module docstring)
+        self.outcomes[index] = (header, payload)
+        self.book.learn_outcome(index, protocol.as_input_state(header.get("state")))
+
+    async def _read_burst(self, name: str) -> None:
+        key = protocol.group_bursts_prefix(self.group_id) + name
+        data = await self.storage.read(key)
         try:
-            data = await self.storage.read(protocol.group_claim_key(self.group_id, index, number))
+            records = results_log.decode_burst(data)
+        except ValueError as exc:
+            # Bursts are written whole, once: this one will stay as it is. Its inputs
+            # failed (their values are lost), with an empty payload: a ResultError.
+            log.warning("batch %s: burst %s is corrupted: %s", self.group_id, name, exc)
+            parsed = protocol.parse_burst_name(name)
+            assert parsed is not None
+            header: protocol.OutcomeHeader = {
+                "state": "failed",
+                "error": f"its outcome (burst {name}) is corrupted: {exc}",
+            }
+            records = [(i, header, b"") for i in range(parsed[0], parsed[1])]
+        for index, header, payload in records:
+            if index not in self._singles:
+                self._learn(index, header, payload)
+
+    async def _read_claim(self, start: int, number: int) -> pool_plan.Span | None:
+        try:
+            data = await self.storage.read(protocol.group_claim_key(self.group_id, start, number))
         except ObjectNotFoundError:
-            return pool_plan.Claim(index, number, "?", 0.0)
-        from runner.pool_book import parse_claim
+            return None
+        return pool_plan.parse_claim(start, number, data)
 
-        return parse_claim(index, number, data)
-
-    async def latest_claim(self, index: int) -> pool_plan.Claim | None:
-        """The input's latest claim, read from storage, or None."""
-        prefix = protocol.group_claims_prefix(self.group_id)
-        numbers = [
-            parsed[1]
-            async for key in self.storage.list(f"{prefix}{index:07d}.")
-            if (parsed := protocol.parse_claim_name(key.removeprefix(prefix))) is not None
-        ]
-        return await self._read_claim(index, max(numbers)) if numbers else None
+    async def latest_claim(self, index: int) -> pool_plan.Span | None:
+        """The latest claim of the span that holds input ``index`` (storage looked at
+        first), or None."""
+        async with self.lock:
+            await self.refresh()
+        assert self.book is not None
+        return pool_plan.span_of(self.book, index)
 
     async def refresh(self) -> None:
-        """List outcomes and claims; read what is new (and claims whose lease seems to
-        have run out: their holder may have renewed them); read the stop record."""
+        """List bursts, single outcomes and claims; read what is new (and claims whose
+        lease seems to have run out: their holder may have renewed them); read the
+        stop record. Bursts are listed before single outcomes: a single written before
+        the burst that covers its input is then always seen first."""
         book = await self._load()
+        bursts = protocol.group_bursts_prefix(self.group_id)
+        new_bursts = [
+            name
+            async for key in self.storage.list(bursts)
+            if (name := key.removeprefix(bursts)) not in self._bursts_read
+            and protocol.parse_burst_name(name) is not None
+        ]
         results = protocol.group_results_prefix(self.group_id)
-        found = [
+        singles = [
             index
             async for key in self.storage.list(results)
             if (index := protocol.parse_outcome_name(key.removeprefix(results))) is not None
-            and index not in book.outcomes
+            and index not in self._singles
         ]
-        await self._read_outcomes(found)
-        prefix = protocol.group_claims_prefix(self.group_id)
-        latest: dict[int, int] = {}
-        async for key in self.storage.list(prefix):
-            parsed = protocol.parse_claim_name(key.removeprefix(prefix))
-            if parsed is not None and parsed[0] not in book.outcomes:
-                latest[parsed[0]] = max(parsed[1], latest.get(parsed[0], -1))
-        wall = time.time()
-        stale = [
-            (index, number)
-            for index, number in latest.items()
-            if (known := book.claims.get(index)) is None
-            or known.number < number
-            or known.expires <= wall
-        ]
+        if singles:
+            self._singles.update(singles)  # they stand over bursts: read them first
+
+            def learn_single(index: int, header: protocol.OutcomeHeader, payload: bytes) -> None:
+                self.outcomes.pop(index, None)
+                self._learn(index, header, payload)
+
+            await read_outcomes(self.storage, self.group_id, singles, learn_single)
         limiter = anyio.CapacityLimiter(_IO_CONCURRENCY)
 
-        async def one(index: int, number: int) -> None:
+        async def burst(name: str) -> None:
             async with limiter:
-                book.learn_claim(await self._read_claim(index, number))
+                await self._read_burst(name)
+            self._bursts_read.add(name)
+
+        prefix = protocol.group_claims_prefix(self.group_id)
+        async for key in self.storage.list(prefix):
+            parsed = protocol.parse_claim_name(key.removeprefix(prefix))
+            if parsed is not None:
+                book.learn_listed(*parsed)
+        wall = time.time()
+        stale = [(start, book.listed[start]) for start in book.suspects(wall)]
+
+        async def claim(start: int, number: int) -> None:
+            async with limiter:
+                span = await self._read_claim(start, number)
+            if span is not None:
+                book.learn_span(span)
 
         with one_error():
             async with anyio.create_task_group() as tg:
-                for index, number in stale:
-                    tg.start_soon(one, index, number)
+                for name in sorted(new_bursts):
+                    tg.start_soon(burst, name)
+                for start, number in stale:
+                    tg.start_soon(claim, start, number)
         if book.stop is None:
             stop = await self.read_stop()
             if stop is not None:

@@ -1,0 +1,572 @@
+"""One pool worker's decisions, sans-IO: what to read, write and run next. Pure.
+
+Theory of operation
+-------------------
+A :class:`WorkerMachine` holds one worker's state (the span it holds, the input it
+runs, the outcomes not yet written) over a :class:`~runner.pool_book.PoolBook`. It does
+no IO and reads no clock: a *shell* asks it for the next operation and performs it —
+the pod's blocking worker (:mod:`runner.pool`, which forks per input), or an async
+simulation of a thousand workers::
+
+    while True:
+        op = machine.next(wall=time.time(), mono=time.monotonic(), pick=random.random())
+        # List(prefix)      -> machine.listed(prefix, keys)
+        # Read(key)         -> machine.read(key, data or None when missing)
+        # Create(key, data) -> machine.created(key, won)     (create-if-absent)
+        # Write(key, data)  -> machine.written(key)
+        # Run(index, n)     -> machine.ran(index, record, payload, output, seconds)
+        # Kill(index)       -> end the running input, then machine.ended(index)
+        # Sleep(seconds)    -> sleep (an input that ends meanwhile may be fed at once)
+        # Exit(reason)      -> stop
+
+Exactly one operation is outstanding at a time (``Sleep`` and ``Exit`` need no answer);
+a failed operation (storage down) is the shell's to retry. While an input runs (after
+``Run``, before ``ran``/``ended``) :meth:`WorkerMachine.next` returns only upkeep:
+reading the stop record, renewing the lease, looking for a cancel of the input,
+writing a due burst, ``Kill`` — or ``Sleep`` until the next is due.
+
+What a worker does (the protocol is in :mod:`runner.pool_book`):
+
+1. claim the next span of the region it works in (create-if-absent; a lost race reads
+   the winner's claim and tries after it); once the region is exhausted, list the
+   claims and move to the region with the most left (work stealing);
+2. run the span's inputs in order (retries in place), buffering their outcomes; write
+   them as one burst when ``burst_max`` are buffered, ``burst_s`` after the first, at
+   the span's end, and before waiting or exiting — an outcome is never visible before
+   its burst is durable, and a claim after the first writes each outcome at once;
+3. renew the claim every third of the lease; end the running input when the batch
+   stops (cancel, ``cancel_running_on_fail``) or the input was cancelled alone; a claim
+   found taken over (this worker stalled past its lease) is dropped with its buffer;
+4. with no span left: list, read a few claims that may have expired, take one over from
+   its first input without an outcome (or fail that input once it had ``max_claims``
+   claims), else sleep until a lease may end; exit once every input has an outcome or
+   the batch stopped. After a final failure with ``fail_fast``: write the burst, then
+   the stop record.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, replace
+
+from runner import protocol, results_log
+from runner.pool_book import (
+    FIRST_SPAN,
+    LARGE_RESULT,
+    LEASE_WAIT_MAX,
+    MAX_SPAN,
+    PoolBook,
+    PoolOptions,
+    Span,
+    claim_record,
+    parse_claim,
+    pick_region,
+    span_size,
+    stop_kills,
+    take_over,
+)
+
+STOP_EVERY = 1.0
+"""Seconds between two reads of the stop record."""
+SAMPLE = 4
+"""Claims a worker with nothing to do reads per look, to find one whose lease ran out
+(a sample: a thousand idle workers must not each read every claim)."""
+IDLE_FIRST = 0.25
+"""Seconds a worker with nothing to do first sleeps before it looks again (doubling)."""
+OUTPUT_TAIL = 64 * 1024
+"""Bytes of an input's output kept in its outcome's header."""
+
+
+@dataclass(frozen=True)
+class List:
+    prefix: str
+
+
+@dataclass(frozen=True)
+class Read:
+    key: str
+
+
+@dataclass(frozen=True)
+class Create:
+    key: str
+    data: bytes
+
+
+@dataclass(frozen=True)
+class Write:
+    key: str
+    data: bytes
+
+
+@dataclass(frozen=True)
+class Run:
+    """Run attempt ``attempt`` (0 first) of input ``index``."""
+
+    index: int
+    attempt: int
+
+
+@dataclass(frozen=True)
+class Kill:
+    index: int
+
+
+@dataclass(frozen=True)
+class Sleep:
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Exit:
+    """``reason``: ``"done"`` (every input has an outcome) or ``"stopped"``."""
+
+    reason: str
+
+
+Op = List | Read | Create | Write | Run | Kill | Sleep | Exit
+
+
+@dataclass
+class _Buffer:
+    """Outcomes run under one claim and not yet written: inputs ``[first, end)``."""
+
+    span: Span
+    first: int
+    end: int
+    since: float | None
+    """The monotonic time of its first outcome (set at the step after it)."""
+    records: list[bytes]
+
+
+class WorkerMachine:
+    """One worker of a pool batch, sans-IO (see the module docstring).
+
+    :param options: the batch's options (:meth:`PoolOptions.from_manifest`).
+    :param group_id: the batch; :param worker: this worker's name (its pod's).
+    :param stop_every: seconds between reads of the stop record.
+    """
+
+    def __init__(
+        self, options: PoolOptions, group_id: str, worker: str, *, stop_every: float = STOP_EVERY
+    ) -> None:
+        self.book = PoolBook(options)
+        self.options = options
+        self.group_id = group_id
+        self.worker = worker
+        self.stop_every = stop_every
+        self.claims_prefix = protocol.group_claims_prefix(group_id)
+        self.bursts_prefix = protocol.group_bursts_prefix(group_id)
+        self.results_prefix = protocol.group_results_prefix(group_id)
+        self.stop_key = protocol.group_stop_key(group_id)
+        self.span: Span | None = None
+        """The claim this worker holds."""
+        self.cursor = 0
+        """The next input of the held span to look at."""
+        self.region: int | None = None
+        self.running: tuple[int, int] | None = None
+        """``(index, attempt)`` of the input running now."""
+        self.killing = False
+        self.retry: tuple[int, int] | None = None
+        self.buffer: _Buffer | None = None
+        self.ramp = FIRST_SPAN
+        self.mean_s: float | None = None
+        self.stop_to_write: protocol.StopRecord | None = None
+        self.counts: dict[str, int] = {}
+        """Operations handed out, by kind (for benchmarks)."""
+        self._queue: list[Op] = []
+        self._pending: List | Read | Create | Write | None = None
+        self._claiming: dict[str, Span] = {}  # claim keys being created -> their spans
+        self._took_from: dict[int, str] = {}  # span start -> the worker of its last claim
+        self._stop_read = float("-inf")
+        self._singles_read = float("-inf")
+        self._claims_fresh = False  # claims listed since this worker last won a claim
+        self._all_fresh = False  # claims, bursts and outcomes listed since the last sleep
+        self._sampled = True
+        self._fresh_reads: set[tuple[int, int]] = set()  # claims read since the last sleep
+        self._lapse_check = False
+        self._idle = IDLE_FIRST  # the next sleep with nothing to do (doubles to LEASE_WAIT_MAX)
+
+    # -- the step ------------------------------------------------------------------------
+
+    def next(self, *, wall: float, mono: float, pick: float) -> Op:
+        """The next operation (see the module docstring).
+
+        :param wall: the wall-clock time (leases); :param mono: a monotonic time (timers).
+        :param pick: a random number in [0, 1): which region or claim to try.
+        :raises RuntimeError: when the previous operation was not answered.
+        """
+        if self._pending is not None:
+            raise RuntimeError(f"{self._pending!r} was not answered")
+        if self.buffer is not None and self.buffer.since is None:
+            self.buffer.since = mono
+        op = self._decide(wall, mono, pick)
+        kind = type(op).__name__
+        self.counts[kind] = self.counts.get(kind, 0) + 1
+        if isinstance(op, (List, Read, Create, Write)):
+            self._pending = op
+        return op
+
+    def _decide(self, wall: float, mono: float, pick: float) -> Op:
+        book = self.book
+        if self._queue:
+            return self._queue.pop(0)
+        if book.stop is None and mono - self._stop_read >= self.stop_every:
+            self._stop_read = mono
+            return Read(self.stop_key)
+        if self.running is not None:
+            return self._upkeep(wall, mono)
+        if book.stop is not None:
+            if self.buffer is not None:
+                return self._flush(wall)
+            return Exit("stopped")
+        if self.retry is not None:
+            self.running, self.retry = self.retry, None
+            return Run(*self.running)
+        span = self.span
+        buffer = self.buffer
+        if buffer is not None and (
+            len(buffer.records) >= self.options.burst_max
+            or mono - (buffer.since or mono) >= self.options.burst_s
+            or buffer.span.number > 0  # a takeover: each outcome at once (module docstring)
+            or span is None
+            or self.cursor >= span.end
+            or self.stop_to_write is not None  # the failure is durable before the stop
+        ):
+            return self._flush(wall)
+        if self.stop_to_write is not None:
+            record, self.stop_to_write = self.stop_to_write, None
+            self._stop_read = float("-inf")  # then read back whichever stop stood
+            return Create(self.stop_key, protocol.dump_json(record))
+        if span is not None:
+            renew = self._renew(wall)
+            if renew is not None:
+                return renew
+            index = book.done.first_missing(self.cursor, span.end)
+            if index < span.end:
+                self.cursor = index
+                if index == span.first and span.tries > self.options.max_claims:
+                    self._give_up(index, span)
+                    return self._decide(wall, mono, pick)
+                self.running = (index, 0)
+                return Run(index, 0)
+            self.span = None  # every input of the span has an outcome (its burst is out)
+            self.ramp = min(MAX_SPAN, self.ramp * 4)
+        return self._find_work(wall, pick)
+
+    # -- while an input runs --------------------------------------------------------------
+
+    def _upkeep(self, wall: float, mono: float) -> Op:
+        book = self.book
+        assert self.running is not None
+        if self.span is None:
+            return Sleep(0.05)  # the claim was lost: its input is being ended
+        index = self.running[0]
+        if not self.killing and (
+            (book.stop is not None and stop_kills(book.stop, self.options)) or index in book.singles
+        ):
+            self.killing = True
+            return Kill(index)
+        renew = self._renew(wall)
+        if renew is not None:
+            return renew
+        third = self.options.lease_s / 3
+        if mono - self._singles_read >= third:
+            self._singles_read = mono
+            return List(self.results_prefix)  # a cancel of the input is an object of its own
+        buffer = self.buffer
+        if buffer is not None and mono - (buffer.since or mono) >= self.options.burst_s:
+            return self._flush(wall)
+        due = [
+            self.stop_every - (mono - self._stop_read) if book.stop is None else LEASE_WAIT_MAX,
+            self.span.expires - 2 * third - wall,
+            third - (mono - self._singles_read),
+        ]
+        if buffer is not None:
+            due.append(self.options.burst_s - (mono - (buffer.since or mono)))
+        return Sleep(max(0.01, min(due)))
+
+    def _renew(self, wall: float) -> Op | None:
+        """Renew the held claim once a third of its lease is gone; first, when it lapsed,
+        look whether it was taken over (then it is dropped: :meth:`_lose_span`)."""
+        span = self.span
+        if span is None or wall < span.expires - 2 * self.options.lease_s / 3:
+            return None
+        if wall >= span.expires and not self._lapse_check:
+            self._lapse_check = True
+            return List(f"{self.claims_prefix}{span.start:07d}.")
+        self._lapse_check = False
+        self.span = replace(span, expires=wall + self.options.lease_s)
+        if self.buffer is not None:
+            self.buffer.span = self.span
+        self.book.learn_span(self.span)
+        return Write(self._claim_key(span.start, span.number), self._claim_bytes(self.span))
+
+    # -- outcomes -------------------------------------------------------------------------
+
+    def ran(
+        self,
+        index: int,
+        record: protocol.FinalRecord,
+        payload: bytes,
+        output: bytes = b"",
+        seconds: float | None = None,
+    ) -> None:
+        """The running attempt of ``index`` ended with ``record`` and ``payload`` (the
+        pickled result payload); ``output`` is what it printed, ``seconds`` its time."""
+        assert self.running is not None
+        assert self.running[0] == index
+        attempt = self.running[1]
+        self.running, self.killing = None, False
+        if self.span is None:
+            return  # the claim was taken over meanwhile: the new holder runs it
+        if seconds is not None:
+            self.mean_s = seconds if self.mean_s is None else 0.8 * self.mean_s + 0.2 * seconds
+        if record["state"] != "succeeded" and attempt < self.options.retries:
+            self.retry = (index, attempt + 1)
+            return
+        header = protocol.outcome_header(
+            attempt, record, claim=self.span.number, worker=self.worker
+        )
+        if output:
+            header["output"] = output[-OUTPUT_TAIL:].decode(errors="replace")
+        self._record(index, header, payload)
+        if record["state"] != "succeeded" and self.options.fail_fast:
+            self.stop_to_write = protocol.stop_record("fail_fast", f"input {index} failed")
+
+    def ended(self, index: int) -> None:
+        """The running input was ended from outside (after :class:`Kill`): no outcome."""
+        assert self.running is not None
+        assert self.running[0] == index
+        self.running, self.killing = None, False
+        self.cursor = index + 1
+
+    def _give_up(self, index: int, span: Span) -> None:
+        error = (
+            f"input {index} lost its worker {span.tries - 1} times "
+            f"(last: {self._took_from.get(span.start, '?')}); not run again"
+        )
+        record: protocol.FinalRecord = {
+            "state": "failed",
+            "phase": "execute",
+            "error": error,
+            "error_type": None,
+        }
+        header = protocol.outcome_header(0, record, claim=span.number, worker=self.worker)
+        self._record(index, header, _failure_payload(error))
+        if self.options.fail_fast:
+            self.stop_to_write = protocol.stop_record("fail_fast", f"input {index} failed")
+
+    def _record(self, index: int, header: protocol.OutcomeHeader, payload: bytes) -> None:
+        span = self.span
+        assert span is not None
+        self.cursor = index + 1
+        data = b""
+        if len(payload) > LARGE_RESULT:
+            # An object of its own (written now, before the burst that covers it).
+            key = protocol.group_outcome_key(self.group_id, index)
+            self._queue.append(Create(key, protocol.encode_outcome(header, payload)))
+            self.book.learn_single(index)
+        else:
+            data = results_log.encode(index, header, payload)
+        buffer = self.buffer
+        if buffer is None:
+            self.buffer = buffer = _Buffer(span, index, index + 1, None, [])
+        buffer.end = index + 1
+        if data:
+            buffer.records.append(data)
+
+    def _flush(self, wall: float) -> Op:
+        """Write the buffered burst (first checking, when the claim lapsed, that it was
+        not taken over)."""
+        buffer = self.buffer
+        assert buffer is not None
+        span = buffer.span
+        if wall >= span.expires and self.span is span and not self._lapse_check:
+            self._lapse_check = True
+            return List(f"{self.claims_prefix}{span.start:07d}.")
+        self._lapse_check = False
+        self.buffer = None
+        name = protocol.burst_name(buffer.first, buffer.end, span.start, span.number)
+        self.book.learn_burst(buffer.first, buffer.end)
+        return Write(self.bursts_prefix + name, protocol.encode_burst(b"".join(buffer.records)))
+
+    # -- finding work ---------------------------------------------------------------------
+
+    def _find_work(self, wall: float, pick: float) -> Op:
+        book = self.book
+        if self.region is not None:
+            op = self._next_in(self.region, wall)
+            if op is not None:
+                return op
+        if not self._claims_fresh:  # moving to another region: look where others are
+            self._claims_fresh = True
+            return List(self.claims_prefix)
+        region = pick_region(book, pick, avoid=self.region)
+        if region is not None:
+            op = self._next_in(region, wall)
+            if op is not None:
+                return op
+        if not self._all_fresh:
+            # Nothing left to claim: list bursts and outcomes (which spans have inputs
+            # left; is everything done), then the claims (a burst written after the
+            # claims were listed is seen: it lies in a claimed span).
+            self._all_fresh = self._claims_fresh = True
+            self._sampled = False
+            self._queue.extend([List(self.results_prefix), List(self.claims_prefix)])
+            return List(self.bursts_prefix)
+        if book.settled:
+            return Exit("done")
+        # Take over only a claim read since the last sleep: it may have been renewed.
+        expired = [s for s in book.expired(wall) if (s.start, s.number) in self._fresh_reads]
+        if expired:
+            span = expired[min(len(expired) - 1, int(pick * len(expired)))]
+            return self._take_over(span, wall)
+        if not self._sampled:
+            self._sampled = True
+            suspects = book.suspects(wall)
+            if suspects:
+                at = int(pick * len(suspects))
+                for i in range(min(SAMPLE, len(suspects))):
+                    start = suspects[(at + i) % len(suspects)]
+                    self._queue.append(self._read_claim(start, book.listed[start]))
+                return self._queue.pop(0)
+        held = book.held(wall)
+        soonest = min((s.expires for s in held), default=wall + LEASE_WAIT_MAX)
+        self._all_fresh = self._claims_fresh = False  # after the sleep: look again
+        self._fresh_reads.clear()
+        # Held spans end soon or never (their worker died: their lease tells when):
+        # look again soon at first, then less and less often.
+        idle, self._idle = self._idle, min(LEASE_WAIT_MAX, self._idle * 2)
+        return Sleep(max(0.05, min(idle, soonest - wall)))
+
+    def _next_in(self, region: int, wall: float) -> Op | None:
+        """Claim the next span of ``region`` (reading the claim that ends its known
+        chain first, when its end is unknown); None when the region is all claimed."""
+        at, unknown = self.book.frontier(region)
+        if unknown is not None:
+            return self._read_claim(unknown, self.book.listed[unknown])
+        hi = self.options.region(region)[1]
+        if at >= hi:
+            return None
+        self.region = region
+        size = span_size(
+            self.options,
+            ramp=self.ramp,
+            mean_s=self.mean_s,
+            free=self.book.free_total(),
+            region_left=hi - at,
+        )
+        return self._create_claim(
+            Span(at, 0, self.worker, wall + self.options.lease_s, at + size, at)
+        )
+
+    def _take_over(self, span: Span, wall: float) -> Op:
+        first = self.book.next_undone(span)
+        self._took_from[span.start] = span.worker
+        return self._create_claim(take_over(span, first, self.worker, wall + self.options.lease_s))
+
+    def _create_claim(self, span: Span) -> Create:
+        key = self._claim_key(span.start, span.number)
+        self._claiming[key] = span
+        return Create(key, self._claim_bytes(span))
+
+    def _read_claim(self, start: int, number: int) -> Read:
+        return Read(self._claim_key(start, number))
+
+    def _claim_key(self, start: int, number: int) -> str:
+        return protocol.group_claim_key(self.group_id, start, number)
+
+    def _claim_bytes(self, span: Span) -> bytes:
+        return claim_record(span)
+
+    # -- answers --------------------------------------------------------------------------
+
+    def _answer(self, op_type: type, key: str) -> None:
+        pending = self._pending
+        if not isinstance(pending, op_type) or getattr(pending, "key", None) != key:
+            raise RuntimeError(f"answer for {key!r} but {pending!r} was asked")
+        self._pending = None
+
+    def listed(self, prefix: str, keys: list[str]) -> None:
+        """The answer to :class:`List`: the keys under ``prefix``."""
+        pending = self._pending
+        if not isinstance(pending, List) or pending.prefix != prefix:
+            raise RuntimeError(f"answer for list {prefix!r} but {pending!r} was asked")
+        self._pending = None
+        book = self.book
+        if prefix.startswith(self.claims_prefix):
+            for key in keys:
+                parsed = protocol.parse_claim_name(key.removeprefix(self.claims_prefix))
+                if parsed is not None:
+                    book.learn_listed(*parsed)
+            span = self.span
+            taken = span is not None and book.listed.get(span.start, -1) > span.number
+            if prefix != self.claims_prefix and taken:
+                self._lose_span()
+        elif prefix == self.bursts_prefix:
+            for key in keys:
+                burst = protocol.parse_burst_name(key.removeprefix(prefix))
+                if burst is not None:
+                    book.learn_burst(burst[0], burst[1])
+        elif prefix == self.results_prefix:
+            for key in keys:
+                index = protocol.parse_outcome_name(key.removeprefix(prefix))
+                if index is not None:
+                    book.learn_single(index)
+
+    def _lose_span(self) -> None:
+        """The held claim was taken over (this worker stalled past its lease): drop it,
+        its unwritten outcomes and the running input (its new holder runs it)."""
+        self.span = None
+        self.buffer = None
+        self.retry = None
+        self._lapse_check = False
+        if self.running is not None and not self.killing:
+            self.killing = True
+            self._queue.append(Kill(self.running[0]))
+
+    def read(self, key: str, data: bytes | None) -> None:
+        """The answer to :class:`Read`: the object's bytes, or None when it is missing."""
+        self._answer(Read, key)
+        if key == self.stop_key:
+            if data is not None:
+                with contextlib.suppress(ValueError):  # being written: read again later
+                    self.book.learn_stop(protocol.load_stop(data))
+            return
+        parsed = protocol.parse_claim_name(key.removeprefix(self.claims_prefix))
+        if parsed is not None and data is not None:  # a missing claim: the batch is gone
+            span = parse_claim(*parsed, data)
+            if span is not None:
+                self.book.learn_span(span)
+                self._fresh_reads.add(parsed)
+
+    def created(self, key: str, won: bool) -> None:
+        """The answer to :class:`Create`: whether the object was created (else one
+        existed)."""
+        self._answer(Create, key)
+        span = self._claiming.pop(key, None)
+        if span is None:
+            return
+        if won:
+            self._idle = IDLE_FIRST
+            self.book.learn_span(span)
+            self.span, self.cursor = span, span.first
+            self.region = self.options.region_of(span.start)
+            self._claims_fresh = self._all_fresh = False
+        else:
+            self.book.learn_listed(span.start, span.number)
+            self._queue.append(self._read_claim(span.start, span.number))
+
+    def written(self, key: str) -> None:
+        """The answer to :class:`Write`."""
+        self._answer(Write, key)
+
+
+def _failure_payload(error: str) -> bytes:
+    """A pickled failure payload (plain data: the standard pickle is what the client's
+    unpickler reads, and the runner's machine needs no cloudpickle)."""
+    import pickle
+
+    payload = protocol.result_payload(success=False, phase="execute", error=error, error_type="")
+    return pickle.dumps(payload, protocol=4)

@@ -1,0 +1,177 @@
+"""A discrete-event driver for pool workers' machines (runner.pool_machine): many
+workers over one in-memory object store, on a simulated clock. No loop, no IO: the
+machines are pure, so their interleavings (races, deaths, takeovers) are replayed
+exactly, from a seed."""
+
+from __future__ import annotations
+
+import heapq
+import pickle
+import random
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from runner import protocol, results_log
+from runner.pool_book import PoolOptions
+from runner.pool_machine import (
+    Create,
+    Exit,
+    Kill,
+    List,
+    Read,
+    Run,
+    Sleep,
+    WorkerMachine,
+    Write,
+)
+
+GID = "grp-00000000feed"
+
+
+def ok(index: int) -> tuple[protocol.FinalRecord, bytes]:
+    record: protocol.FinalRecord = {
+        "state": "succeeded",
+        "phase": None,
+        "error": None,
+        "error_type": None,
+    }
+    return record, pickle.dumps(protocol.result_payload(success=True, result=index * index))
+
+
+@dataclass
+class Store:
+    """Objects by key, with create-if-absent; counts requests by kind."""
+
+    objects: dict[str, bytes] = field(default_factory=dict)
+    requests: Counter[str] = field(default_factory=Counter)
+
+    def outcomes(self, group_id: str = GID) -> dict[int, list[protocol.OutcomeHeader]]:
+        """Every outcome record per input, over all bursts and single objects."""
+        found: dict[int, list[protocol.OutcomeHeader]] = {}
+        for key, data in sorted(self.objects.items()):
+            if key.startswith(protocol.group_bursts_prefix(group_id)):
+                assert data.startswith(protocol.BURST_MAGIC)
+                records, _ = results_log.scan(data, len(protocol.BURST_MAGIC))
+                for index, head, _, _ in records:
+                    found.setdefault(index, []).append(results_log.header(head))
+            elif key.startswith(protocol.group_results_prefix(group_id)):
+                index = protocol.parse_outcome_name(
+                    key.removeprefix(protocol.group_results_prefix(group_id))
+                )
+                assert index is not None
+                found.setdefault(index, []).append(protocol.decode_outcome(data)[0])
+        return found
+
+
+Runner = Callable[[int, int], tuple[float, protocol.FinalRecord, bytes]]
+"""``(index, attempt) -> (seconds, record, payload)``."""
+
+
+@dataclass
+class Pool:
+    """Workers stepping their machines over :class:`Store` on a simulated clock."""
+
+    options: PoolOptions
+    run: Runner
+    store: Store = field(default_factory=Store)
+    seed: int = 0
+    io_s: float = 0.002
+    now: float = 1_000.0
+    machines: dict[str, WorkerMachine] = field(default_factory=dict)
+    exits: dict[str, str] = field(default_factory=dict)
+    dead: set[str] = field(default_factory=set)
+    runs: Counter[int] = field(default_factory=Counter)
+    doom: set[int] = field(default_factory=set)
+    """Inputs whose run kills their worker; the Job controller starts another."""
+
+    def __post_init__(self) -> None:
+        self.rng = random.Random(self.seed)
+        self._events: list[tuple[float, int, str]] = []
+        self._seq = 0
+        self._running: dict[str, tuple[int, float, float, protocol.FinalRecord, bytes]] = {}
+        self.last_write = self.now
+        self._paused: dict[str, float] = {}
+
+    def start(self, name: str, at: float | None = None) -> WorkerMachine:
+        machine = WorkerMachine(self.options, GID, name)
+        self.machines[name] = machine
+        self._at(self.now if at is None else at, name)
+        return machine
+
+    def pause(self, name: str, until: float) -> None:
+        """The worker stalls (no step of it runs) until ``until``."""
+        self._at(until, name)
+        self._paused[name] = until
+
+    def kill(self, name: str) -> None:
+        """The worker dies now: nothing it buffered is written."""
+        self.dead.add(name)
+        self._running.pop(name, None)
+
+    def _at(self, when: float, name: str) -> None:
+        self._seq += 1
+        heapq.heappush(self._events, (when, self._seq, name))
+
+    def step_until(self, until: float | None = None, *, max_steps: int = 2_000_000) -> None:
+        for _ in range(max_steps):
+            if not self._events:
+                return
+            when, _, name = self._events[0]
+            if until is not None and when > until:
+                self.now = until
+                return
+            heapq.heappop(self._events)
+            self.now = max(self.now, when)
+            if self._paused.get(name, self.now) > self.now:
+                continue
+            if name not in self.dead and name not in self.exits:
+                self._step(name)
+        raise AssertionError("the pool did not finish")
+
+    def _step(self, name: str) -> None:
+        machine = self.machines[name]
+        running = self._running.get(name)
+        if running is not None and self.now >= running[1]:
+            index, _, seconds, record, payload = self._running.pop(name)
+            machine.ran(index, record, payload, seconds=seconds)
+        op = machine.next(wall=self.now, mono=self.now, pick=self.rng.random())
+        store, objects = self.store, self.store.objects
+        store.requests[type(op).__name__] += 1
+        delay = self.io_s
+        if isinstance(op, List):
+            machine.listed(op.prefix, sorted(k for k in objects if k.startswith(op.prefix)))
+        elif isinstance(op, Read):
+            machine.read(op.key, objects.get(op.key))
+        elif isinstance(op, Create):
+            won = op.key not in objects
+            if won:
+                objects[op.key] = op.data
+            machine.created(op.key, won)
+        elif isinstance(op, Write):
+            objects[op.key] = op.data
+            self.last_write = self.now
+            machine.written(op.key)
+        elif isinstance(op, Run):
+            self.runs[op.index] += 1
+            if op.index in self.doom:
+                self.kill(name)
+                self.start(f"{name}+")
+                return
+            seconds, record, payload = self.run(op.index, op.attempt)
+            self._running[name] = (op.index, self.now + seconds, seconds, record, payload)
+            delay = 0.0
+        elif isinstance(op, Kill):
+            self._running.pop(name, None)
+            machine.ended(op.index)
+            delay = 0.0
+        elif isinstance(op, Sleep):
+            delay = op.seconds
+            if running is not None and name in self._running:
+                delay = min(delay, max(0.0, self._running[name][1] - self.now))
+        elif isinstance(op, Exit):
+            self.exits[name] = op.reason
+            return
+        if name in self._running and not isinstance(op, Sleep):
+            delay = min(delay, max(0.0, self._running[name][1] - self.now))
+        self._at(self.now + delay, name)

@@ -1,0 +1,214 @@
+"""Pool workers' machines (runner.pool_machine) driven together over one in-memory store
+on a simulated clock (tests/unit/pool_driver.py): claims by span, bursts, takeovers of
+part of a span, retries, max_claims, fail_fast, cancels. Pure: no loop, no IO."""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any
+
+import pytest
+
+from runner import protocol
+from runner.pool_book import PoolOptions, parse_claim
+from runner.pool_machine import Create, Read, Run, WorkerMachine
+from tests.unit.pool_driver import GID, Pool, ok
+
+
+def options(total: int, workers: int, **kw: Any) -> PoolOptions:
+    return PoolOptions(total=total, chunk_size=64, workers=workers, **{"lease_s": 30.0, **kw})
+
+
+def fast(index: int, attempt: int) -> tuple[float, protocol.FinalRecord, bytes]:
+    return (0.01, *ok(index))
+
+
+def claims(pool: Pool) -> list[tuple[int, int, int, int]]:
+    """``(start, number, first, end)`` of every claim in the store."""
+    prefix = protocol.group_claims_prefix(GID)
+    out = []
+    for key, data in pool.store.objects.items():
+        if key.startswith(prefix):
+            parsed = protocol.parse_claim_name(key.removeprefix(prefix))
+            assert parsed is not None
+            span = parse_claim(*parsed, data)
+            assert span is not None
+            out.append((span.start, span.number, span.first, span.end))
+    return sorted(out)
+
+
+def writes(pool: Pool) -> int:
+    return pool.store.requests["Create"] + pool.store.requests["Write"]
+
+
+def test_workers_share_the_inputs_once_each_in_few_writes() -> None:
+    pool = Pool(options(2000, 4), fast)
+    for w in range(4):
+        pool.start(f"w{w}")
+    pool.step_until()
+    assert set(pool.exits.values()) == {"done"}
+    found = pool.store.outcomes()
+    assert sorted(found) == list(range(2000))
+    assert all(len(v) == 1 for v in found.values())  # none written twice
+    assert max(pool.runs.values()) == 1
+    # Spans tile the inputs without overlap: each starts where another ends.
+    spans = claims(pool)
+    ends = {end for _, _, _, end in spans}
+    assert all(start in ends or start in (0, 500, 1000, 1500) for start, *_ in spans)
+    assert sum(end - start for start, _, _, end in spans) == 2000
+    assert writes(pool) / 2000 <= 0.05
+    # The work is shared: ideal 5 s (2000 x 10 ms / 4), plus the tail and the IO.
+    assert pool.last_write - 1000 < 5.5
+
+
+def test_spans_are_short_while_inputs_are_slow() -> None:
+    pool = Pool(options(40, 4), lambda i, a: (5.0, *ok(i)))
+    for w in range(4):
+        pool.start(f"w{w}")
+    pool.step_until()
+    assert sorted(pool.store.outcomes()) == list(range(40))
+    spans = claims(pool)
+    assert max(end - start for start, _, _, end in spans) <= 4  # never more than the first
+    # The tail: every worker busy to the end (10 inputs x 5 s each, ideal 50 s).
+    assert pool.last_write - 1000 < 60
+
+
+def test_a_dead_workers_span_is_taken_over_from_its_first_input_without_an_outcome() -> None:
+    pool = Pool(options(400, 1, burst_s=0.05), fast)
+    pool.start("doomed")
+    pool.step_until(1000 + 0.6)
+    machine = pool.machines["doomed"]
+    assert machine.span is not None
+    span = machine.span
+    done = [i for i in pool.store.outcomes() if span.start <= i < span.end]
+    assert done  # part of the span is written
+    pool.kill("doomed")
+    pool.start("heir", at=pool.now + 1)
+    pool.step_until()
+    found = pool.store.outcomes()
+    assert sorted(found) == list(range(400))
+    assert all(len(v) == 1 for v in found.values())
+    taken = [c for c in claims(pool) if c[1] == 1]
+    assert taken == [(span.start, 1, max(done) + 1, span.end)]
+    assert found[max(done) + 1][0]["worker"] == "heir"
+    assert found[max(done) + 1][0]["claim"] == 1
+
+
+def test_a_stalled_worker_that_lost_its_span_writes_nothing_of_it() -> None:
+    pool = Pool(options(300, 2), fast)
+    pool.start("slow")
+    pool.step_until(1000.2)
+    span = pool.machines["slow"].span
+    assert span is not None
+    pool.pause("slow", pool.now + 40)  # past its lease: taken over meanwhile
+    pool.start("other", at=pool.now + 35)
+    pool.step_until()
+    found = pool.store.outcomes()
+    assert sorted(found) == list(range(300))
+    assert all(len(v) == 1 for v in found.values()), {i: v for i, v in found.items() if len(v) > 1}
+    assert any(c[:2] == (span.start, 1) for c in claims(pool))
+
+
+def test_an_input_that_keeps_killing_its_worker_is_failed_after_max_claims() -> None:
+    pool = Pool(options(10, 1, max_claims=3), fast)
+    pool.doom = {4}
+    pool.start("w")
+    pool.step_until()
+    found = pool.store.outcomes()
+    assert sorted(found) == list(range(10))
+    header = found[4][0]
+    assert header["state"] == "failed"
+    assert "input 4 lost its worker 3 times" in header["error"]
+    assert pool.runs[4] == 3  # claim 0 and two takeovers ran it; the fourth gave up
+    assert all(found[i][0]["state"] == "succeeded" for i in range(10) if i != 4)
+
+
+def test_retries_run_again_in_place_and_the_last_attempt_stands() -> None:
+    failing: dict[str, Any] = {
+        "state": "failed",
+        "phase": "execute",
+        "error": "E",
+        "error_type": None,
+    }
+
+    def flaky(index: int, attempt: int) -> tuple[float, protocol.FinalRecord, bytes]:
+        if index == 3 or (index == 1 and attempt == 0):
+            return 0.01, failing, pickle.dumps({"success": False})  # type: ignore[return-value]
+        return fast(index, attempt)
+
+    pool = Pool(options(6, 2, retries=1), flaky)
+    pool.start("w")
+    pool.step_until()
+    found = pool.store.outcomes()
+    assert found[1][0]["state"] == "succeeded"
+    assert found[1][0]["attempt"] == 1
+    assert found[3][0]["state"] == "failed"
+    assert pool.runs[3] == 2
+
+
+def test_fail_fast_writes_the_failure_then_the_stop_and_nothing_new_starts() -> None:
+    failing: dict[str, Any] = {
+        "state": "failed",
+        "phase": "execute",
+        "error": "E",
+        "error_type": None,
+    }
+
+    def bad_two(index: int, attempt: int) -> tuple[float, protocol.FinalRecord, bytes]:
+        if index == 2:
+            return 0.01, failing, pickle.dumps({"success": False})  # type: ignore[return-value]
+        return fast(index, attempt)
+
+    pool = Pool(options(200, 2, fail_fast=True), bad_two)
+    pool.start("a")
+    pool.start("b")
+    pool.step_until()
+    assert set(pool.exits.values()) == {"stopped"}
+    stop = protocol.load_stop(pool.store.objects[protocol.group_stop_key(GID)])
+    assert stop["reason"] == "fail_fast"
+    assert "input 2" in stop["detail"]
+    found = pool.store.outcomes()
+    assert found[2][0]["state"] == "failed"
+    assert len(found) < 200
+
+
+def test_a_cancelled_input_is_skipped_or_ended() -> None:
+    cancelled = protocol.encode_outcome(protocol.cancelled_header(), b"")
+    pool = Pool(options(30, 1, lease_s=3.0), lambda i, a: (2.0 if i == 2 else 0.01, *ok(i)))
+    pool.store.objects[protocol.group_outcome_key(GID, 1)] = cancelled
+    pool.start("w")
+    pool.step_until(1000.5)  # input 2 runs (2 s); cancel it: ended at the next look
+    pool.store.objects[protocol.group_outcome_key(GID, 2)] = cancelled
+    pool.step_until()
+    assert pool.runs[1] == 0
+    found = pool.store.outcomes()
+    assert sorted(found) == list(range(30))
+    assert [h["state"] for h in found[2]] == ["cancelled"]
+    assert pool.now - 1000 < 2.0  # input 2 was ended, not waited for
+
+
+def test_a_stop_ends_the_running_input_and_the_buffer_is_written_first() -> None:
+    pool = Pool(options(100, 1), lambda i, a: (60.0 if i == 3 else 0.01, *ok(i)))
+    pool.start("w")
+    pool.step_until(1000.5)
+    record = protocol.stop_record("cancelled", "the batch was cancelled")
+    pool.store.objects[protocol.group_stop_key(GID)] = protocol.dump_json(record)
+    pool.step_until()
+    assert pool.exits == {"w": "stopped"}
+    assert sorted(pool.store.outcomes()) == [0, 1, 2]
+    assert pool.now - 1000 < 5
+
+
+def test_the_machine_refuses_a_step_before_its_answer() -> None:
+    machine = WorkerMachine(options(4, 1), GID, "w")
+    op = machine.next(wall=1000.0, mono=0.0, pick=0.0)
+    assert isinstance(op, Read)
+    with pytest.raises(RuntimeError, match="not answered"):
+        machine.next(wall=1000.0, mono=0.0, pick=0.0)
+    machine.read(op.key, None)
+    claim = machine.next(wall=1000.0, mono=0.0, pick=0.0)
+    while not isinstance(claim, Create):
+        machine.listed(claim.prefix, [])  # type: ignore[union-attr]
+        claim = machine.next(wall=1000.0, mono=0.0, pick=0.0)
+    machine.created(claim.key, True)
+    assert machine.next(wall=1000.0, mono=0.0, pick=0.0) == Run(0, 0)
