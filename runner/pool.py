@@ -77,6 +77,42 @@ from runner.scratch import scratch_dir
 from runner.store import RunnerStore, open_store
 
 CHUNKS_KEPT = 4
+REQUESTS_MARKER = "kinetic pool: storage requests"
+
+
+class CountingStore:
+    """A store that counts its requests by kind (``read``, ``write``, ...): a worker
+    reports them when it exits, so a benchmark can tell the cost per input."""
+
+    def __init__(self, store: RunnerStore) -> None:
+        self.store = store
+        self.counts: dict[str, int] = {}
+
+    def _count(self, kind: str) -> None:
+        self.counts[kind] = self.counts.get(kind, 0) + 1
+
+    def read(self, key: str) -> bytes:
+        self._count("read")
+        return self.store.read(key)
+
+    def write(self, key: str, data: bytes) -> None:
+        self._count("write")
+        self.store.write(key, data)
+
+    def create_if_absent(self, key: str, data: bytes) -> bool:
+        self._count("create")
+        return self.store.create_if_absent(key, data)
+
+    def download(self, key: str, path: Path) -> None:
+        self._count("read")
+        self.store.download(key, path)
+
+    def list(self, prefix: str) -> list[str]:
+        self._count("list")
+        return self.store.list(prefix)
+
+    def close(self) -> None:
+        self.store.close()
 
 
 class _Chunks:
@@ -169,6 +205,7 @@ class Worker:
             op = self.next_op()
             if isinstance(op, Exit):
                 print(f"kinetic pool: worker {self.name} exits ({op.reason})", flush=True)
+                self.report()
                 return protocol.EXIT_OK
             if isinstance(op, Run):
                 self.run_input(op)
@@ -176,6 +213,12 @@ class Worker:
                 machine.ended(op.index)  # nothing runs between inputs
             else:
                 self.perform(machine, op)
+
+    def report(self) -> None:
+        """One log line with this worker's storage requests by kind (benchmarks read it)."""
+        counts = getattr(self.store, "counts", None)
+        if counts is not None:
+            print(f"{REQUESTS_MARKER} {protocol.dump_json(dict(counts)).decode()}", flush=True)
 
     def next_op(self) -> Op:
         assert self.machine is not None
@@ -457,7 +500,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not isinstance(args.get("storage"), str) or not isinstance(args.get("group"), str):
         raise SystemExit("usage: python -m runner.pool --storage URL --group GROUP_ID")
     name = os.environ.get("KINETIC_WORKER") or f"{socket.gethostname()}-{os.getpid()}"
-    store = open_store(str(args["storage"]))
+    store = CountingStore(open_store(str(args["storage"])))
     try:
         with scratch_dir("worker") as workdir:
             return Worker(store, str(args["group"]), name, workdir).run()

@@ -396,6 +396,7 @@ async def _record(
             "fuse_buckets": sorted(data.fuse_buckets),  # mounted read-only in every pod
             "engine": protocol.ENGINE_POD_PER_INPUT if pod_per_input else protocol.ENGINE_POOL,
             "lease_s": protocol.POOL_LEASE_SECONDS,
+            "reuse_process": map_opts.reuse_process,
         }
     await storage.write(protocol.group_payload_key(group_id), fn_bytes)
 

@@ -53,6 +53,7 @@ class RemoteFunction(Generic[P, R]):
         name: str | None = None,
         tags: Mapping[str, str] | None = None,
         pod_per_input: bool = False,
+        reuse_process: bool = False,
     ) -> BatchHandle:
         """Fan out over ``inputs``; see ``kinetic.aio.RemoteFunction.run_async_map``."""
         return BatchHandle(
@@ -68,6 +69,7 @@ class RemoteFunction(Generic[P, R]):
                     name=name,
                     tags=tags,
                     pod_per_input=pod_per_input,
+                    reuse_process=reuse_process,
                 )
             )
         )

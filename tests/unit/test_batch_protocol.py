@@ -118,7 +118,10 @@ def test_the_engine_and_pool_options_come_from_the_manifest() -> None:
     assert not got.cancel_running_on_fail
     assert got.lease_s == 12.0
     assert got.max_claims == 2 + 1 + protocol.POOL_MAX_CLAIMS_EXTRA
+    assert not got.reuse_process
     assert PoolOptions.from_manifest(old).lease_s == protocol.POOL_LEASE_SECONDS
+    reuse = _manifest(options, engine=protocol.ENGINE_POOL, reuse_process=True)
+    assert PoolOptions.from_manifest(reuse).reuse_process
 
 
 # --- MapOptions ------------------------------------------------------------------------
@@ -165,6 +168,7 @@ def test_map_options_are_frozen_with_a_private_copy_of_the_tags() -> None:
         ({"retries": 1.5}, "retries"),
         ({"fail_fast": "yes"}, "fail_fast must be True or False"),
         ({"cancel_running_on_fail": 1}, "cancel_running_on_fail must be True or False"),
+        ({"reuse_process": "yes"}, "reuse_process must be True or False"),
         ({"name": 3}, "name must be a string"),
         ({"tags": {"a": 1}}, "tags must be a dict of strings to strings"),
         ({"tags": [("a", "b")]}, "tags"),
