@@ -90,21 +90,27 @@ MAP: tuple[tuple[str, str, tuple[Entry, ...]], ...] = (
             ),
             (
                 "_storage/",
-                "IO edge: Storage protocol, local directory, GCS (gcloud-aio-storage)",
+                (
+                    "IO edge: Storage protocol, local directory, GCS (gcloud-aio-storage), "
+                    "and the runner's `gs://` store plug-in (runner_gcs.py)"
+                ),
             ),
             ("_data/", "kinetic.Data and the IO side of content hashing (the stat cache)"),
             (
                 "_images/",
                 (
                     "IO edge: execution modes (bundled/prebuilt/custom), image builders "
-                    "(Docker Engine API, Cloud Build REST), registry v2 API, build lock, the "
-                    "runner image's sources"
+                    "(Docker Engine API, Cloud Build REST), registry v2 API, build lock, "
+                    "runtime resolution, the runner image's sources; below the engine, "
+                    "which hands it the project's requirements"
                 ),
             ),
             (
                 "_backends/",
                 (
-                    "IO edge: Backend protocol (base.py); local.py (detached processes), "
+                    "IO edge: Backend protocol (base.py: also what a submission asks of a "
+                    "backend: placement, get_ready, prepare_launch); local.py (detached "
+                    "processes), "
                     "local_launcher.py and local_batch.py (clients of the warm launcher and "
                     "of the batch supervisor), local_gpus/ (GPU inventory and leases); "
                     "cluster.py (ClusterBackend: what the pod-running backends share: the "
@@ -150,7 +156,7 @@ MAP: tuple[tuple[str, str, tuple[Entry, ...]], ...] = (
         "runner/",
         (
             "what runs inside a job: the standard library and cloudpickle at start-up, never "
-            "`kinetic` (but for the `gs://` store)"
+            "`kinetic` (its `gs://` store is a plug-in its launcher names)"
         ),
         (
             (
@@ -179,8 +185,9 @@ MAP: tuple[tuple[str, str, tuple[Entry, ...]], ...] = (
             (
                 "store.py, fs.py",
                 (
-                    "the runner's storage (`file://`, or `gs://` through Kinetic's GCS store); "
-                    "atomic files, shared with the local store"
+                    "the runner's storage (`file://`; other schemes through plug-ins its "
+                    "launcher names: `gs://` is Kinetic's GCS store); atomic files, shared "
+                    "with the local store"
                 ),
             ),
             ("_tee.py", "the job's output copied to storage while it reaches the log"),
