@@ -5,6 +5,13 @@ Run as ``python benchmarks/gcs_limiter.py --upstream http://127.0.0.1:PORT`` (it
 ``STORAGE_EMULATOR_HOST`` at it. It listens on 127.0.0.1 only and stops by itself after
 ``--lifetime`` seconds (or on SIGTERM).
 
+Several ``--upstream`` servers make one bucket between them, each object on the server
+its name hashes to (a listing asks every server and merges the names in order, paged by
+the last name returned; ``delimiter`` is not supported). That is for capacity:
+fake-gcs-server's memory backend keeps a bucket's objects in a list, so each request
+costs in proportion to the objects in the bucket (45 writes/s at 8,000 objects), and the
+bucket must be created on every server.
+
 What it enforces (Cloud Storage's "Request rate and access distribution guidelines" and
 quotas page: a bucket starts at about 1,000 object writes and 5,000 object reads per
 second and ramps up from there over minutes, which a short run never sees; one object
@@ -26,7 +33,9 @@ Every request is counted by *kind* (``create`` = an upload with ``ifGenerationMa
 first path segment after ``_groups/{group}/``: ``claims``, ``results``, ``inputs``,
 ``manifest.json`` …, or what a listing's prefix names), with the status it got. The
 counts, the 429s by limit, and the accepted writes and reads of each second are served
-at ``GET /_limiter/stats``; ``POST /_limiter/reset`` zeroes them.
+at ``GET /_limiter/stats``; ``POST /_limiter/reset`` zeroes them, and with
+``?limits=off`` lets every request through uncounted until the next reset (to set up a
+run and to check it afterwards).
 
 A benchmark tool, not part of Kinetic.
 """
@@ -39,6 +48,7 @@ import json
 import re
 import signal
 import time
+import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -85,6 +95,7 @@ class Tally:
     """What the limiter saw (see the module docstring)."""
 
     started: float = field(default_factory=time.monotonic)
+    cpu_at_start: float = field(default_factory=time.process_time)
     requests: Counter[str] = field(default_factory=Counter)
     """``"kind area status"`` -> count."""
     refused: Counter[str] = field(default_factory=Counter)
@@ -96,6 +107,8 @@ class Tally:
     def as_json(self) -> dict[str, Any]:
         return {
             "seconds": time.monotonic() - self.started,
+            "cpu_s": time.process_time(),
+            "cpu_s_at_reset": self.cpu_at_start,
             "requests": dict(self.requests),
             "refused": dict(self.refused),
             "writes_per_s": _series(self.writes_per_s),
@@ -119,8 +132,9 @@ def area_of(name: str) -> str:
 class Limiter:
     """The limiter's state and request handler (one per process)."""
 
-    def __init__(self, upstream: str, limits: Limits) -> None:
-        self.upstream, self.limits = upstream.rstrip("/"), limits
+    def __init__(self, upstreams: list[str], limits: Limits) -> None:
+        self.upstreams, self.limits = [u.rstrip("/") for u in upstreams], limits
+        self.enforcing = True
         self.tally = Tally()
         self._buckets: dict[tuple[str, str], TokenBucket] = {}
         self._objects: dict[tuple[str, str], TokenBucket] = {}
@@ -179,7 +193,7 @@ class Limiter:
         now = time.monotonic()
         second = int(now - self.tally.started)
         limit = None
-        if bucket is not None and kind != "other":
+        if bucket is not None and kind != "other" and self.enforcing:
             write = kind in ("create", "write", "delete")
             limit = self._admit(bucket, kind, name, now)
             if limit is None:
@@ -192,26 +206,78 @@ class Limiter:
                 {"error": {"code": 429, "message": f"rate limit: {limit} (loopback limiter)"}},
                 status=429,
             )
+        return await self._forward(request, body, kind, bucket, name, area)
+
+    def _upstream(self, name: str | None) -> str:
+        if name is None or len(self.upstreams) == 1:
+            return self.upstreams[0]
+        return self.upstreams[zlib.crc32(name.encode()) % len(self.upstreams)]
+
+    async def _forward(
+        self,
+        request: web.Request,
+        body: bytes,
+        kind: str,
+        bucket: str | None,
+        name: str | None,
+        area: str,
+    ) -> web.StreamResponse:
         assert self._session is not None
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP}
-        async with self._session.request(
-            request.method,
-            self.upstream + request.rel_url.raw_path_qs,
-            headers=headers,
-            data=body or None,
-        ) as upstream:
-            data = await upstream.read()
-            out_headers = {k: v for k, v in upstream.headers.items() if k.lower() not in _HOP}
-            self.tally.requests[f"{kind} {area} {upstream.status}"] += 1
-            if upstream.status < 300 and name is not None and kind in ("create", "write", "delete"):
+        if kind == "list" and len(self.upstreams) > 1:
+            status, data, out_headers = await self._merged_list(request, headers)
+        else:
+            async with self._session.request(
+                request.method,
+                self._upstream(name) + request.rel_url.raw_path_qs,
+                headers=headers,
+                data=body or None,
+            ) as upstream:
+                status = upstream.status
+                data = await upstream.read()
+                out_headers = {k: v for k, v in upstream.headers.items() if k.lower() not in _HOP}
+        if self.enforcing:
+            self.tally.requests[f"{kind} {area} {status}"] += 1
+            if status < 300 and name is not None and kind in ("create", "write", "delete"):
                 # A mutation spends the name's token (a failed precondition changes nothing).
                 self._object(bucket or "", name, time.monotonic()).level -= 1.0
-            return web.Response(status=upstream.status, body=data, headers=out_headers)
+        return web.Response(status=status, body=data, headers=out_headers)
+
+    async def _merged_list(
+        self, request: web.Request, headers: dict[str, str]
+    ) -> tuple[int, bytes, dict[str, str]]:
+        """One page of a listing over every upstream: names in order after the page
+        token (the last name of the previous page)."""
+        assert self._session is not None
+        query = dict(request.query)
+        after = query.pop("pageToken", "")
+        size = int(query.pop("maxResults", "1000"))
+        items: list[dict[str, Any]] = []
+        for base in self.upstreams:
+            token = ""
+            while True:
+                params = dict(query, maxResults="1000", **({"pageToken": token} if token else {}))
+                async with self._session.get(
+                    base + request.path, params=params, headers=headers
+                ) as upstream:
+                    if upstream.status != 200:
+                        return upstream.status, await upstream.read(), {}
+                    page = await upstream.json(content_type=None)
+                items += page.get("items", [])
+                token = page.get("nextPageToken") or ""
+                if not token:
+                    break
+        items = sorted((i for i in items if i["name"] > after), key=lambda i: i["name"])
+        out: dict[str, Any] = {"kind": "storage#objects", "items": items[:size]}
+        if len(items) > size:
+            out["nextPageToken"] = items[size - 1]["name"]
+        return 200, json.dumps(out).encode(), {"Content-Type": "application/json"}
 
     async def _control(self, request: web.Request) -> web.Response:
         if request.path == "/_limiter/stats":
             return web.json_response(self.tally.as_json())
         if request.path == "/_limiter/reset" and request.method == "POST":
+            self.enforcing = request.query.get("limits") != "off"
             self.tally = Tally()
             self._buckets.clear()
             self._objects.clear()
@@ -244,8 +310,8 @@ def classify(method: str, path: str, query: Any, body: bytes) -> tuple[str, str 
     return "other", None, None
 
 
-async def serve(upstream: str, limits: Limits, port: int, lifetime: float) -> None:
-    limiter = Limiter(upstream, limits)
+async def serve(upstreams: list[str], limits: Limits, port: int, lifetime: float) -> None:
+    limiter = Limiter(upstreams, limits)
     await limiter.start()
     app = web.Application(client_max_size=64 * 1024 * 1024)
     app.router.add_route("*", "/{tail:.*}", limiter.handle)
@@ -272,7 +338,9 @@ async def serve(upstream: str, limits: Limits, port: int, lifetime: float) -> No
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--upstream", required=True, help="fake-gcs-server's http://host:port")
+    parser.add_argument(
+        "--upstream", required=True, action="append", help="fake-gcs-server's http://host:port"
+    )
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--write-rate", type=float, default=1000.0)
     parser.add_argument("--read-rate", type=float, default=5000.0)
