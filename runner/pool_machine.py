@@ -67,7 +67,12 @@ from runner.pool_book import (
 )
 
 STOP_EVERY = 1.0
-"""Seconds between two reads of the stop record."""
+"""Seconds between two reads of the stop record, in a pool of up to
+:data:`STOP_READS_PER_S` workers."""
+STOP_READS_PER_S = 500
+"""Reads of the stop record a second by the whole pool, at most: a tenth of the reads
+a bucket takes at first (about 5,000/s). A larger pool reads it less often each (a
+10,000-worker pool every 20 s), so cancelling it takes longer to be seen."""
 SAMPLE = 4
 """Claims a worker with nothing to do reads per look, to find one whose lease ran out
 (a sample: a thousand idle workers must not each read every claim)."""
@@ -144,17 +149,35 @@ class WorkerMachine:
 
     :param options: the batch's options (:meth:`PoolOptions.from_manifest`).
     :param group_id: the batch; :param worker: this worker's name (its pod's).
-    :param stop_every: seconds between reads of the stop record.
+    :param stop_every: seconds between reads of the stop record (default: one read a
+        second, spread thinner in a pool of more than :data:`STOP_READS_PER_S` workers).
+    :param idle_first: the first sleep of a worker with nothing to do (it doubles).
+    :param wait_max: the longest sleep (idle, or waiting for a lease to end).
+
+    The time constants are parameters so that a simulation can dilate time.
     """
 
     def __init__(
-        self, options: PoolOptions, group_id: str, worker: str, *, stop_every: float = STOP_EVERY
+        self,
+        options: PoolOptions,
+        group_id: str,
+        worker: str,
+        *,
+        stop_every: float | None = None,
+        idle_first: float = IDLE_FIRST,
+        wait_max: float = LEASE_WAIT_MAX,
     ) -> None:
         self.book = PoolBook(options)
         self.options = options
         self.group_id = group_id
         self.worker = worker
-        self.stop_every = stop_every
+        self.stop_every = (
+            max(STOP_EVERY, options.workers / STOP_READS_PER_S)
+            if stop_every is None
+            else stop_every
+        )
+        self.idle_first = idle_first
+        self.wait_max = wait_max
         self.claims_prefix = protocol.group_claims_prefix(group_id)
         self.bursts_prefix = protocol.group_bursts_prefix(group_id)
         self.results_prefix = protocol.group_results_prefix(group_id)
@@ -185,7 +208,7 @@ class WorkerMachine:
         self._sampled = True
         self._fresh_reads: set[tuple[int, int]] = set()  # claims read since the last sleep
         self._lapse_check = False
-        self._idle = IDLE_FIRST  # the next sleep with nothing to do (doubles to LEASE_WAIT_MAX)
+        self._idle = idle_first  # the next sleep with nothing to do (doubles to wait_max)
 
     # -- the step ------------------------------------------------------------------------
 
@@ -278,7 +301,7 @@ class WorkerMachine:
         if buffer is not None and mono - (buffer.since or mono) >= self.options.burst_s:
             return self._flush(wall)
         due = [
-            self.stop_every - (mono - self._stop_read) if book.stop is None else LEASE_WAIT_MAX,
+            self.stop_every - (mono - self._stop_read) if book.stop is None else self.wait_max,
             self.span.expires - 2 * third - wall,
             third - (mono - self._singles_read),
         ]
@@ -432,12 +455,12 @@ class WorkerMachine:
                     self._queue.append(self._read_claim(start, book.listed[start]))
                 return self._queue.pop(0)
         held = book.held(wall)
-        soonest = min((s.expires for s in held), default=wall + LEASE_WAIT_MAX)
+        soonest = min((s.expires for s in held), default=wall + self.wait_max)
         self._all_fresh = self._claims_fresh = False  # after the sleep: look again
         self._fresh_reads.clear()
         # Held spans end soon or never (their worker died: their lease tells when):
         # look again soon at first, then less and less often.
-        idle, self._idle = self._idle, min(LEASE_WAIT_MAX, self._idle * 2)
+        idle, self._idle = self._idle, min(self.wait_max, self._idle * 2)
         return Sleep(max(0.05, min(idle, soonest - wall)))
 
     def _next_in(self, region: int, wall: float) -> Op | None:
@@ -549,7 +572,7 @@ class WorkerMachine:
         if span is None:
             return
         if won:
-            self._idle = IDLE_FIRST
+            self._idle = self.idle_first
             self.book.learn_span(span)
             self.span, self.cursor = span, span.first
             self.region = self.options.region_of(span.start)
