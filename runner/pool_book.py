@@ -216,6 +216,12 @@ class PoolBook:
         """How many facts were learned: a follower's measure of progress."""
         self._frontier: dict[int, int] = {}  # region -> where its known chain of spans ends
         self._starts: dict[int, list[int]] = {}  # region -> listed span starts, sorted
+        # free_estimate of each region, kept up to date: a region's changes only when a
+        # claim of it is listed or read (regions marked stale then), and an idle worker
+        # asks for every region's (pick_region) — a thousand regions, each worker.
+        self._free = [hi - lo for lo, hi in map(options.region, range(options.regions))]
+        self._free_total = options.total
+        self._stale: set[int] = set()
 
     # -- learning ----------------------------------------------------------------------
 
@@ -230,7 +236,9 @@ class PoolBook:
 
     def _list(self, start: int, number: int) -> None:
         if start not in self.listed:
-            bisect.insort(self._starts.setdefault(self.options.region_of(start), []), start)
+            region = self.options.region_of(start)
+            bisect.insort(self._starts.setdefault(region, []), start)
+            self._stale.add(region)
         self.listed[start] = number
 
     def learn_span(self, span: Span) -> bool:
@@ -244,6 +252,8 @@ class PoolBook:
             return False
         if known is not None and known.end != span.end:  # every claim of a span has its end
             span = replace(span, end=known.end)
+        if known is None:
+            self._stale.add(self.options.region_of(span.start))  # its end is known now
         self.spans[span.start] = span
         self.changes += 1
         return True
@@ -368,12 +378,27 @@ class PoolBook:
     def free_estimate(self, region: int) -> int:
         """Inputs of the region no claim covers (an upper bound while a span's end is
         unknown: that span counts as one input)."""
+        if region in self._stale:
+            self._stale.discard(region)
+            self._update_free(region)
+        return self._free[region]
+
+    def _update_free(self, region: int) -> None:
         at, unknown = self.frontier(region)
         hi = self.options.region(region)[1]
-        return max(0, hi - at - (1 if unknown is not None else 0))
+        free = max(0, hi - at - (1 if unknown is not None else 0))
+        self._free_total += free - self._free[region]
+        self._free[region] = free
+
+    def free_by_region(self) -> list[int]:
+        """:meth:`free_estimate` of every region, in order (do not mutate the list)."""
+        while self._stale:
+            self._update_free(self._stale.pop())
+        return self._free
 
     def free_total(self) -> int:
-        return sum(self.free_estimate(r) for r in range(self.options.regions))
+        self.free_by_region()
+        return self._free_total
 
 
 # --- decisions --------------------------------------------------------------------
@@ -410,14 +435,14 @@ def pick_region(book: PoolBook, pick: float, avoid: int | None = None) -> int | 
     Taking from the fullest region is work stealing: a worker that ran out of its own
     work joins the region with the most left, where its span is a small share.
     """
-    free = [(book.free_estimate(r), r) for r in range(book.options.regions)]
-    best = max((f for f, r in free if r != avoid), default=0)
+    free = book.free_by_region()
+    best = max((f for r, f in enumerate(free) if r != avoid), default=0)
     if best <= 0:
-        best = max((f for f, _ in free), default=0)
+        best = max(free, default=0)
         if best <= 0:
             return None
         avoid = None
-    choices = [r for f, r in free if f > 0 and 2 * f >= best and r != avoid]
+    choices = [r for r, f in enumerate(free) if f > 0 and 2 * f >= best and r != avoid]
     return choices[min(len(choices) - 1, int(pick * len(choices)))]
 
 

@@ -222,3 +222,40 @@ def test_the_pool_reads_the_stop_record_at_most_500_times_a_second(
     machine = WorkerMachine(options(100_000, workers), GID, "w")
     assert machine.stop_every == every
     assert workers / machine.stop_every <= 500 or workers <= 500
+
+
+def test_the_books_free_counts_follow_what_it_learns() -> None:
+    # free_estimate is kept per region (an idle worker asks for every region's): after
+    # any sequence of listed names and read claims it equals the count from scratch.
+    import random
+
+    from runner.pool_book import PoolBook, Span, pick_region
+
+    opts = options(1000, 37)
+    book = PoolBook(opts)
+    rng = random.Random(5)
+
+    def from_scratch(region: int) -> int:
+        at, unknown = book.frontier(region)
+        return max(0, opts.region(region)[1] - at - (1 if unknown is not None else 0))
+
+    for step in range(400):
+        region = rng.randrange(opts.regions)
+        hi = opts.region(region)[1]
+        at, unknown = book.frontier(region)
+        if unknown is not None and rng.random() < 0.7:  # read the claim that ends the chain
+            end = min(hi, unknown + rng.randint(1, 8))
+            book.learn_span(Span(unknown, book.listed[unknown], "w", 1.0, end, unknown))
+        elif at < hi:  # someone claimed the next span: seen listed, or read at once
+            if rng.random() < 0.5:
+                book.learn_listed(at, 0)
+            else:
+                book.learn_span(Span(at, 0, "w", 1.0, min(hi, at + rng.randint(1, 8)), at))
+        if step % 7 == 0:
+            want = [from_scratch(r) for r in range(opts.regions)]
+            assert book.free_by_region() == want
+            assert book.free_total() == sum(want)
+            assert all(book.free_estimate(r) == want[r] for r in range(opts.regions))
+            region = pick_region(book, rng.random())
+            assert (region is None) == (sum(want) == 0)
+            assert region is None or 2 * want[region] >= max(want) > 0
