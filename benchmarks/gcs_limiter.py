@@ -6,11 +6,15 @@ Run as ``python benchmarks/gcs_limiter.py --upstream http://127.0.0.1:PORT`` (it
 ``--lifetime`` seconds (or on SIGTERM).
 
 Several ``--upstream`` servers make one bucket between them, each object on the server
-its name hashes to (a listing asks every server and merges the names in order, paged by
-the last name returned; ``delimiter`` is not supported). That is for capacity:
-fake-gcs-server's memory backend keeps a bucket's objects in a list, so each request
-costs in proportion to the objects in the bucket (45 writes/s at 8,000 objects), and the
-bucket must be created on every server.
+its name hashes to. That is for capacity: fake-gcs-server's memory backend keeps a
+bucket's objects in a list, so each request costs in proportion to the objects in the
+bucket (45 writes/s at 8,000 objects), and it answers a listing with every object's full
+metadata whatever ``fields`` asks (a page of 1,000 claims is ~0.5 MB to parse). The
+bucket must be created on every server. Listings are then answered by the limiter from
+the names it saw created (it forwards every write and deletion, and records the name
+once the server answered 2xx, before the client hears back: a listing sees every write
+that completed, as GCS's strongly consistent listings do): names only, in order, paged
+by the last name returned, ``delimiter`` not supported.
 
 What it enforces (Cloud Storage's "Request rate and access distribution guidelines" and
 quotas page: a bucket starts at about 1,000 object writes and 5,000 object reads per
@@ -44,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import bisect
 import json
 import re
 import signal
@@ -96,6 +101,8 @@ class Tally:
 
     started: float = field(default_factory=time.monotonic)
     cpu_at_start: float = field(default_factory=time.process_time)
+    last_outcome: float = 0.0
+    """Wall-clock time of the last outcome written (areas ``bursts`` and ``results``)."""
     requests: Counter[str] = field(default_factory=Counter)
     """``"kind area status"`` -> count."""
     refused: Counter[str] = field(default_factory=Counter)
@@ -109,6 +116,7 @@ class Tally:
             "seconds": time.monotonic() - self.started,
             "cpu_s": time.process_time(),
             "cpu_s_at_reset": self.cpu_at_start,
+            "last_outcome_wall": self.last_outcome,
             "requests": dict(self.requests),
             "refused": dict(self.refused),
             "writes_per_s": _series(self.writes_per_s),
@@ -135,6 +143,8 @@ class Limiter:
     def __init__(self, upstreams: list[str], limits: Limits) -> None:
         self.upstreams, self.limits = [u.rstrip("/") for u in upstreams], limits
         self.enforcing = True
+        self._names: dict[str, list[str]] = {}
+        """Per bucket, the sorted names of its objects (with several upstreams)."""
         self.tally = Tally()
         self._buckets: dict[tuple[str, str], TokenBucket] = {}
         self._objects: dict[tuple[str, str], TokenBucket] = {}
@@ -225,7 +235,7 @@ class Limiter:
         assert self._session is not None
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP}
         if kind == "list" and len(self.upstreams) > 1:
-            status, data, out_headers = await self._merged_list(request, headers)
+            status, data, out_headers = self._listing(bucket or "", request.query)
         else:
             async with self._session.request(
                 request.method,
@@ -236,41 +246,44 @@ class Limiter:
                 status = upstream.status
                 data = await upstream.read()
                 out_headers = {k: v for k, v in upstream.headers.items() if k.lower() not in _HOP}
+        if status < 300 and name is not None and len(self.upstreams) > 1:
+            self._note(bucket or "", name, kind)
         if self.enforcing:
             self.tally.requests[f"{kind} {area} {status}"] += 1
+            if status < 300 and kind in ("create", "write") and area in ("bursts", "results"):
+                self.tally.last_outcome = time.time()
             if status < 300 and name is not None and kind in ("create", "write", "delete"):
                 # A mutation spends the name's token (a failed precondition changes nothing).
                 self._object(bucket or "", name, time.monotonic()).level -= 1.0
         return web.Response(status=status, body=data, headers=out_headers)
 
-    async def _merged_list(
-        self, request: web.Request, headers: dict[str, str]
-    ) -> tuple[int, bytes, dict[str, str]]:
-        """One page of a listing over every upstream: names in order after the page
-        token (the last name of the previous page)."""
-        assert self._session is not None
-        query = dict(request.query)
-        after = query.pop("pageToken", "")
-        size = int(query.pop("maxResults", "1000"))
-        items: list[dict[str, Any]] = []
-        for base in self.upstreams:
-            token = ""
-            while True:
-                params = dict(query, maxResults="1000", **({"pageToken": token} if token else {}))
-                async with self._session.get(
-                    base + request.path, params=params, headers=headers
-                ) as upstream:
-                    if upstream.status != 200:
-                        return upstream.status, await upstream.read(), {}
-                    page = await upstream.json(content_type=None)
-                items += page.get("items", [])
-                token = page.get("nextPageToken") or ""
-                if not token:
-                    break
-        items = sorted((i for i in items if i["name"] > after), key=lambda i: i["name"])
-        out: dict[str, Any] = {"kind": "storage#objects", "items": items[:size]}
-        if len(items) > size:
-            out["nextPageToken"] = items[size - 1]["name"]
+    def _note(self, bucket: str, name: str, kind: str) -> None:
+        """Keep the bucket's names up to date after a successful request."""
+        names = self._names.setdefault(bucket, [])
+        at = bisect.bisect_left(names, name)
+        present = at < len(names) and names[at] == name
+        if kind in ("create", "write") and not present:
+            names.insert(at, name)
+        elif kind == "delete" and present:
+            del names[at]
+
+    def _listing(self, bucket: str, query: Any) -> tuple[int, bytes, dict[str, str]]:
+        """One page of names under ``prefix`` after ``pageToken`` (the last name sent)."""
+        names = self._names.get(bucket, [])
+        prefix = query.get("prefix", "")
+        size = int(query.get("maxResults", "1000"))
+        after = query.get("pageToken", "")
+        at = bisect.bisect_right(names, after) if after else bisect.bisect_left(names, prefix)
+        page: list[str] = []
+        while at < len(names) and len(page) <= size and names[at].startswith(prefix):
+            page.append(names[at])
+            at += 1
+        out: dict[str, Any] = {
+            "kind": "storage#objects",
+            "items": [{"name": n} for n in page[:size]],
+        }
+        if len(page) > size:
+            out["nextPageToken"] = page[size - 1]
         return 200, json.dumps(out).encode(), {"Content-Type": "application/json"}
 
     async def _control(self, request: web.Request) -> web.Response:
