@@ -16,6 +16,10 @@ both sides: the client's (a counting layer over the backend's storage) and the p
 (each pool worker counts its own and logs them when it exits: ``kubectl logs``, not
 counted as the batch's Kubernetes requests). Every value is checked: none lost, none
 wrong; each input's outcome is read once (bursts never repeat an input here).
+CPU per input, since wall time on the shared 2-core machine follows whatever else runs:
+the pods' (each worker logs its own and its children's, the zygote and the inputs'
+processes, from rusage) and the testbed's processes on this host with the client's
+(``/proc``, from submission to every value; they may serve other sessions meanwhile).
 Targets (issues 9 and 27): pool ≥ 200 inputs/s, ≤ 0.1 storage writes and ≤ 0.01
 Kubernetes requests per input; pool ≥ 20× the per-input path's inputs/s.
 
@@ -27,6 +31,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import resource
 import subprocess
 import sys
 import time
@@ -84,15 +90,68 @@ def count_storage(storage: Any) -> Counter[str]:
     return counts
 
 
-def pod_requests(namespace: str, group_id: str) -> Counter[str]:
-    """The storage requests the pool's workers logged when they exited."""
-    from runner.pool import REQUESTS_MARKER
+# The testbed's processes on this host (its one node is this machine), by command name
+# (as /proc shows it, cut to 15 characters). Pods' processes are not among them: each
+# worker logs its own CPU, its inputs' processes' included.
+TESTBED_PROCESSES = (
+    "dockerd", "containerd", "containerd-shim", "kubelet", "kube-apiserver", "etcd",
+    "kube-controller", "kube-scheduler", "kube-proxy", "fake-gcs-server",
+)  # fmt: skip
 
+
+def host_cpu() -> Counter[str]:
+    """CPU seconds so far of the testbed's processes on this host, by name, and of this
+    process (``client``). A testbed's process is a daemon (its parent is init) or a
+    child of one: a fake-gcs-server another session started for itself is not."""
+    from runner.procstat import stat_fields
+
+    ticks = os.sysconf("SC_CLK_TCK")
+    found: dict[int, tuple[str, int, float]] = {}  # pid: name, parent, seconds
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            comm = Path(entry.path, "comm").read_text().strip()
+        except OSError:
+            continue
+        fields = stat_fields(int(entry.name)) if comm in TESTBED_PROCESSES else None
+        if fields:  # parent, utime, stime
+            found[int(entry.name)] = (
+                comm,
+                int(fields[1]),
+                (int(fields[11]) + int(fields[12])) / ticks,
+            )
+    spent: Counter[str] = Counter()
+    for comm, parent, seconds in found.values():
+        if parent == 1 or parent in found:
+            spent[comm] += seconds
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    spent["client"] += own.ru_utime + own.ru_stime
+    return spent
+
+
+def pod_requests(namespace: str, group_id: str) -> tuple[Counter[str], Counter[str]]:
+    """The storage requests and the CPU seconds (the workers' own, and their inputs'
+    processes with the zygote's) the pool's workers logged when they exited."""
+    from runner.pool import CPU_MARKER, REQUESTS_MARKER
+
+    # Every value is in once its burst is durable; the workers log their counts as they
+    # exit, a moment later: wait for every pod to end (at most a minute).
+    for _ in range(60):
+        phases = subprocess.run(
+            ["kubectl", "-n", namespace, "get", "pods", "-l", f"group-id={group_id}",
+             "-o", "jsonpath={.items[*].status.phase}"],
+            capture_output=True, text=True, check=True,
+        ).stdout.split()  # fmt: skip
+        if not {"Pending", "Running"} & set(phases):
+            break
+        time.sleep(1)
     names = subprocess.run(
         ["kubectl", "-n", namespace, "get", "pods", "-l", f"group-id={group_id}", "-o", "name"],
         capture_output=True, text=True, check=True,
     ).stdout.split()  # fmt: skip
     total: Counter[str] = Counter()
+    cpu: Counter[str] = Counter()
     for name in names:
         log = subprocess.run(
             ["kubectl", "-n", namespace, "logs", name], check=False, capture_output=True, text=True
@@ -100,7 +159,9 @@ def pod_requests(namespace: str, group_id: str) -> Counter[str]:
         for line in log.splitlines():
             if line.startswith(REQUESTS_MARKER):
                 total.update(json.loads(line.removeprefix(REQUESTS_MARKER)))
-    return total
+            elif line.startswith(CPU_MARKER):
+                cpu.update(json.loads(line.removeprefix(CPU_MARKER)))
+    return total, cpu
 
 
 async def one_batch(
@@ -123,6 +184,7 @@ async def one_batch(
     backend.client._open = counting_open  # type: ignore[method-assign]
     client = count_storage(backend.storage)
     try:
+        cpu_before = host_cpu()
         started = time.perf_counter()
         batch = await fn.aio.run_async_map(
             range(n), max_concurrent=workers, pod_per_input=pods, reuse_process=reuse
@@ -130,11 +192,15 @@ async def one_batch(
         submitted = time.perf_counter() - started
         values = await batch.results(cleanup=False)
         elapsed = time.perf_counter() - started
+        host = host_cpu()
+        host.subtract(cpu_before)
         assert values == [i * i for i in range(n)], "a value is lost or wrong"
         seen = dict(client)
         names = [k async for k in backend.storage.list(f"_groups/{batch.group_id}/")]
         objects = Counter(k.split("/")[2] for k in names)
-        workers_req = await anyio.to_thread.run_sync(pod_requests, namespace, batch.group_id)
+        workers_req, workers_cpu = await anyio.to_thread.run_sync(
+            pod_requests, namespace, batch.group_id
+        )
         await batch.cleanup()
     finally:
         backend.client._open = opened  # type: ignore[method-assign]
@@ -160,6 +226,17 @@ async def one_batch(
         writes = workers_req["write"] + workers_req["create"]
         client_writes = seen.get("write", 0) + seen.get("create", 0)
         out["storage_requests_by_workers"] = dict(sorted(workers_req.items()))
+        # CPU per input in the pods (rusage): the workers' own, and the inputs' processes
+        # with their parent (the zygote), whatever else the node was doing meanwhile.
+        out["pod_cpu_ms_per_input"] = {k: round(v * 1000 / n, 3) for k, v in workers_cpu.items()}
+        # ... and the testbed's processes on this host and the client, over the same time
+        # (submission to every value), whoever else they served meanwhile.
+        out["host_cpu_ms_per_input"] = {
+            k: round(v * 1000 / n, 3) for k, v in sorted(host.items()) if v > 0
+        }
+        out["cpu_ms_per_input"] = round(
+            (sum(workers_cpu.values()) + sum(v for v in host.values() if v > 0)) * 1000 / n, 3
+        )
         out["storage_writes_per_input_by_workers"] = round(writes / n, 4)
         out["storage_writes_per_input"] = round((writes + client_writes) / n, 4)
         out["storage_requests_per_input"] = round(
@@ -227,6 +304,31 @@ def main() -> None:
         "benchmark_pool_inputs_per_s": 26.79,
         "storage_writes_per_input_by_pods": 2.0,
         "k8s_requests_per_input": 0.006,
+    }
+    results["before_zygote"] = {
+        "note": (
+            "the default (a fork per input) before the inputs were forked from a lean zygote "
+            "and input markers written only with output: commit 468f453, which forked the "
+            "worker itself and logged a marker per input; same testbed and benchmark, run "
+            "just before this version's run while other sessions loaded the machine (load "
+            "average 12.2 on 2 cores). Wall figures follow that load, CPU per input much less"
+        ),
+        "pool_inputs_per_s": 62.97,
+        "pool_inputs_per_s_quiet": 145.8,
+        "pod_cpu_ms_per_input": {"inputs": 4.948, "worker": 5.185},
+        "host_cpu_ms_per_input": {
+            "client": 0.603,
+            "containerd": 0.053,
+            "containerd-shim": 0.245,
+            "dockerd": 0.99,
+            "etcd": 0.168,
+            "fake-gcs-server": 0.658,
+            "kube-apiserver": 0.543,
+            "kube-controller": 0.115,
+            "kube-scheduler": 0.032,
+            "kubelet": 0.648,
+        },
+        "cpu_ms_per_input": 14.186,
     }
     minutes = args.inputs / results["pod_per_input"]["inputs_per_s"] / 60
     results["note"] = (

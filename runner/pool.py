@@ -14,11 +14,12 @@ worker
    phase) and the worker exits 0;
 2. loops: asks the machine for its next operation and performs it against storage
    (list, read, create-if-absent, write), sleeps, runs an input, or exits;
-3. runs each input, by default, in a fresh process forked from itself (the function is
-   unpickled once per worker, each input runs in its own copy: a crash, a leak or
-   global state of one input never reaches another). Meanwhile it keeps asking the
-   machine for upkeep (lease renewal, the stop record, a cancel of the input, a due
-   burst) and ends the child when told to. With ``reuse_process`` (the user's opt-in)
+3. runs each input, by default, in a fresh process forked from its zygote
+   (:mod:`runner.pool_zygote`: a lean interpreter the worker starts, which unpickles
+   the function once and does nothing but fork; each input runs in its own copy: a
+   crash, a leak or global state of one input never reaches another). Meanwhile it keeps asking the machine for upkeep (lease renewal, the stop
+   record, a cancel of the input, a due burst) and ends the input when told to. With
+   ``reuse_process`` (the user's opt-in)
    inputs run in the worker's own process, one after another: no fork per input, but
    an input that crashes the process ends the worker (its span is taken over), and
    what one input leaves in the process (globals, memory) the next one sees. Upkeep
@@ -30,8 +31,10 @@ worker
    the span it held is taken over from its first input without an outcome when its
    lease expires.
 
-Each input's output goes to the pod's log between input markers, and its tail into
-the outcome's header (``output``), so it outlives the pod at no extra write.
+Each input's output goes to the pod's log after an input marker, and its tail into
+the outcome's header (``output``), so it outlives the pod at no extra write. The marker
+is written with the input's first output (or as it starts, for a retry): an input that
+prints nothing costs the pod's log (and the node's container runtime) no line.
 Kubernetes is never called from here.
 """
 
@@ -41,8 +44,8 @@ import contextlib
 import hashlib
 import os
 import random
+import resource
 import select
-import signal
 import socket
 import sys
 import tempfile
@@ -72,12 +75,14 @@ from runner.pool_machine import (
     WorkerMachine,
     Write,
 )
+from runner.pool_zygote import Zygote
 from runner.protocol import PhaseError
 from runner.scratch import scratch_dir
 from runner.store import RunnerStore, open_store
 
 CHUNKS_KEPT = 4
 REQUESTS_MARKER = "kinetic pool: storage requests"
+CPU_MARKER = "kinetic pool: cpu seconds"
 
 
 class CountingStore:
@@ -141,8 +146,15 @@ Attempt = tuple[bytes, protocol.FinalRecord, bytes]
 class Worker:
     """One worker of a pool batch (see the module docstring)."""
 
-    def __init__(self, store: RunnerStore, group_id: str, name: str, workdir: Path) -> None:
+    def __init__(
+        self,
+        store: RunnerStore,
+        group_id: str,
+        name: str,
+        workdir: Path,
+    ) -> None:
         self.store, self.group_id, self.name, self.workdir = store, group_id, name, workdir
+        self.zygote: Zygote | None = None
         self._manifest: protocol.BatchManifest | None = None
         self.machine: WorkerMachine | None = None
         self.fn: Any = None
@@ -193,6 +205,14 @@ class Worker:
             self.store.read(protocol.group_stop_key(self.group_id))
             return protocol.EXIT_OK  # stopped before this worker started
         try:
+            return self._run(options)
+        finally:
+            if self.zygote is not None:
+                self.zygote.close()  # and an input still running (after a failure) ends
+            _report_cpu()
+
+    def _run(self, options: PoolOptions) -> int:
+        try:
             self.setup()
         except BaseException as exc:  # noqa: BLE001 - every input would fail the same way
             phase = exc.phase if isinstance(exc, PhaseError) else "fetch"
@@ -231,8 +251,13 @@ class Worker:
         if hashlib.sha256(fn_bytes).hexdigest() != spec["payload_sha256"]:
             raise PhaseError("verify", "fn.pkl is corrupted: its sha256 does not match")
         prepare_workspace(self.store, spec, self.workdir)
+        options = PoolOptions.from_manifest(self.manifest)
         try:
-            self.fn = load_function(fn_bytes)
+            if options.reuse_process:
+                self.fn = load_function(fn_bytes)
+            else:  # inputs are forked from the zygote: only it needs the function
+                self.zygote = Zygote.start()
+                self.zygote.setup(fn_bytes)
         except BaseException as exc:
             raise PhaseError("deserialize", f"{type(exc).__name__}: {exc}") from exc
 
@@ -256,12 +281,16 @@ class Worker:
         job_id = protocol.member_job_id(self.group_id, op.index)
         out_dir = f"{self.manifest['spec']['output_dir'].rstrip('/')}/{job_id}"
         env = {"JOB_ID": job_id, "KINETIC_OUTPUT_DIR": out_dir, "KINETIC_ATTEMPT": str(op.attempt)}
-        print(f"{protocol.INPUT_MARKER} {op.index}", flush=True)
+        marker = f"{protocol.INPUT_MARKER} {op.index}\n".encode()
+        if op.attempt:  # a retry: its section of the log must not read as the last try's
+            sys.stdout.buffer.write(marker)
+            marker = b""
+        sys.stdout.flush()
         sys.stderr.flush()
         if machine.options.reuse_process:
-            done = self.in_process(op.index, args, kwargs, env)
+            done = self.in_process(args, kwargs, env, marker)
         else:
-            done = self.forked(op.index, args, kwargs, env)
+            done = self.forked(args, kwargs, env, marker)
         if done is None:
             machine.ended(op.index)
         else:
@@ -269,22 +298,17 @@ class Worker:
             machine.ran(op.index, record, data, output, time.monotonic() - started)
 
     def forked(
-        self, index: int, args: tuple[Any, ...], kwargs: dict[str, Any], env: dict[str, str]
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], env: dict[str, str], marker: bytes
     ) -> Attempt | None:
-        """One attempt in a forked process: its payload, record and output, or None when
-        it was ended from outside."""
-        read_fd, write_fd = os.pipe()
+        """One attempt in a process forked from the zygote: its payload, record and
+        output, or None when it was ended from outside."""
+        zygote = self.zygote
+        assert zygote is not None
+        blob = cloudpickle.dumps((args, kwargs, env))
         with tempfile.TemporaryFile() as output:
-            pid = os.fork()
-            if pid == 0:  # the input's process: never returns
-                os.close(read_fd)
-                _child(self.fn, args, kwargs, output.fileno(), write_fd, env)
-            os.close(write_fd)
-            echo = _Echo(output.fileno())
-            try:
-                message, ended, status = self._collect(pid, read_fd, echo)
-            finally:
-                os.close(read_fd)
+            zygote.run(blob, output.fileno())
+            echo = _Echo(output.fileno(), marker)
+            status, ended, message = self._collect(zygote, echo)
             echo.pump(last=True)
             output.seek(0)
             text = output.read()
@@ -299,24 +323,14 @@ class Worker:
             return _lost(f"the input's process {_describe(status)} before recording a result", text)
         return data, record, text
 
-    def _collect(self, pid: int, fd: int, echo: _Echo) -> tuple[bytes, bool, int]:
-        """Read the child's message until it exits, copying its output to the pod's log
-        as it comes, and doing the machine's upkeep meanwhile (it may end the child).
-        Returns the message, whether the input was ended from outside, and the child's
-        wait status."""
+    def _collect(self, zygote: Zygote, echo: _Echo) -> tuple[int, bool, bytes]:
+        """Wait for the input to end, copying its output to the pod's log as it comes,
+        and doing the machine's upkeep meanwhile (it may end the input). Returns the
+        input process's wait status, whether it was ended from outside, and its message."""
         machine = self.machine
         assert machine is not None
-        parts: list[bytes] = []
-        ended = False
         timeout = 0.0
-        while True:
-            ready, _, _ = select.select([fd], [], [], timeout)
-            if ready:
-                chunk = os.read(fd, 1 << 20)
-                if not chunk:
-                    break
-                parts.append(chunk)
-                continue
+        while not select.select([zygote.sock], [], [], timeout)[0]:
             echo.pump()
             op = self.next_op()
             if isinstance(op, Sleep):
@@ -324,16 +338,14 @@ class Worker:
                 continue
             timeout = 0.0
             if isinstance(op, Kill):
-                ended = True
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-                break
+                zygote.kill()
+                zygote.ended()
+                return 0, True, b""
             self.perform(machine, op)
-        _, status = os.waitpid(pid, 0)
-        return b"".join(parts), ended, status
+        return zygote.ended()
 
     def in_process(
-        self, index: int, args: tuple[Any, ...], kwargs: dict[str, Any], env: dict[str, str]
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], env: dict[str, str], marker: bytes
     ) -> Attempt | None:
         """One attempt in the worker's own process (``reuse_process``); its output is
         caught in a file for the outcome's header, then copied to the pod's log."""
@@ -367,8 +379,9 @@ class Worker:
             upkeep.finish()
         output.seek(0)
         text = output.read()
-        sys.stdout.buffer.write(text if not text or text.endswith(b"\n") else text + b"\n")
-        sys.stdout.flush()
+        if text:
+            sys.stdout.buffer.write(marker + text + (b"" if text.endswith(b"\n") else b"\n"))
+            sys.stdout.flush()
         return data, record, text
 
     _output: IO[bytes] | None = None
@@ -439,53 +452,22 @@ def _lost(error: str, output: bytes) -> Attempt:
 
 class _Echo:
     """Copies what an input's process wrote to its output file on to the worker's stdout
-    (the pod's log), so a running input's output can be read there."""
+    (the pod's log), so a running input's output can be read there; the input's marker
+    goes first, with its first output (none for an input that prints nothing)."""
 
-    def __init__(self, fd: int) -> None:
-        self.fd, self.sent, self.newline = fd, 0, True
+    def __init__(self, fd: int, marker: bytes) -> None:
+        self.fd, self.sent, self.newline, self.marker = fd, 0, True, marker
 
     def pump(self, *, last: bool = False) -> None:
         while chunk := os.pread(self.fd, 1 << 20, self.sent):
             self.sent += len(chunk)
-            sys.stdout.buffer.write(chunk)
+            sys.stdout.buffer.write(self.marker + chunk)
+            self.marker = b""
             self.newline = chunk.endswith(b"\n")
         if last and not self.newline:
             sys.stdout.buffer.write(b"\n")  # the next input marker starts a line
-        sys.stdout.flush()
-
-
-def _child(
-    fn: Any,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    out_fd: int,
-    result_fd: int,
-    env: dict[str, str],
-) -> None:
-    """The input's process: run, send ``record JSON line + payload`` to the worker, exit."""
-    code = 0
-    try:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        os.dup2(out_fd, 1)
-        os.dup2(out_fd, 2)
-        os.environ.update(env)
-        try:
-            value = fn(*args, **kwargs)
-        except BaseException as exc:  # noqa: BLE001 - SystemExit too: it is the input's outcome
-            traceback.print_exc()
-            data, record = build_failure("execute", exc, user=True)
-        else:
-            data, record = build_success(value)
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(OSError, ValueError):
-                stream.flush()
-        message = memoryview(protocol.dump_json(record) + b"\n" + data)
-        while message:
-            message = message[os.write(result_fd, message) :]
-    except BaseException:  # noqa: BLE001 - never return into the worker's code
-        code = 1
-    finally:
-        os._exit(code)
+        if self.sent:
+            sys.stdout.flush()
 
 
 def _describe(status: int) -> str:
@@ -506,6 +488,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             return Worker(store, str(args["group"]), name, workdir).run()
     finally:
         store.close()
+
+
+def _report_cpu() -> None:
+    """One log line with the CPU this worker spent, its own and its children's (the
+    zygote and the inputs' processes, all reaped by now): benchmarks read it."""
+    own, children = (
+        resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+    )
+    spent = {
+        "worker": round(own.ru_utime + own.ru_stime, 3),
+        "inputs": round(children.ru_utime + children.ru_stime, 3),
+    }
+    print(f"{CPU_MARKER} {protocol.dump_json(spent).decode()}", flush=True)
 
 
 if __name__ == "__main__":

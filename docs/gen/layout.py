@@ -235,6 +235,13 @@ MAP: tuple[tuple[str, str, tuple[Entry, ...]], ...] = (
                     "with `kinetic._core.pool_plan`"
                 ),
             ),
+            (
+                "pool_zygote.py",
+                (
+                    "the pool worker's zygote: a lean interpreter that holds the function "
+                    "and forks each input's process"
+                ),
+            ),
         ),
     ),
     (

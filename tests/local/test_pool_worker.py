@@ -7,6 +7,7 @@ same create-if-absent claims, so races, crashes and lease takeovers are cheap to
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import signal
@@ -56,6 +57,40 @@ def pid_and_count(x: int) -> tuple[int, int]:
     print(f"counting {x}", flush=True)
     _COUNT[0] += 1
     return os.getpid(), _COUNT[0]
+
+
+def pid_parent_and_count(x: int) -> tuple[int, int, int]:
+    """Which process ran the input, its parent, and how many inputs it ran so far."""
+    _COUNT[0] += 1
+    return os.getpid(), os.getppid(), _COUNT[0]
+
+
+class _Unloadable:
+    """Pickles as a reference to a module no worker has: unpickling fails."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        import importlib
+
+        return importlib.import_module, ("kinetic_no_such_module",)
+
+
+def doomed_worker(tmp_path: Path) -> tuple[FileStore, subprocess.Popen[bytes]]:
+    """A batch of 4 (2 s lease) and a worker that is running its input 0, which would
+    sleep a minute (a later run of input 0 does not)."""
+    flag = tmp_path / "started"
+    store = record(
+        tmp_path, slow_on_zero, [((i, str(flag)), {}) for i in range(4)], chunk=4, lease=2.0
+    )
+    worker = start_worker(tmp_path, "doomed")
+    deadline = time.monotonic() + 30
+    while not flag.exists():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    return store, worker
+
+
+def children(pid: int) -> list[int]:
+    return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
 
 
 def fail_on_two(x: int) -> int:
@@ -200,6 +235,44 @@ def test_inputs_may_run_in_the_workers_own_process(tmp_path: Path) -> None:
     assert "counting 3" in out[0]  # copied to the pod's log too
 
 
+def test_each_input_runs_in_a_fresh_process_forked_from_the_zygote(tmp_path: Path) -> None:
+    n = 12
+    store = record(tmp_path, pid_parent_and_count, [((i,), {}) for i in range(n)])
+    worker = start_worker(tmp_path, "w0")
+    finish([worker])
+    results = [payload["result"] for _, payload in outcomes(store).values()]
+    assert len({pid for pid, _, _ in results}) == n  # a process per input
+    assert {count for _, _, count in results} == {1}  # no input sees another's globals
+    parents = {parent for _, parent, _ in results}
+    assert len(parents) == 1  # all forked from one process: the zygote, not the worker
+    assert parents != {worker.pid}
+
+
+def test_a_function_that_cannot_be_unpickled_stops_the_batch(tmp_path: Path) -> None:
+    store = record(tmp_path, _Unloadable(), [((1,), {})])
+    out = finish([start_worker(tmp_path, "w0")])
+    stop = protocol.load_json(store.read(protocol.group_stop_key(GID)))
+    assert (stop["reason"], stop["phase"]) == ("failed", "deserialize"), out
+    assert "kinetic_no_such_module" in stop["detail"]
+
+
+def test_a_worker_whose_zygote_dies_exits_and_its_span_is_taken_over(tmp_path: Path) -> None:
+    store, first = doomed_worker(tmp_path)
+    try:
+        (zygote,) = children(first.pid)
+        os.kill(zygote, signal.SIGKILL)
+        out, _ = first.communicate(timeout=30)
+        assert first.returncode != 0
+        assert b"zygote" in out
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # input 0's process, orphaned, sleeps on
+            os.killpg(first.pid, signal.SIGKILL)
+    finish([start_worker(tmp_path, "heir")])
+    found = outcomes(store)
+    assert sorted(found) == [0, 1, 2, 3]
+    assert found[0][0]["worker"] == "heir"
+
+
 def test_an_input_that_kills_its_process_fails_alone(tmp_path: Path) -> None:
     store = record(tmp_path, crash_on_three, [((i,), {}) for i in range(6)], retries=1)
     finish([start_worker(tmp_path, "w0")])
@@ -212,15 +285,7 @@ def test_an_input_that_kills_its_process_fails_alone(tmp_path: Path) -> None:
 
 
 def test_a_dead_workers_input_is_taken_over_after_its_lease(tmp_path: Path) -> None:
-    flag = tmp_path / "started"
-    store = record(
-        tmp_path, slow_on_zero, [((i, str(flag)), {}) for i in range(4)], chunk=4, lease=2.0
-    )
-    first = start_worker(tmp_path, "doomed")
-    deadline = time.monotonic() + 30
-    while not flag.exists():
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    store, first = doomed_worker(tmp_path)
     os.killpg(first.pid, signal.SIGKILL)  # the worker and the input's process
     first.communicate()
     finish([start_worker(tmp_path, "heir")])

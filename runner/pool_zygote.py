@@ -1,0 +1,259 @@
+"""The pool worker's zygote: a lean process whose only work is to fork each input's process.
+
+Why
+---
+A fork costs in proportion to the process forked: the kernel copies its page tables,
+and while the child lives every page either side writes is copied (copy on write);
+after the fork each page the parent writes faults once more even when the child is
+gone. Each module imported adds pages, and some add work to every fork (``threading``
+and ``random`` run handlers in each child). A pool worker is a heavy process to fork:
+it holds the storage client (in a pod, Kinetic's GCS store: asyncio, aiohttp, their
+threads and buffers), input chunks and the pool book, and it keeps writing all over its
+heap while the input runs (upkeep). So the worker starts a zygote, a fresh interpreter
+(``python -m runner.pool_zygote FD``) that imports this module alone and, once set up,
+the function, and does nothing but fork and wait. Each input still runs in a fresh
+process, forked from the zygote, in which no input ever runs: a crash, a leak or global
+state of one input never reaches another. On the testbed this halved the CPU of a
+trivial input in the pod (``benchmarks/results/gke_pool.json``).
+
+Protocol
+--------
+A stream socket pair; each message a length-prefixed pickle (the arguments go as
+cloudpickle bytes, loaded in the input's own process, never in the zygote)::
+
+    worker -> zygote  ("setup", fn_bytes, sys_path, cwd, environ)
+    zygote -> worker  ("ready", "") | ("failed", "Type: message")   (unpickling fn)
+    worker -> zygote  ("run", blob) + the input's output file (SCM_RIGHTS)
+    worker -> zygote  ("kill",)    while it runs: the zygote, its parent, kills it, so
+                                   its pid cannot have been reused by then
+    zygote -> worker  ("ended", wait status, killed, message)
+
+``message`` is what the input's process sent: its final record (a JSON line) and the
+pickled result payload. A ``kill`` that arrives after the input ended is stale and
+ignored. When the worker's end closes (it exited or died), the zygote kills a running
+input and exits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import importlib
+import os
+import pickle
+import select
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+import cloudpickle
+
+from runner import protocol
+from runner.code_files import load_function
+from runner.job import build_failure, build_success
+
+_HEAD = struct.Struct("!Q")
+_HOME = str(Path(__file__).resolve().parent.parent)
+"""Where the ``runner`` package lies: the zygote imports it from there."""
+
+Ended = tuple[int, bool, bytes]
+"""An input's end: its wait status, whether it was killed, and its message."""
+
+
+class ZygoteError(RuntimeError):
+    """The zygote is gone: no input can run in this worker any more."""
+
+
+def _send(sock: socket.socket, message: tuple[Any, ...], fds: tuple[int, ...] = ()) -> None:
+    body = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    data = _HEAD.pack(len(body)) + body
+    sent = socket.send_fds(sock, [data], list(fds)) if fds else 0
+    sock.sendall(data[sent:])
+
+
+def _recv(sock: socket.socket) -> tuple[tuple[Any, ...], list[int]] | None:
+    """The next message and the descriptors that came with it; None at the end."""
+    head, fds = b"", list[int]()
+    while len(head) < _HEAD.size:
+        chunk, got, _, _ = socket.recv_fds(sock, _HEAD.size - len(head), 1)
+        if not chunk:
+            return None
+        head, fds = head + chunk, fds + got
+    body = bytearray(_HEAD.unpack(head)[0])
+    view, filled = memoryview(body), 0
+    while filled < len(body):
+        n = sock.recv_into(view[filled:])
+        if not n:
+            return None
+        filled += n
+    return pickle.loads(body), fds
+
+
+class Zygote:
+    """The worker's side: start it, set it up, run inputs through it."""
+
+    def __init__(self, sock: socket.socket, process: subprocess.Popen[bytes]) -> None:
+        self.sock, self.process = sock, process
+
+    @classmethod
+    def start(cls) -> Zygote:
+        """Start the zygote: a fresh interpreter, not a fork of this one (it would keep
+        every module and object this process has); its output goes where this one's does."""
+        ours, theirs = socket.socketpair()
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (_HOME, env.get("PYTHONPATH")) if p)
+        fd = theirs.fileno()
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        with theirs:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "runner.pool_zygote", str(fd)],
+                pass_fds=(fd,),
+                env=env,
+                stdin=subprocess.DEVNULL,
+            )
+        return cls(ours, process)
+
+    def setup(self, fn_bytes: bytes) -> None:
+        """Have the zygote enter this process's workspace (sys.path, cwd, environment)
+        and unpickle the function.
+
+        :raises ValueError: the function cannot be unpickled (the message says why).
+        """
+        _send(self.sock, ("setup", fn_bytes, list(sys.path), os.getcwd(), dict(os.environ)))
+        answer = self._answer()
+        if answer[0] != "ready":
+            raise ValueError(answer[1])
+
+    def run(self, blob: bytes, output_fd: int) -> None:
+        """Start an input: ``blob`` is cloudpickle's ``(args, kwargs, environ)``, its
+        output goes to ``output_fd``. Wait for :meth:`ended` (readable :attr:`sock`)."""
+        _send(self.sock, ("run", blob), (output_fd,))
+
+    def kill(self) -> None:
+        _send(self.sock, ("kill",))
+
+    def ended(self) -> Ended:
+        answer = self._answer()
+        return answer[1], answer[2], answer[3]
+
+    def _answer(self) -> tuple[Any, ...]:
+        got = _recv(self.sock)
+        if got is None:
+            raise ZygoteError("the inputs' parent process (the zygote) is gone")
+        return got[0]
+
+    def close(self) -> None:
+        """End the zygote (it exits at the end of its socket) and reap it."""
+        self.sock.close()
+        self.process.wait()
+
+
+def _serve(sock: socket.socket) -> None:
+    """The zygote's life: set up, then fork a process per input until the worker goes."""
+    got = _recv(sock)
+    if got is None:
+        return
+    _, fn_bytes, path, cwd, environ = got[0]
+    # An input's process dies of SIGTERM, as before (an ignored one passes through exec).
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    sys.path[:] = path
+    os.chdir(cwd)
+    os.environ.clear()
+    os.environ.update(environ)
+    importlib.invalidate_caches()  # requirements the worker installed are importable
+    try:
+        fn = load_function(fn_bytes)
+    except BaseException as exc:  # noqa: BLE001 - reported: it stops the batch
+        _send(sock, ("failed", f"{type(exc).__name__}: {exc}"))
+        return
+    del fn_bytes, got
+    # What is here now is shared by every input's process and never changes: keep the
+    # collector off it, so no collection in a child walks (and copies) all its pages.
+    # (Each page a child writes, even a reference count, is a fault and a copy: the
+    # child's path below is kept short for that reason.)
+    gc.freeze()
+    succeeded = protocol.dump_json(build_success(None)[1])
+    _send(sock, ("ready", ""))
+    while (got := _recv(sock)) is not None:
+        message, fds = got
+        if message[0] == "run":
+            _send(sock, ("ended", *_run_one(sock, fn, message[1], fds[0], succeeded)))
+        # else: a kill that came after its input ended
+
+
+def _run_one(sock: socket.socket, fn: Any, blob: bytes, output_fd: int, succeeded: bytes) -> Ended:
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the input's process: never returns
+        os.close(read_fd)
+        sock.close()  # the worker sees the zygote's end when the zygote ends, not later
+        _child(fn, blob, output_fd, write_fd, succeeded)
+    os.close(write_fd)
+    os.close(output_fd)
+    parts: list[bytes] = []
+    killed = False
+    try:
+        while True:
+            ready, _, _ = select.select([read_fd, sock.fileno()], [], [])
+            if read_fd in ready:
+                chunk = os.read(read_fd, 1 << 20)
+                if not chunk:
+                    break
+                parts.append(chunk)
+            elif ready:  # a kill, or the worker is gone
+                gone = _recv(sock) is None
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                killed = True
+                if gone:
+                    os.waitpid(pid, 0)
+                    os._exit(0)
+                break
+    finally:
+        os.close(read_fd)
+    _, status = os.waitpid(pid, 0)
+    return status, killed, b"".join(parts)
+
+
+def _child(fn: Any, blob: bytes, out_fd: int, result_fd: int, succeeded: bytes) -> None:
+    """The input's process: run, send ``record JSON line + payload``, exit.
+    ``succeeded`` is a success's record line, made once in the zygote."""
+    code = 0
+    try:
+        os.dup2(out_fd, 1)
+        os.dup2(out_fd, 2)
+        try:
+            args, kwargs, environ = cloudpickle.loads(blob)
+        except BaseException as exc:  # noqa: BLE001 - recorded as the input's failure
+            data, record = build_failure("resolve", exc, user=False)
+        else:
+            for key, value in environ.items():  # (update() checks types: more pages)
+                os.environ[key] = value
+            try:
+                value = fn(*args, **kwargs)
+            except BaseException as exc:  # noqa: BLE001 - SystemExit too: the input's outcome
+                traceback.print_exc()
+                data, record = build_failure("execute", exc, user=True)
+            else:
+                data, record = build_success(value)
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):
+                stream.flush()
+        head = succeeded if record["state"] == "succeeded" else protocol.dump_json(record)
+        message = memoryview(head + b"\n" + data)
+        while message:
+            message = message[os.write(result_fd, message) :]
+    except BaseException:  # noqa: BLE001 - never return into the zygote's code
+        code = 1
+    finally:
+        os._exit(code)
+
+
+if __name__ == "__main__":
+    _serve(socket.socket(fileno=int(sys.argv[1])))
