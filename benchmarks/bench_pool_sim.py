@@ -74,6 +74,8 @@ if _TREE_FLAG in sys.argv:  # a child running another tree's engine imports it f
     sys.path.insert(0, sys.argv[sys.argv.index(_TREE_FLAG) + 1])
 sys.path.insert(1 if _TREE_FLAG in sys.argv else 0, str(HERE.parent))
 
+from benchmarks.gcs_limiter import area_of
+
 GROUP = "grp-poolsim"
 BOUND = 1.2
 
@@ -97,8 +99,8 @@ class WorkerStats:
 class Chunks:
     """The input chunks a worker has read (the pod's reads: each chunk once per worker)."""
 
-    def __init__(self, store: Any, chunk_size: int) -> None:
-        self.store, self.chunk_size = store, chunk_size
+    def __init__(self, store: Any, chunk_size: int, timeout: float) -> None:
+        self.store, self.chunk_size, self.timeout = store, chunk_size, timeout
         self.items: dict[int, list[Any]] = {}
 
     async def get(self, index: int) -> Any:
@@ -110,25 +112,33 @@ class Chunks:
         if chunk not in self.items:
             self.items = {
                 chunk: cloudpickle.loads(
-                    await _retry(self.store.read, protocol.group_inputs_key(GROUP, chunk))
+                    await _retry(
+                        self.store.read,
+                        protocol.group_inputs_key(GROUP, chunk),
+                        timeout=self.timeout,
+                    )
                 )
             }
         return self.items[chunk][offset]
 
 
-async def _retry(fn: Any, *args: Any, stats: WorkerStats | None = None) -> Any:
-    """``fn(*args)``, again after a second while it fails past the client's own retries
-    (a pod's shell carries on likewise); ObjectNotFoundError passes through."""
+async def _retry(fn: Any, *args: Any, timeout: float, stats: WorkerStats | None = None) -> Any:
+    """``fn(*args, timeout=timeout)``, again after a second while it fails past the client's
+    own retries (a pod's shell would crash and be restarted; the sim's carries on and
+    counts it); ObjectNotFoundError passes through."""
     from kinetic._exceptions import ObjectNotFoundError, StorageError
 
     while True:
         try:
-            return await fn(*args)
+            return await fn(*args, timeout=timeout)
         except ObjectNotFoundError:
             raise
         except StorageError as exc:
             if stats is not None:
-                stats.storage_errors[str(exc).split(": ", 2)[-1][:60]] += 1
+                what = str(exc).split(": ", 1)[-1]  # "create 'key' failed: HTTP 429 ..."
+                key = what.split("'")[1] if what.count("'") >= 2 else "?"
+                reason = "timed out" if "timed out" in what else what.split("failed: ")[-1][:8]
+                stats.storage_errors[f"{what.split(' ')[0]} {area_of(key)}: {reason}"] += 1
             await asyncio.sleep(1.0)
 
 
@@ -139,10 +149,12 @@ async def drive(
     input_s: float,
     stats: WorkerStats,
     state: dict[str, Any],
+    timeout: float,
 ) -> str:
     """Perform ``machine``'s operations with ``store`` until it exits; its exit reason.
 
-    ``state["running"]`` is set while an input runs (a kill waits for that)."""
+    ``state["running"]`` is set while an input runs (a kill waits for that); ``timeout``
+    bounds each storage operation (the client's default, dilated)."""
     from kinetic._exceptions import ObjectNotFoundError
     from runner import pool_machine as pm
     from runner.job import build_success
@@ -153,22 +165,23 @@ async def drive(
         stats.ops[type(op).__name__] += 1
         if isinstance(op, pm.List):
 
-            async def keys(prefix: str = op.prefix) -> list[str]:
-                return [k async for k in store.list(prefix)]
+            async def keys(prefix: str = op.prefix, *, timeout: float) -> list[str]:
+                return [k async for k in store.list(prefix, timeout=timeout)]
 
-            machine.listed(op.prefix, await _retry(keys, stats=stats))
+            machine.listed(op.prefix, await _retry(keys, timeout=timeout, stats=stats))
         elif isinstance(op, pm.Read):
             try:
-                data = await _retry(store.read, op.key, stats=stats)
+                data = await _retry(store.read, op.key, timeout=timeout, stats=stats)
             except ObjectNotFoundError:
                 data = None
             machine.read(op.key, data)
         elif isinstance(op, pm.Create):
             machine.created(
-                op.key, await _retry(store.create_if_absent, op.key, op.data, stats=stats)
+                op.key,
+                await _retry(store.create_if_absent, op.key, op.data, timeout=timeout, stats=stats),
             )
         elif isinstance(op, pm.Write):
-            await _retry(store.write, op.key, op.data, stats=stats)
+            await _retry(store.write, op.key, op.data, timeout=timeout, stats=stats)
             machine.written(op.key)
         elif isinstance(op, pm.Run):
             args, _kwargs = await chunks.get(op.index)
@@ -205,6 +218,7 @@ def dilated_client(dilate: float) -> dict[str, float]:
 
 async def span_process(cfg: dict[str, Any]) -> WorkerStats:
     """Run this process's workers (the span/burst engine) from the start signal on."""
+    from kinetic._storage.base import DEFAULT_TIMEOUT
     from kinetic._storage.gcs import GCSStorage
     from runner import pool_machine, protocol
     from runner.pool_book import PoolOptions
@@ -214,6 +228,7 @@ async def span_process(cfg: dict[str, Any]) -> WorkerStats:
     names = cfg["names"]
     dilate = cfg["dilate"]
     stores = [GCSStorage(cfg["bucket"], **dilated_client(dilate)) for _ in names]
+    timeout = DEFAULT_TIMEOUT * dilate
     kills = {int(k): float(t) for k, t in cfg["kills"].items()}
     print("ready", flush=True)
     start_at = float(sys.stdin.readline())
@@ -223,7 +238,9 @@ async def span_process(cfg: dict[str, Any]) -> WorkerStats:
         store = stores[i]
         state: dict[str, Any] = {"running": asyncio.Event()}
         manifest = protocol.load_manifest(
-            await _retry(store.read, protocol.group_manifest_key(GROUP), stats=stats)
+            await _retry(
+                store.read, protocol.group_manifest_key(GROUP), timeout=timeout, stats=stats
+            )
         )
         options = PoolOptions.from_manifest(manifest)  # its lease_s is dilated already
         options = replace(
@@ -240,8 +257,10 @@ async def span_process(cfg: dict[str, Any]) -> WorkerStats:
             wait_max=pool_machine.LEASE_WAIT_MAX * dilate,
         )
         machine.stop_every *= dilate  # its default follows the pool's size
-        chunks = Chunks(store, options.chunk_size)
-        work = asyncio.ensure_future(drive(machine, store, chunks, cfg["input_s"], stats, state))
+        chunks = Chunks(store, options.chunk_size, timeout)
+        work = asyncio.ensure_future(
+            drive(machine, store, chunks, cfg["input_s"], stats, state, timeout)
+        )
         if i in kills:
             await asyncio.wait([work], timeout=max(0.0, start_at + kills[i] - time.time()))
             running = asyncio.ensure_future(state["running"].wait())
@@ -537,7 +556,7 @@ def run_all(ns: argparse.Namespace) -> None:
     try:
         for name in [r for r in ns.runs.split(",") if r]:
             killed = name == "killed"
-            runs[name] = one_run(
+            runs[f"{name}_{ns.workers}"] = one_run(
                 ns, name, fake_urls, limiter_url, engine="span", inputs=ns.inputs,
                 lease_s=ns.lease_s if killed else 30.0, kill=ns.kill if killed else 0.0,
                 overrides=overrides, tree=None, cap_s=ns.cap_s, shard_pids=shard_pids,
