@@ -29,12 +29,11 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import anyio
-
-from kinetic._exceptions import BackendError, ConfigError, JobTimeoutError
+from kinetic._exceptions import BackendError, ConfigError
 from kinetic._http import HttpClient, HttpOwner, Reply, TokenSource, Transient
 from kinetic._infra import gke_api
 from kinetic._infra.gke_api import ApiRequest, ClusterInfo, Operation, PoolInfo
+from kinetic._infra.long_ops import poll_until_done
 
 log = logging.getLogger(__name__)
 
@@ -146,28 +145,30 @@ class ContainerClient(HttpOwner):
             op = gke_api.parse_operation(operation)
         except ValueError as exc:
             raise BackendError(f"GKE answered something other than an operation: {exc}") from exc
-        start = anyio.current_time()
-        try:
-            with anyio.fail_after(timeout):
-                while not op.done:
-                    if progress is not None:
-                        took = anyio.current_time() - start
-                        progress(f"{op.kind or 'operation'} {op.name}: {op.status} ({took:.0f}s)")
-                    await anyio.sleep(self.poll_interval)
-                    doc = await self._send(
-                        gke_api.get_operation(self.project, self.location, op.name)
-                    )
-                    if doc is None:
-                        raise BackendError(f"GKE operation {op.name} vanished")
-                    op = gke_api.parse_operation(doc)
-        except TimeoutError as exc:
-            raise JobTimeoutError(
+
+        async def fetch(name: str) -> Mapping[str, Any] | None:
+            doc: Mapping[str, Any] | None = await self._send(
+                gke_api.get_operation(self.project, self.location, name)
+            )
+            return doc
+
+        def tick(op: Operation, took: float) -> None:
+            if progress is not None:
+                progress(f"{op.kind or 'operation'} {op.name}: {op.status} ({took:.0f}s)")
+
+        return await poll_until_done(
+            op,
+            fetch=fetch,
+            parse=gke_api.parse_operation,
+            interval=self.poll_interval,
+            timeout=timeout,
+            label=lambda op: f"GKE operation {op.name} ({op.kind})",
+            late=lambda op: (
                 f"GKE operation {op.name} ({op.kind}) still {op.status} after {timeout:g}s; "
                 "it goes on: see `kinetic status`"
-            ) from exc
-        if op.error:
-            raise BackendError(f"GKE operation {op.name} ({op.kind}) failed: {op.error}")
-        return op
+            ),
+            tick=tick,
+        )
 
     # -- calls ------------------------------------------------------------------------
 

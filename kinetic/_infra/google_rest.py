@@ -22,13 +22,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import anyio
-
-from kinetic._exceptions import BackendError, ConfigError, JobTimeoutError
+from kinetic._exceptions import BackendError, ConfigError
 from kinetic._http import HttpClient, HttpOwner, Reply, TokenSource, Transient
 from kinetic._infra import identity, registry
 from kinetic._infra.gke_api import error_message
 from kinetic._infra.iam import Call
+from kinetic._infra.long_ops import poll_until_done
 
 DEFAULT_TIMEOUT = 30.0
 OPERATION_TIMEOUT = 300.0
@@ -56,11 +55,10 @@ class GoogleRest(HttpOwner):
     :param token: returns a valid access token.
     :param roots: API roots by API key (default: Google's; tests and emulators
         override some).
-    :param attempts: tries per call, the first included.
-    :param backoff: upper bound of the first back-off, in seconds.
-    :param poll_interval: seconds between two polls of an operation.
+    :param attempts: tries per call (with ``backoff`` and ``poll_interval``, as for
+        :class:`~kinetic._infra.container.ContainerClient`).
 
-    Use it as an async context manager (it owns one connection pool).
+    An async context manager: it owns one connection pool.
     """
 
     def __init__(
@@ -108,20 +106,20 @@ class GoogleRest(HttpOwner):
             op = registry.parse_operation(operation)
         except ValueError as exc:
             raise BackendError(f"{what}: the answer is not an operation ({exc})") from exc
-        try:
-            with anyio.fail_after(timeout):
-                while not op.done:
-                    await anyio.sleep(self.poll_interval)
-                    doc = await self.send(registry.get_operation(op.name))
-                    if doc is None:
-                        raise BackendError(f"{what}: operation {op.name} vanished")
-                    op = registry.parse_operation(doc)
-        except TimeoutError as exc:
-            raise JobTimeoutError(
-                f"{what}: operation {op.name} not done after {timeout:g}s; it goes on"
-            ) from exc
-        if op.error:
-            raise BackendError(f"{what} failed: {op.error}")
+
+        async def fetch(name: str) -> Mapping[str, Any] | None:
+            doc: Mapping[str, Any] | None = await self.send(registry.get_operation(name))
+            return doc
+
+        await poll_until_done(
+            op,
+            fetch=fetch,
+            parse=registry.parse_operation,
+            interval=self.poll_interval,
+            timeout=timeout,
+            label=lambda op: f"{what}: operation {op.name}",
+            late=lambda op: f"{what}: operation {op.name} not done after {timeout:g}s; it goes on",
+        )
 
 
 def _answer(api: str, reply: Reply, what: str) -> Any:
