@@ -28,7 +28,7 @@ Runs
 2. **killed**: ``--kill`` (10%) of the workers, chosen at random, are cancelled mid-span
    (while an input of theirs runs) at a random time in the first ``--kill-window`` of
    the ideal — a pod killed: no further write. Their spans are taken over once the
-   lease ends, so the lease is scaled down (``--lease-s``, 3 s instead of 30 s; the
+   lease ends, so the lease is scaled down (``--lease-s``, 6 s instead of 30 s; the
    output says so). Its ideal counts the work the dead workers could no longer do:
    ``(inputs × input time + Σ dead workers' remaining time to the steady ideal) ÷
    workers``, i.e. the lost capacity is not charged to the protocol.
@@ -518,7 +518,9 @@ def main() -> None:
     )  # fmt: skip
     parser.add_argument("--shards", type=int, default=16, help="fake-gcs-servers making the bucket")
     parser.add_argument("--input-ms", type=float, default=50.0)
-    parser.add_argument("--lease-s", type=float, default=3.0, help="the killed run's lease")
+    parser.add_argument(
+        "--lease-s", type=float, default=6.0, help="the killed run's lease (renewed every third)"
+    )
     parser.add_argument("--kill", type=float, default=0.10)
     parser.add_argument("--kill-window", type=float, default=0.5)
     parser.add_argument("--runs", default="steady,killed")
@@ -590,6 +592,22 @@ def run_all(ns: argparse.Namespace) -> None:
     print(f"wrote {path}")
 
 
+@dataclass(frozen=True)
+class RunSpec:
+    """One run: its name, engine, size and clocks (times in simulated seconds)."""
+
+    name: str
+    engine: str
+    inputs: int
+    workers: int
+    input_s: float
+    ideal: float
+    lease_s: float
+    chunk: int
+    cap_s: float
+    dilate: float
+
+
 def one_run(
     ns: argparse.Namespace,
     name: str,
@@ -613,6 +631,7 @@ def one_run(
     os.environ["STORAGE_EMULATOR_HOST"] = limiter_url
     limiter_call(limiter_url, "/_limiter/reset?limits=off", "POST")  # setting up: not measured
     chunk = asyncio.run(record_batch(bucket, inputs, workers, lease_s * dilate))
+    spec = RunSpec(name, engine, inputs, workers, input_s, ideal, lease_s, chunk, cap_s, dilate)
     limiter_call(limiter_url, "/_limiter/reset", "POST")
     rng = random.Random(27)
     dead = set(rng.sample(range(workers), round(workers * kill)))
@@ -655,8 +674,7 @@ def one_run(
             if child.poll() is None:
                 child.send_signal(signal.SIGKILL)  # a process of ours, by its pid
                 child.wait()
-    return finish(name, engine, inputs, workers, input_s, ideal, lease_s, chunk, outs, limiter_url,
-                  bucket, cap_s, dilate, shard_pids, shards_cpu, started)  # fmt: skip
+    return finish(spec, outs, limiter_url, bucket, shard_pids, shards_cpu, started)
 
 
 def collect(children: list[subprocess.Popen[str]], deadline: float) -> list[dict[str, Any]]:
@@ -678,19 +696,10 @@ def collect(children: list[subprocess.Popen[str]], deadline: float) -> list[dict
 
 
 def finish(
-    name: str,
-    engine: str,
-    inputs: int,
-    workers: int,
-    input_s: float,
-    ideal: float,
-    lease_s: float,
-    chunk: int,
+    spec: RunSpec,
     outs: list[dict[str, Any]],
     limiter_url: str,
     bucket: str,
-    cap_s: float,
-    dilate: float,
     shard_pids: list[int],
     shards_cpu: float,
     started: float,
@@ -708,32 +717,22 @@ def finish(
         cpu["wall"] * (os.cpu_count() or 1)
     )
     limiter_call(limiter_url, "/_limiter/reset?limits=off", "POST")
-    check = asyncio.run(check_outcomes(bucket, inputs))
-    return summarise(
-        name, engine, inputs, workers, input_s, ideal, lease_s, chunk, outs, stats, check,
-        cap_s, dilate, cpu, finished,
-    )  # fmt: skip
+    check = asyncio.run(check_outcomes(bucket, spec.inputs))
+    return summarise(spec, outs, stats, check, cpu, finished)
 
 
 def summarise(
-    name: str,
-    engine: str,
-    inputs: int,
-    workers: int,
-    input_s: float,
-    ideal: float,
-    lease_s: float,
-    chunk: int,
+    spec: RunSpec,
     outs: list[dict[str, Any]],
     stats: dict[str, Any],
     check: dict[str, Any],
-    cap_s: float,
-    dilate: float,
     cpu: dict[str, float],
     finished: float,
 ) -> dict[str, Any]:
     """The run's figures, times in simulated seconds (wall seconds / ``dilate``), rates
     per simulated second."""
+    name, engine, inputs, workers = spec.name, spec.engine, spec.inputs, spec.workers
+    input_s, ideal, lease_s, dilate = spec.input_s, spec.ideal, spec.lease_s, spec.dilate
     runs: Counter[int] = Counter()
     ops: Counter[str] = Counter()
     errors: Counter[str] = Counter()
@@ -772,7 +771,7 @@ def summarise(
         "input_ms": input_s * 1000,
         "lease_s": lease_s,
         "lease_scaled": lease_s != 30.0,
-        "chunk_size": chunk,
+        "chunk_size": spec.chunk,
         "ideal_s": round(ideal, 3),
         "elapsed_s": round(elapsed, 3),
         "ratio": round(elapsed / ideal, 3) if ideal else None,
@@ -786,7 +785,7 @@ def summarise(
             and set(check["states"]) == {"succeeded"}
         ),
         "last_worker_exit_s": round(exited, 3),
-        "stopped_at_cap_s": cap_s if capped else None,
+        "stopped_at_cap_s": spec.cap_s if capped else None,
         "inputs_per_s": round(done / elapsed, 1) if elapsed else None,
         "lost": check["lost"],
         "duplicated": check["duplicated"],
@@ -809,6 +808,7 @@ def summarise(
             4,
         ),
         "refused_429": dict(sorted(refused.items())),
+        "requests_by_status": dict(sorted(stats["requests"].items())),
         "refused_by_limit": stats["refused"],
         "failed_after_retries": dict(errors),
         "peak_writes_per_s": max(per_second(stats["writes_per_s"], dilate), default=0),
