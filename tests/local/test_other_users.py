@@ -91,9 +91,12 @@ def test_the_launcher_serves_only_its_own_user(kinetic_env: Path) -> None:
         return knock_on_kinetic_sockets(lambda name: launcher_request(kinetic_env, planted))
 
     knocked = [k for k in as_other_user(probe) if k["name"].startswith("@kinetic-launcher-")]
-    assert launcher_name(kinetic_env) in [k["name"] for k in knocked]
+    own = launcher_name(kinetic_env)
+    assert own in [k["name"] for k in knocked]
     for k in knocked:
-        assert k["connected"]  # the name is visible and connectable ...
+        # Ours is visible and connectable; a launcher left by an earlier test may have
+        # reached its idle exit between the listing and the knock, and refuses.
+        assert k["connected"] or (k["name"] != own and "refused" in k["end"]), k
         assert k["received"] == ""  # ... but nothing is read or answered
     assert not planted.exists()
     assert not Path(f"{planted}.status").exists()
