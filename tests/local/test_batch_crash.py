@@ -91,8 +91,12 @@ def test_resumed_inputs_are_visible_as_at_least_once(kinetic_env: Path) -> None:
         return x
 
     batch = nap.run_async_map(range(200), max_concurrent=2)
-    time.sleep(0.5)
-    assert _kill_supervisor(kinetic_env, batch.group_id)
+    # The supervisor names itself before it runs any input (and 200 inputs take seconds):
+    # kill it once it has, however long a loaded machine takes to start it.
+    deadline = time.monotonic() + 30
+    while not _kill_supervisor(kinetic_env, batch.group_id):
+        assert time.monotonic() < deadline, "the supervisor did not start within 30 s"
+        time.sleep(0.02)
     assert batch.results(timeout=120) == list(range(200))
     manifest = json.loads(
         (kinetic_env / "storage" / "_groups" / batch.group_id / "manifest.json").read_text()
