@@ -285,7 +285,8 @@ async def job_image(
 ) -> JobImage:
     """The image a job or a batch runs in, in its execution mode (bundled images are
     built and pushed here when new); on a backend whose jobs run here, none (this
-    interpreter is checked for the project's requirements instead). Nothing about the
+    interpreter is checked for the project's requirements and, for a GPU or TPU job,
+    the runtime its image would carry, each said once instead). Nothing about the
     job is written. Call :meth:`~kinetic._backends.base.Backend.get_ready` first.
 
     :raises RequirementsError, RuntimeConflictError, ConfigError, ImageBuildError,
@@ -294,6 +295,9 @@ async def job_image(
     images = backend.placement(settings).images
     if images is None:
         await warn_missing_requirements(package_root)
+        # A pod would have its image's runtime; this interpreter may not. Here, so that a
+        # single job and a batch say it alike.
+        await warn_missing_runtime(accelerator.kind)
         return JobImage(container_image or "", "local")
     from kinetic._engine.requirements_io import read_project_requirements
     from kinetic._images.modes import resolve_job_image
@@ -358,8 +362,6 @@ async def submit(
     place = backend.placement(settings)
     output_dir = opts.output_dir or place.output_dir(job_id)
     image = await job_image(backend, settings, accel, opts.container_image, root)
-    if place.runs_here:  # a pod would have its image's runtime; this interpreter may not
-        await warn_missing_runtime(accel.kind)
     launch = backend.prepare_launch(
         NewJob(
             job_id=job_id,

@@ -34,6 +34,25 @@ def test_a_tpu_job_names_what_its_image_has_and_this_interpreter_lacks(
     assert "TPU job's image" not in capsys.readouterr().err  # said once
 
 
+def test_a_gpu_batch_names_what_its_image_has_and_this_interpreter_lacks_once(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("KINETIC_LOCAL_GPUS", "0")  # one declared GPU: no job here uses it
+    monkeypatch.setattr(interpreter_checks, "_warned_categories", set())
+    monkeypatch.delenv("KERAS_BACKEND", raising=False)
+    remote = kinetic.run(accelerator="gpu")(echo_backend)
+    assert remote.run_async_map(range(3)).results() == ["jax"] * 3
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "GPU job's image" in line]
+    assert len(warnings) == 1
+    assert "jax-cuda12-plugin (JAX's CUDA plugin)" in warnings[0]
+    assert remote.run_async_map(range(2)).results() == ["jax"] * 2
+    assert "GPU job's image" not in capsys.readouterr().err  # said once
+
+
+def echo_backend(_: int) -> str | None:
+    return os.environ.get("KERAS_BACKEND")
+
+
 def test_the_users_keras_backend_wins_and_cpu_jobs_say_nothing(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
