@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
 
-from kinetic._core import accelerators, image_spec, k8s_spec, k8s_status
+from kinetic._core import accelerators, image_spec, k8s_spec, k8s_status, lws_spec
+from kinetic._core.config import capture_env
 from kinetic._core.gke_config import options_from_env
 from kinetic._core.status import JobStatus
 from kinetic._exceptions import ConfigError
@@ -59,6 +61,37 @@ def test_env_has_kinetic_variables_over_captured_ones() -> None:
     assert env["KINETIC_OUTPUT_DIR"] == "gs://p-kn-c-jobs/outputs/job-1234abcd"
     assert env["KINETIC_STORAGE"] == "gs://p-kn-c-jobs"
     assert env["JAX_PLATFORMS"] == "cuda"
+
+
+@pytest.mark.parametrize("accel", ["cpu", "l4", "tpu-v5litepod-4", "tpu-v6e-8"])
+def test_a_captured_keras_backend_overrides_the_images_default(accel: str) -> None:
+    # The image sets KERAS_BACKEND=jax in its ENV; a container's env overrides its image's,
+    # so the user's captured value is what the job's process sees (single job, pool,
+    # pathways host alike). The runner applies the spec's copy too.
+    assert "KERAS_BACKEND=jax" in image_spec.env_dockerfile("python:3.11-slim")
+    captured = capture_env(["KERAS_BACKEND"], {"KERAS_BACKEND": "torch", "OTHER": "x"})
+    config = accelerators.parse_accelerator(accel)
+    template = k8s_spec.JobTemplate(
+        namespace="ns",
+        image="reg/img:t",
+        bucket="b",
+        accelerator=config,
+        output_dir="gs://b/outputs/job-1234abcd",
+        env=captured,
+    )
+    single = k8s_spec.job_manifest(template, "job-1234abcd")
+    pool = k8s_spec.pool_job_manifest(template, group_id="grp-1234abcd", workers=2)
+    containers = [container(single), container(pool)]
+    if lws_spec.hosts_of(config) > 1:
+        lws = lws_spec.lws_manifest(single, accelerator=config, version="v1")
+        for role in ("leaderTemplate", "workerTemplate"):
+            containers.append(lws["spec"]["leaderWorkerTemplate"][role]["spec"]["containers"][0])
+    for one in containers:
+        assert {e["name"]: e.get("value") for e in one["env"]}["KERAS_BACKEND"] == "torch"
+        assert "OTHER" not in {e["name"] for e in one["env"]}
+    # Without it, the container says nothing and the image's jax stands.
+    bare = k8s_spec.job_manifest(dataclasses.replace(template, env=None), "job-1234abcd")
+    assert "KERAS_BACKEND" not in env_of(bare)
 
 
 @pytest.mark.parametrize(
