@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import anyio
 import pytest
 
 from kinetic import RequirementsError, RuntimeConflictError
 from kinetic._core.accel_runtime import DEFAULTS, runtime_request
 from kinetic._core.requirements import parse_requirements_txt
-from kinetic._images import runner_image, runtime_resolve
+from kinetic._images import modes, prebuilt, runner_image, runtime_resolve
 from kinetic._images.runtime_resolve import ResolvedRuntime
 
 pytestmark = [pytest.mark.local, pytest.mark.timeout(600)]
@@ -52,6 +53,13 @@ def test_each_category_resolves_the_runtime_its_image_promises() -> None:
     assert gpu.version("nvidia-cublas-cu12") is not None
     assert cpu.version("jax-cuda12-plugin") is None
     assert cpu.version("tabulate") is None  # the project's lines are not the runtime's
+
+
+@pytest.mark.parametrize("category", ["cpu", "tpu"])
+def test_the_prebuilt_base_carries_the_set_a_bundled_job_without_pins_gets(category: str) -> None:
+    base = prebuilt.default_runtime(category, "python:3.11-slim")
+    _, bundled = anyio.run(modes.resolve_runtime, (), category, "python:3.11-slim")
+    assert base == bundled  # so their images are one (tests/unit/test_images.py)
 
 
 def test_a_users_jax_pin_gets_that_jax_for_the_platform() -> None:

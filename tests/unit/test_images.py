@@ -4,6 +4,7 @@ and the registry token handshake (Artifact Registry's documented wire shape)."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import time
 from collections.abc import AsyncIterator
@@ -17,7 +18,7 @@ from aiohttp import web
 from kinetic._core import image_spec
 from kinetic._core.config import resolve_settings
 from kinetic._exceptions import BackendError, ConfigError, ImageBuildError
-from kinetic._images import build_lock, runner_image
+from kinetic._images import build_lock, prebuilt, runner_image
 from kinetic._images.builder import choose_builder
 from kinetic._images.docker import Registry
 from kinetic._images.runtime_resolve import ResolvedRuntime
@@ -342,3 +343,29 @@ def test_projects_share_one_runtime_image_and_differ_only_in_their_own() -> None
     assert a.uri != b.uri
     assert a.uri.startswith("reg/kt/kinetic-runner:p")
     assert a.requirements == runtime.requirements  # its pins: the project's constraints
+
+
+@pytest.mark.parametrize("category", ["cpu", "gpu", "tpu"])
+def test_the_prebuilt_base_is_the_runtime_image_under_its_own_name(category: str) -> None:
+    pins = ("jax==0.10.2", "keras==3.15.1", "uv==0.9.0")
+    runtime_set = ResolvedRuntime(category, "3.11", pins)
+    base = prebuilt.base_plan("reg/kt", category, "0.1.0", "python:3.11-slim", runtime_set)
+    runtime = runner_image.runtime_plan("reg/kt", "python:3.11-slim", runtime_set)
+    assert base.uri == f"reg/kt/base-{category}:0.1.0"
+    # The same recipe: the same environment image (its layers, by their content address)
+    # and the same source layer on it; only the name differs.
+    assert base.parent == runtime.parent
+    assert base.base_image == runtime.base_image
+    assert image_spec.runner_context_files(
+        base.base_image, base.sources
+    ) == image_spec.runner_context_files(runtime.base_image, runtime.sources)
+    same = dataclasses.replace(
+        base, uri=runtime.uri, repository=runtime.repository, tag=runtime.tag
+    )
+    assert same == runtime
+    assert image_spec.runner_tag(base.base_image, runner_image.runner_inputs()[2]) == runtime.tag
+    # Bases pushed elsewhere than the bundled images: still the same environment image.
+    elsewhere = runner_image.runtime_plan("other/reg", "python:3.11-slim", runtime_set)
+    assert elsewhere.parent is not None
+    assert base.parent is not None
+    assert elsewhere.parent.tag == base.parent.tag
