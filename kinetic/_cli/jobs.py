@@ -351,7 +351,11 @@ async def _batch_manifests(
     backend: str | None, project: str | None, cluster: str | None
 ) -> list[dict[str, Any]]:
     """The committed batches where the settings point: a summary of each manifest,
-    newest first. A manifest that cannot be read is skipped (being deleted)."""
+    newest first. A manifest that is gone (being deleted) or is not a JSON object
+    (damaged) is skipped: one bad record must not hide the others.
+
+    :raises StorageError: a listing or a read the storage refused.
+    """
 
     from kinetic._engine import runtime
     from kinetic._exceptions import ObjectNotFoundError
@@ -367,6 +371,8 @@ async def _batch_manifests(
         try:
             m = protocol.load_json(await storage.read(key))
         except (ObjectNotFoundError, ValueError):
+            return
+        if not isinstance(m, dict):
             return
         found.append(
             {k: m.get(k) for k in ("group_id", "name", "func_name", "total", "created_at", "tags")}

@@ -1,11 +1,13 @@
 """Errors of concurrent steps reach the user as one Kinetic error, never as an
 ``ExceptionGroup`` (``kinetic/_core/exception_groups.py``): ``except kinetic.DataError``
-catches a ``Data`` path removed before the call, and the CLI prints ``kinetic: message``
-for a cluster it cannot reach."""
+catches a ``Data`` path removed before the call, ``result(stream_logs=True)`` raises the
+storage error its two concurrent readers met, and the CLI prints ``kinetic: message`` for
+a cluster it cannot reach and for a listing whose record cannot be read."""
 
 from __future__ import annotations
 
 import io
+import json
 import os
 import shutil
 import subprocess
@@ -15,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import kinetic
-from kinetic import Data
+from kinetic import Data, aio
 from kinetic._engine.data_refs import upload_to_cache
 from kinetic._storage.local import LocalStorage
 
@@ -152,3 +154,100 @@ def test_a_batch_error_under_the_progress_bar_is_a_batch_error(
     with pytest.raises(kinetic.BatchError) as caught:
         batch.results(timeout=120)
     assert caught.value.partial_results == [1, None, 3]
+
+
+def waits_for(path: str) -> str:
+    import time
+
+    while not os.path.exists(path):
+        time.sleep(0.05)
+    return "went"
+
+
+def _break_status_record(root: Path, job_id: str) -> Path:
+    """Make the job's final status record unreadable (a directory where the file goes):
+    every status read then fails with a StorageError until it is removed."""
+    record = root / "storage" / job_id / "status.json"
+    record.mkdir()
+    return record
+
+
+@pytest.mark.anyio
+async def test_a_status_read_failing_while_logs_stream_is_a_storage_error(
+    kinetic_env: Path, tmp_path: Path
+) -> None:
+    go = tmp_path / "go"
+    job = await kinetic.run()(waits_for).aio.run_async(str(go))
+    record = _break_status_record(kinetic_env, job.job_id)
+    # The log follower and the waiter both read the status, concurrently: both fail.
+    with pytest.raises(kinetic.StorageError, match="status.json") as caught:
+        await job.result(timeout=60, stream_logs=True)
+    assert not isinstance(caught.value, BaseExceptionGroup)
+    record.rmdir()
+    go.touch()
+    assert await (await aio.attach(job.job_id)).result(timeout=60) == "went"
+
+
+def test_a_job_listing_meeting_an_unreadable_record_says_so_in_one_line(
+    kinetic_env: Path, tmp_path: Path
+) -> None:
+    go = tmp_path / "go"
+    fn = kinetic.run()(waits_for)
+    jobs = [fn.run_async(str(go)) for _ in range(3)]
+    env_home = tmp_path / "home"
+    env_home.mkdir()
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "kinetic", "--backend", "local", *args],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "HOME": str(env_home)},
+            timeout=120,
+            check=False,
+        )
+
+    # A corrupted handle: that job is left out with a warning, the others are listed.
+    handle = kinetic_env / "storage" / jobs[0].job_id / "handle.json"
+    saved = handle.read_bytes()
+    handle.write_bytes(b"{not json")
+    listed = cli("jobs", "list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert {j["job_id"] for j in json.loads(listed.stdout)} == {j.job_id for j in jobs[1:]}
+    assert f"skipping job {jobs[0].job_id}: its handle cannot be read" in listed.stderr
+    handle.write_bytes(saved)
+
+    # An unreadable status record: the listing cannot say that job's status.
+    record = _break_status_record(kinetic_env, jobs[1].job_id)
+    broken = cli("jobs", "list")
+    assert broken.returncode == 1, broken.stderr
+    assert broken.stderr.startswith("kinetic: "), broken.stderr
+    assert "status.json" in broken.stderr
+    assert len(broken.stderr.splitlines()) == 1, broken.stderr  # no traceback, no group
+    record.rmdir()
+    go.touch()
+    assert [j.result(timeout=60) for j in jobs] == ["went"] * 3
+
+
+def test_a_batch_listing_skips_a_manifest_it_cannot_read(kinetic_env: Path, tmp_path: Path) -> None:
+    fn = kinetic.run()(fails_on_two)
+    kept, spoilt = fn.run_async_map([1]), fn.run_async_map([3])
+    assert kept.results(timeout=120, cleanup=False) == [1]
+    assert spoilt.results(timeout=120, cleanup=False) == [3]
+    manifest = kinetic_env / "storage" / "_groups" / spoilt.group_id / "manifest.json"
+    home = tmp_path / "home"
+    home.mkdir()
+    for content in (b"{not json", b"[1, 2]", b'"a string"'):
+        manifest.write_bytes(content)
+        listed = subprocess.run(
+            [sys.executable, "-m", "kinetic", "--backend", "local", "batch", "list", "--json"],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "HOME": str(home)},
+            timeout=120,
+            check=False,
+        )
+        assert listed.returncode == 0, listed.stderr
+        assert [b["group_id"] for b in json.loads(listed.stdout)] == [kept.group_id]
+        assert "Traceback" not in listed.stderr
+    kept.cleanup()
