@@ -56,8 +56,9 @@ def launcher_name(root: Path) -> str:
     return "@" + socket_address(root.absolute(), launcher_tag(sys.executable, env))[1:].decode()
 
 
-def launcher_request(root: Path, planted: Path) -> bytes:
-    """What the second account sent the launcher: run a job, log into ``planted``."""
+def launcher_request(root: Path, planted: Path, **changes: Any) -> bytes:
+    """What the second account sent the launcher: run a job, log into ``planted``;
+    ``changes`` replace fields of the request."""
     request = {
         "v": 1,
         "args": ["--storage", (root / "storage").as_uri(), "--job-id", "job-0badc0de"],
@@ -65,6 +66,7 @@ def launcher_request(root: Path, planted: Path) -> bytes:
         "env": {},
         "log": str(planted),
         "status": f"{planted}.status",
+        **changes,
     }
     return json.dumps(request).encode() + b"\n"
 
@@ -106,25 +108,73 @@ def test_the_launcher_serves_only_its_own_user(kinetic_env: Path) -> None:
     assert square(4) == 16  # and it still serves its own user
 
 
-def test_the_launcher_forks_only_inside_its_own_store(kinetic_env: Path, tmp_path: Path) -> None:
-    """Even from its own user, a request naming paths or a store elsewhere is refused."""
+def files_under(*dirs: Path) -> set[Path]:
+    return {p for d in dirs for p in d.rglob("*")}
+
+
+# One field of an otherwise valid request each, and what the error says: {out} is a
+# directory outside the store, {store} the launcher's store, {root} the local root.
+BAD_REQUESTS = {
+    "storage": ({"storage": "{out}/other-root/storage"}, "the storage must be"),
+    "job id": ({"job-id": "../escape"}, "not a job id"),
+    "cwd": ({"cwd": "{out}"}, "cwd '{out}' lies outside this launcher's store"),
+    "log": ({"log": "{out}/job.log"}, "log '{out}/job.log' lies outside"),
+    "log through ..": ({"log": "{store}/../job.log"}, "log '{root}/job.log' lies outside"),
+    "log, relative": ({"log": "job.log"}, "log must be an absolute path"),
+    "status": ({"status": "{out}/job.status"}, "status '{out}/job.status' lies outside"),
+    "final": ({"final": "{out}/final.json"}, "final '{out}/final.json' lies outside"),
+}
+
+
+@pytest.mark.parametrize("bad", [None, *BAD_REQUESTS])
+def test_the_launcher_forks_only_inside_its_own_store(
+    kinetic_env: Path, tmp_path: Path, bad: str | None
+) -> None:
+    """Even from its own user, a request naming a path outside the launcher's store, or
+    another store, or a job id that is not one, is answered with an error, and nothing
+    is created. (``None``: the same request unchanged is served, so each refusal is
+    the one field's.)"""
     assert square(3) == 9
     launcher = launcher_name(kinetic_env)
     assert launcher in kinetic_socket_names()
-    outside = tmp_path / "outside.log"
-    other_store = tmp_path / "other-root"
-    cases = {
-        "log": launcher_request(kinetic_env, outside),
-        "storage": launcher_request(other_store, kinetic_env / "storage" / "x.log"),
+    store, out = (kinetic_env / "storage").absolute(), tmp_path / "outside"
+    out.mkdir()
+    job_dir = store / "job-0badc0de"
+    job_dir.mkdir()
+
+    def fill(text: str) -> str:
+        return text.format(out=out, store=store, root=kinetic_env.absolute())
+
+    fields: dict[str, Any] = {
+        "cwd": str(job_dir),
+        "log": str(job_dir / "job.log"),
+        "status": str(job_dir / "job.status"),
+        "final": str(job_dir / "final.json"),
     }
-    for what, request in cases.items():
-        answer = json.loads(knock(launcher, request)["received"])
-        assert "error" in answer, what
-        assert ("outside this launcher's store" if what == "log" else "storage must be") in (
-            answer["error"]
-        )
-    assert not outside.exists()
-    assert not (kinetic_env / "storage" / "x.log").exists()
+    storage, job_id = store.as_uri(), "job-0badc0de"
+    expected = ""
+    if bad is not None:
+        change, expected = BAD_REQUESTS[bad]
+        ((key, value),) = change.items()
+        if key == "storage":
+            storage = Path(fill(value)).as_uri()
+        elif key == "job-id":
+            job_id = value
+        else:
+            fields[key] = fill(value)
+    args = ["--storage", storage, "--job-id", job_id]
+    before = files_under(kinetic_env, tmp_path)
+    answer = json.loads(
+        knock(launcher, launcher_request(kinetic_env, out, args=args, **fields))["received"]
+    )
+    if bad is None:  # served: the job (which finds no spec) runs, and its leader says so
+        assert "pid" in answer, answer
+        wait_until(lambda: Path(fields["status"]).exists() or Path(fields["final"]).exists())
+        assert Path(fields["log"]).exists()
+        return
+    assert "error" in answer, answer
+    assert fill(expected) in answer["error"]
+    assert files_under(kinetic_env, tmp_path) == before
 
 
 def test_a_batch_supervisor_ignores_other_users(kinetic_env: Path) -> None:
