@@ -48,12 +48,17 @@ def slow_square(x: int) -> int:
     return x * x
 
 
+def own_launcher_tag(root: Path) -> str:
+    """The tag of ``root``'s launcher for this interpreter, as the local backend makes it."""
+    env = job_environment(root / "contexts")
+    apply_job_env(env, "cpu", root)
+    return launcher_tag(sys.executable, env)
+
+
 def launcher_name(root: Path) -> str:
     """The abstract socket name (as ``/proc/net/unix`` shows it) of ``root``'s launcher
     for this interpreter, as the local backend addresses it."""
-    env = job_environment(root / "contexts")
-    apply_job_env(env, "cpu", root)
-    return "@" + socket_address(root.absolute(), launcher_tag(sys.executable, env))[1:].decode()
+    return "@" + socket_address(root.absolute(), own_launcher_tag(root))[1:].decode()
 
 
 def launcher_request(root: Path, planted: Path, **changes: Any) -> bytes:
@@ -102,9 +107,19 @@ def test_the_launcher_serves_only_its_own_user(kinetic_env: Path) -> None:
         assert k["received"] == ""  # ... but nothing is read or answered
     assert not planted.exists()
     assert not Path(f"{planted}.status").exists()
-    logged = [line for log in (kinetic_env / "launcher").glob("*.log") for line in refusals(log)]
-    assert logged
-    assert all(f"uid {OTHER_UID}" in line for line in logged)
+    # One line per refused knock (the knock ends when the launcher closes, after it
+    # logged): here, the probe's one.
+    log = kinetic_env / "launcher" / f"{own_launcher_tag(kinetic_env)}.log"
+    logged = refusals(log)
+    assert len(logged) == [k["name"] for k in knocked].count(own) == 1, logged
+    assert f"uid {OTHER_UID}" in logged[0]
+    # A flood is logged up to a bound (runner.peer: 20 lines, then one that says so).
+    request = launcher_request(kinetic_env, planted)
+    as_other_user(lambda: [knock(own, request) for _ in range(24)])
+    lines = log.read_text().splitlines()
+    assert len(refusals(log)) == 20
+    assert sum("further refused connections are not logged" in line for line in lines) == 1
+    assert not planted.exists()
     assert square(4) == 16  # and it still serves its own user
 
 
@@ -195,7 +210,9 @@ def test_a_batch_supervisor_ignores_other_users(kinetic_env: Path) -> None:
         assert k["received"] == ""
     assert batch.results() == [x * x for x in range(12)]
     log = kinetic_env / "storage" / "_groups" / batch.group_id / "supervisor.log"
-    assert any(f"uid {OTHER_UID}" in line for line in refusals(log))
+    logged = refusals(log)  # one line per refused knock: the probe's one
+    assert len(logged) == [k["name"] for k in knocked].count(supervisor) == 1, logged
+    assert f"uid {OTHER_UID}" in logged[0]
 
 
 def test_a_launcher_name_taken_by_another_user_gets_nothing(
