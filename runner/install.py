@@ -32,9 +32,11 @@ def find_uv() -> str | None:
     return shutil.which("uv")
 
 
-def install_requirements(lines: Sequence[str], workdir: Path) -> None:
+def install_requirements(lines: Sequence[str], workdir: Path, *, kept: bool = False) -> None:
     """``uv pip install`` the lines into this interpreter's environment.
 
+    :param kept: the lines are the job's ``# kn:keep`` ones, installed after the others
+        in a run of their own (so they may replace what the image or that run installed).
     :raises PhaseError: (phase ``install``) uv is missing, failed, or timed out.
     """
 
@@ -45,13 +47,14 @@ def install_requirements(lines: Sequence[str], workdir: Path) -> None:
             "this job has requirements to install, but its image has no uv: prebuilt mode "
             "needs a base image made by `kinetic build-image`",
         )
-    req_file = workdir / "kinetic-requirements.txt"
+    req_file = workdir / ("kinetic-kept.txt" if kept else "kinetic-requirements.txt")
     req_file.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
     env = dict(os.environ)
     env.setdefault("UV_CACHE_DIR", str(workdir / "uv-cache"))
     timeout = float(os.environ.get("KINETIC_INSTALL_TIMEOUT") or DEFAULT_TIMEOUT)
     cmd = [uv, "pip", "install", "--python", sys.executable, "-r", str(req_file)]
-    print(f"kinetic runner: installing {len(lines)} requirement(s) with uv", file=sys.stderr)
+    what = "line(s) marked kn:keep, as written," if kept else "requirement(s)"
+    print(f"kinetic runner: installing {len(lines)} {what} with uv", file=sys.stderr)
     try:
         proc = subprocess.run(
             cmd,

@@ -25,7 +25,7 @@ from runner.store import RunnerStore
 
 def prepare_workspace(store: RunnerStore, spec: protocol.JobSpec, workdir: Path) -> Path:
     """Fetch, verify and unpack the context archive, enter it (cwd, sys.path, env), then
-    install the spec's requirements (prebuilt mode). Return the root of the project's
+    install the spec's requirements, then its ``# kn:keep`` lines (prebuilt mode). Return the root of the project's
     files (the shared tree, or the job's own copy).
 
     On the local backend (``KINETIC_CONTEXT_CACHE`` names a shared cache) the archive is
@@ -48,10 +48,14 @@ def prepare_workspace(store: RunnerStore, spec: protocol.JobSpec, workdir: Path)
         if code_root is root:
             _unpack(_fetch_context(store, spec), root)
     _enter_workspace(root, spec, code_root, cwd)
-    if spec.get("install"):
+    install, kept = spec.get("install", []), spec.get("install_kept", [])
+    if install or kept:
         from runner.install import install_requirements
 
-        install_requirements(spec.get("install", []), workdir)
+        if install:
+            install_requirements(install, workdir)
+        if kept:  # the user's override: last, and resolved on its own
+            install_requirements(kept, workdir, kept=True)
     return code_root
 
 

@@ -106,6 +106,9 @@ class JobSpec(TypedDict):
     install: NotRequired[list[str]]
     """Requirement lines to install with ``uv pip install`` before the function is
     unpickled (prebuilt mode); a failure ends the job in phase ``install``."""
+    install_kept: NotRequired[list[str]]
+    """Lines marked ``# kn:keep``, installed as written by a uv run of their own after
+    ``install`` (the user's override of the image's runtime); phase ``install`` too."""
     debug: NotRequired[DebugSpec]
     """A ``debug=True`` job: wait for a debugger before running (``runner/debug.py``)."""
 

@@ -17,10 +17,15 @@ runtime's JAX version (``jax==X`` on TPU becomes ``jax[tpu]==X``, on GPU
 ``jax[cuda12]==X``; a note says so once, naming the line), a ``keras`` line its Keras
 version, and ``jaxlib``/``libtpu``/CUDA plugin pins join the runtime's set, where the
 resolver holds them to JAX's. A specifier the default satisfies (``jax>=0.4``) keeps the
-default, so that one runtime is shared by every project that accepts it. A line marked
-``# kn:keep`` is not touched: it goes to the project's layer verbatim. Whether the set
+default, so that one runtime is shared by every project that accepts it. Whether the set
 can be installed is decided by a resolver (:mod:`kinetic._images.runtime_resolve`) for
 :data:`PLATFORM` and the image's Python, at submission.
+
+A line marked ``# kn:keep`` is the user's explicit override: it is neither rewritten nor
+held to the runtime's pins, but installed as written in a step of its own after the
+runtime and the project's other lines (:attr:`RuntimeRequest.kept`), where it may replace
+the runtime's JAX, Keras or their dependencies. A note says so, naming the line: the
+runtime's guarantee no longer holds for that job.
 """
 
 from __future__ import annotations
@@ -92,15 +97,19 @@ class RuntimeRequest:
 
     :ivar runtime: the runtime's lines (JAX for the category, Keras, and the user's pins
         of their companions), in a fixed order.
-    :ivar project: the rest of the user's lines (and ``# kn:keep`` lines), in their order.
+    :ivar project: the rest of the user's lines, in their order, installed under the
+        runtime's pins (they never change it).
     :ivar notes: what was changed or left out of the user's lines, one sentence each,
         naming the line; said once to the user.
+    :ivar kept: the lines marked ``# kn:keep``, in their order: installed as written
+        after everything else, not held to the runtime's pins.
     """
 
     category: str
     runtime: tuple[RuntimeLine, ...]
     project: tuple[Requirement, ...]
     notes: tuple[str, ...] = field(default=())
+    kept: tuple[Requirement, ...] = field(default=())
 
     @property
     def runtime_lines(self) -> tuple[str, ...]:
@@ -163,7 +172,8 @@ def runtime_request(reqs: Iterable[Requirement], category: str) -> RuntimeReques
     """Split ``reqs`` into the runtime of an image of ``category`` and the project's lines.
 
     The last ``jax`` (``keras``) line wins, as with pip. ``libtpu`` on a CPU/GPU job and
-    the CUDA plugin on a CPU/TPU job are left out, with a note.
+    the CUDA plugin on a CPU/TPU job are left out, with a note. ``# kn:keep`` lines go to
+    :attr:`RuntimeRequest.kept`, with a note each.
 
     :raises ValueError: for an unknown category.
     """
@@ -173,9 +183,19 @@ def runtime_request(reqs: Iterable[Requirement], category: str) -> RuntimeReques
     keras_line = RuntimeLine(f"keras=={DEFAULTS['keras']}")
     companions: list[RuntimeLine] = []
     project: list[Requirement] = []
+    kept: list[Requirement] = []
     notes: list[str] = []
     for req in reqs:
-        parsed = None if req.keep else _parsed(req)
+        if req.keep:
+            kept.append(req)
+            notes.append(
+                f"{req.source}: {req.line!r} is marked `# kn:keep`: it is installed as "
+                f"written after the runtime, not held to its pins, so the {category.upper()} "
+                f"runtime's versions (JAX, Keras, Kinetic's runner) are no longer guaranteed "
+                f"for this job"
+            )
+            continue
+        parsed = _parsed(req)
         if parsed is None:
             project.append(req)
             continue
@@ -211,6 +231,7 @@ def runtime_request(reqs: Iterable[Requirement], category: str) -> RuntimeReques
         runtime=(jax_line, keras_line, *companions),
         project=tuple(project),
         notes=tuple(notes),
+        kept=tuple(kept),
     )
 
 

@@ -26,7 +26,9 @@ exactly its inputs:
 - a **project image** (:func:`project_dockerfile`, ``kinetic-runner``, bundled mode with
   requirements): the project's requirements in layers of their own on the runtime
   image, installed offline under the runtime's pins as constraints (they never change
-  the runtime). A changed requirement rebuilds only this image.
+  the runtime), then the lines marked ``# kn:keep`` in a step of their own, as written
+  and free of those pins (the user's override). A changed requirement rebuilds only
+  this image.
 
 A **custom** image is the user's, never built here.
 """
@@ -78,7 +80,19 @@ RUN /opt/venv/bin/pip install --no-index --find-links /tmp/user-wheels \\
     -c /tmp/runtime-constraints.txt -r /tmp/user-requirements.txt \\
  && rm -rf /tmp/user-wheels /tmp/user-requirements.txt /tmp/runtime-constraints.txt /root/.cache
 """
+# Lines marked `# kn:keep`: the user's override, installed as written after everything
+# else and without the runtime's pins, so they may replace its JAX, Keras or their
+# dependencies (pip says which installed requirements no longer hold, and goes on).
+_KEPT_LAYERS = """\
+COPY kept-wheels/ /tmp/kept-wheels/
+COPY kept-requirements.txt /tmp/
+RUN /opt/venv/bin/pip install --no-index --find-links /tmp/kept-wheels \\
+    -r /tmp/kept-requirements.txt \\
+ && rm -rf /tmp/kept-wheels /tmp/kept-requirements.txt /root/.cache
+"""
 _TAIL = "WORKDIR /tmp\n"
+INDEX_OPTIONS = ("--index-url", "--extra-index-url", "-i ")
+"""How requirement lines that name a package index begin."""
 
 
 def resolver_python(python: str) -> str:
@@ -102,9 +116,16 @@ def runner_dockerfile(env_image: str) -> str:
     return _SOURCE_LAYERS.format(fmt=IMAGE_FORMAT, env=env_image) + _TAIL
 
 
-def project_dockerfile(runtime_image: str) -> str:
-    """A project image's Dockerfile: its requirements on ``runtime_image``."""
-    return _PROJECT_LAYERS.format(fmt=IMAGE_FORMAT, runtime=runtime_image) + _TAIL
+def project_dockerfile(runtime_image: str, *, kept: bool = False) -> str:
+    """A project image's Dockerfile: its requirements on ``runtime_image``, then (with
+    ``kept``) its ``# kn:keep`` lines."""
+    layers = _PROJECT_LAYERS.format(fmt=IMAGE_FORMAT, runtime=runtime_image)
+    return layers + (_KEPT_LAYERS if kept else "") + _TAIL
+
+
+def index_options(lines: Sequence[str]) -> tuple[str, ...]:
+    """The lines of ``lines`` that name a package index (``--index-url ...``)."""
+    return tuple(line for line in lines if line.startswith(INDEX_OPTIONS))
 
 
 def requirements_text(requirements: Sequence[str]) -> str:
@@ -147,12 +168,17 @@ def runner_tag(env_image: str, sources: Mapping[str, str]) -> str:
     return _digest("k", runner_dockerfile(env_image), files)
 
 
-def project_tag(runtime_image: str, user_requirements: Sequence[str]) -> str:
+def project_tag(
+    runtime_image: str, user_requirements: Sequence[str], kept: Sequence[str] = ()
+) -> str:
     """A project image's tag: ``p`` + 20 hex digits of a SHA-256 over its Dockerfile
-    (the runtime image's URI, itself content-addressed) and the project's lines."""
-    return _digest(
-        "p", project_dockerfile(runtime_image), user_requirements_text(user_requirements)
-    )
+    (the runtime image's URI, itself content-addressed), the project's lines and its
+    ``# kn:keep`` lines (a line moved between the two changes the tag)."""
+    parts = [project_dockerfile(runtime_image, kept=bool(kept))]
+    parts.append(user_requirements_text(user_requirements))
+    if kept:  # a project without kept lines keeps the tag it had before they existed
+        parts.append(user_requirements_text(kept))
+    return _digest("p", *parts)
 
 
 @dataclass(frozen=True)
@@ -163,11 +189,14 @@ class JobImage:
     :ivar mode: ``bundled``, ``prebuilt``, ``custom`` or ``local``.
     :ivar install: requirement lines the runner installs with uv before unpickling the
         function (prebuilt mode), else empty.
+    :ivar install_kept: the ``# kn:keep`` lines the runner installs after ``install``,
+        in a uv run of their own (prebuilt mode), else empty.
     """
 
     uri: str
     mode: str
     install: tuple[str, ...] = ()
+    install_kept: tuple[str, ...] = ()
 
 
 def execution_mode(container_image: str | None) -> str:
@@ -242,16 +271,23 @@ def project_context_files(
     user_requirements: Sequence[str],
     user_wheels: Mapping[str, bytes],
     constraints: Sequence[str],
+    kept: Sequence[str] = (),
+    kept_wheels: Mapping[str, bytes] | None = None,
 ) -> dict[str, bytes]:
     """A project image's build context: Dockerfile, ``user-requirements.txt``,
-    ``runtime-constraints.txt`` (the runtime's pins) and ``user-wheels/...``."""
+    ``runtime-constraints.txt`` (the runtime's pins) and ``user-wheels/...``; with
+    ``kept`` lines, ``kept-requirements.txt`` and ``kept-wheels/...`` too."""
     files = {
-        "Dockerfile": project_dockerfile(runtime_image).encode(),
+        "Dockerfile": project_dockerfile(runtime_image, kept=bool(kept)).encode(),
         "user-requirements.txt": user_requirements_text(user_requirements).encode(),
         "runtime-constraints.txt": requirements_text(constraints).encode(),
     }
     files.update({f"user-wheels/{n}": d for n, d in user_wheels.items()})
     files.setdefault("user-wheels/.keep", b"")
+    if kept:
+        files["kept-requirements.txt"] = user_requirements_text(kept).encode()
+        files.update({f"kept-wheels/{n}": d for n, d in (kept_wheels or {}).items()})
+        files.setdefault("kept-wheels/.keep", b"")
     return files
 
 

@@ -82,6 +82,7 @@ def job_spec(
     output_dir: str,
     has_data: bool,
     install: Sequence[str] = (),
+    install_kept: Sequence[str] = (),
 ) -> protocol.JobSpec:
     """The spec the runner reads (``protocol.JobSpec``), for a single job or, under the
     group's id, for every input of a batch."""
@@ -100,6 +101,8 @@ def job_spec(
     }
     if install:
         spec["install"] = list(install)
+    if install_kept:
+        spec["install_kept"] = list(install_kept)
     return spec
 
 

@@ -360,6 +360,7 @@ async def _record(
         output_dir=output_dir,
         has_data=data.has_data,
         install=image.install,
+        install_kept=image.install_kept,
     )
     manifest: protocol.BatchManifest = {
         "format": protocol.FORMAT,

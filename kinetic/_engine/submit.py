@@ -410,6 +410,7 @@ async def submit(
         output_dir=output_dir,
         has_data=has_data,
         install=image.install,
+        install_kept=image.install_kept,
     )
     if opts.volumes and place.runs_here:
         spec["private_volumes"] = True

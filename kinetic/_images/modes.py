@@ -12,7 +12,9 @@ custom     anything else                  used as given
 
 In bundled and prebuilt mode the project's requirements (read by the caller, the
 engine) and the image's runtime are resolved together for the image's platform before
-anything is built or written (:mod:`kinetic._images.runtime_resolve`).
+anything is built or written (:mod:`kinetic._images.runtime_resolve`). Lines marked
+``# kn:keep`` are the user's override: resolved on their own, and installed as written
+after everything else (a step of the project image; a second uv run in the pod).
 
 See ``docs/execution-modes.md``.
 """
@@ -80,8 +82,9 @@ async def resolve_runtime(
     reqs: Iterable[Requirement], category: str, base_image: str
 ) -> tuple[RuntimeRequest, ResolvedRuntime]:
     """The runtime an image of ``category`` on ``base_image`` carries for these
-    requirements, resolved for its platform, and the project's lines checked on top of
-    it. Notes on rewritten lines are said once. Blocking work runs in a worker thread.
+    requirements, resolved for its platform, the project's lines checked on top of it,
+    and its ``# kn:keep`` lines on their own. Notes on rewritten or kept lines are said
+    once. Blocking work runs in a worker thread.
 
     :raises RuntimeConflictError: no installable set; names the line and the platform.
     """
@@ -93,6 +96,7 @@ async def resolve_runtime(
         kinetic_lines = runner_image.runtime_inputs(python)
         resolved = runtime_resolve.resolve_runtime(request, python, kinetic_lines)
         runtime_resolve.check_project(resolved, request.project)
+        runtime_resolve.check_kept(resolved, request.kept, request.project)
         return resolved
 
     return request, await anyio.to_thread.run_sync(resolve)
@@ -139,7 +143,8 @@ async def resolve_job_image(
         # The base carries the default runtime; a user's pin of it is installed at start.
         pins = () if request.is_default else tuple(r.line for r in request.user_runtime)
         lines = (*pins, *requirements_lines(request.project))
-        return JobImage(uri, "prebuilt", install=lines)
+        kept = tuple(requirements_lines(request.kept))
+        return JobImage(uri, "prebuilt", install=lines, install_kept=kept)
     request, resolved = await resolve_runtime(requirements, category, options.base_image)
     registry = options.image_registry or settings.default_registry
     runtime = await anyio.to_thread.run_sync(
@@ -150,10 +155,11 @@ async def resolve_job_image(
         return make_builder(settings, storage, env)
 
     lines = tuple(requirements_lines(request.project))
-    if not lines:
+    kept = tuple(requirements_lines(request.kept))
+    if not lines and not kept:
         await runner_image.ensure_image(runtime, builder, lock_storage=storage, progress=progress)
         return JobImage(runtime.uri, "bundled")
-    project = runner_image.project_plan(runtime, lines)
+    project = runner_image.project_plan(runtime, lines, kept=kept)
     # A project image is only ever pushed after its runtime: when it is listed, one
     # registry request was all a warm submission needed.
     if not await runner_image.image_exists(project.uri):

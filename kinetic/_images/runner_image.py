@@ -70,7 +70,8 @@ class BuildPlan:
     - ``env``: ``requirements`` installed on ``base_image``;
     - ``runner``: ``sources`` on ``base_image`` (its ``parent``, an ``env`` image);
     - ``project``: ``user_requirements`` on ``base_image`` (its ``parent``, a runner
-      image) under the ``requirements`` (the runner's pins) as constraints.
+      image) under the ``requirements`` (the runner's pins) as constraints, then
+      ``kept_requirements`` (``# kn:keep`` lines) as written, without them.
 
     ``parent`` is the plan of the image this one is built ``FROM`` (None for ``env``):
     :func:`ensure_image` makes sure it exists first.
@@ -86,6 +87,7 @@ class BuildPlan:
     sources: dict[str, bytes]
     user_requirements: tuple[str, ...] = ()
     python: str = "3.11"
+    kept_requirements: tuple[str, ...] = ()
     kind: str = "runner"
     parent: BuildPlan | None = None
 
@@ -239,12 +241,17 @@ def runtime_plan(registry: str, base_image: str, runtime: ResolvedRuntime) -> Bu
 
 
 def project_plan(
-    runtime: BuildPlan, user_requirements: tuple[str, ...], registry: str | None = None
+    runtime: BuildPlan,
+    user_requirements: tuple[str, ...],
+    registry: str | None = None,
+    *,
+    kept: tuple[str, ...] = (),
 ) -> BuildPlan:
     """A project image: ``user_requirements`` on the runtime image ``runtime``, under its
-    pins, in ``{registry}/kinetic-runner`` (the runtime's registry by default). Pure."""
+    pins, then the ``kept`` (``# kn:keep``) lines as written, in
+    ``{registry}/kinetic-runner`` (the runtime's registry by default). Pure."""
     registry = registry or runtime.registry
-    tag = image_spec.project_tag(runtime.uri, user_requirements)
+    tag = image_spec.project_tag(runtime.uri, user_requirements, kept)
     return BuildPlan(
         uri=image_spec.image_uri(registry, tag, image_spec.DEFAULT_REPOSITORY),
         registry=registry,
@@ -256,6 +263,7 @@ def project_plan(
         sources={},
         user_requirements=user_requirements,
         python=runtime.python,
+        kept_requirements=kept,
         kind="project",
         parent=runtime,
     )
@@ -360,14 +368,35 @@ async def image_exists(uri: str) -> bool:
 
 def _context(the_plan: BuildPlan) -> bytes:
     if the_plan.kind == "project":
-        user_wheels = download_wheels(
-            the_plan.user_requirements,
-            the_plan.python,
-            with_installer=False,
-            constraints=the_plan.requirements,
+        user_wheels = (
+            download_wheels(
+                the_plan.user_requirements,
+                the_plan.python,
+                with_installer=False,
+                constraints=the_plan.requirements,
+            )
+            if the_plan.user_requirements
+            else {}  # only kept lines
+        )
+        kept = the_plan.kept_requirements
+        # Kept lines are the user's override: their wheels are not held to the runtime's
+        # pins (the project's index options still say where to find them).
+        kept_wheels = (
+            download_wheels(
+                (*image_spec.index_options(the_plan.user_requirements), *kept),
+                the_plan.python,
+                with_installer=False,
+            )
+            if kept
+            else {}
         )
         files = image_spec.project_context_files(
-            the_plan.base_image, the_plan.user_requirements, user_wheels, the_plan.requirements
+            the_plan.base_image,
+            the_plan.user_requirements,
+            user_wheels,
+            the_plan.requirements,
+            kept,
+            kept_wheels,
         )
     elif the_plan.kind == "runner":
         files = image_spec.runner_context_files(the_plan.base_image, the_plan.sources)

@@ -3,9 +3,11 @@
 :func:`resolve_runtime` turns a :class:`~kinetic._core.accel_runtime.RuntimeRequest`
 into the exact set of distributions the runtime layer installs (JAX for the category,
 its plugin or ``libtpu``, Keras, Kinetic's own pinned dependencies and every
-dependency of theirs), and :func:`check_project` checks that the project's own lines
-install on top of that set without changing it. Both run before anything is built or
-uploaded, for the image's platform (not this machine's), and fail with
+dependency of theirs), :func:`check_project` checks that the project's own lines
+install on top of that set without changing it, and :func:`check_kept` that the lines
+marked ``# kn:keep`` (installed as written, free of the runtime's pins) have a set of
+their own. All run before anything is built or uploaded, for the image's platform (not
+this machine's), and fail with
 :class:`~kinetic.RuntimeConflictError` naming the line, the platform and the
 resolver's reason.
 
@@ -39,7 +41,7 @@ from kinetic._core.accel_runtime import PLATFORM, RuntimeLine, RuntimeRequest
 from kinetic._core.requirements import Requirement
 from kinetic._exceptions import RuntimeConflictError
 
-__all__ = ["ResolvedRuntime", "check_project", "resolve", "resolve_runtime"]
+__all__ = ["ResolvedRuntime", "check_kept", "check_project", "resolve", "resolve_runtime"]
 
 MANYLINUX = "manylinux_2_34"
 """The newest glibc the images' wheels may need (the default base image has 2.36)."""
@@ -248,7 +250,7 @@ def checkable(reqs: Iterable[Requirement]) -> list[Requirement]:
 
     out = []
     for req in reqs:
-        if req.line.startswith(("--index-url", "--extra-index-url", "-i ")):
+        if req.line.startswith(image_spec.INDEX_OPTIONS):
             out.append(req)
             continue
         if req.name is None or req.line.startswith("-") or " --" in req.line:
@@ -259,6 +261,32 @@ def checkable(reqs: Iterable[Requirement]) -> list[Requirement]:
     return out
 
 
+def _check(
+    reqs: Sequence[Requirement],
+    runtime: ResolvedRuntime,
+    *,
+    options: Sequence[str] = (),
+    constraints: Sequence[str] = (),
+    what: str,
+) -> None:
+    """Resolve ``reqs`` (after ``options``) under ``constraints`` for ``runtime``'s
+    platform; on failure name the lines the reason mentions (or all), ``what`` after them.
+
+    :raises RuntimeConflictError: no set.
+    """
+    if not any(r.name for r in reqs):
+        return
+    try:
+        resolve([*options, *(r.line for r in reqs)], runtime.python, constraints)
+    except ResolutionFailed as exc:
+        culprits = _mentioned(reqs, str(exc)) or [r for r in reqs if r.name]
+        named = "; ".join(f"{r.source}: {r.line!r}" for r in culprits)
+        raise RuntimeConflictError(
+            f"{named}{what.format(category=runtime.category.upper(), where=_where(runtime.python))}"
+            f":\n{exc}"
+        ) from None
+
+
 def check_project(runtime: ResolvedRuntime, project: Sequence[Requirement]) -> None:
     """Check that ``project``'s lines install on top of ``runtime`` without changing it.
     Blocking.
@@ -266,16 +294,24 @@ def check_project(runtime: ResolvedRuntime, project: Sequence[Requirement]) -> N
     :raises RuntimeConflictError: naming the lines the resolver's reason mentions (or all
         of them), the platform and the reason.
     """
-    reqs = checkable(project)
-    if not any(r.name for r in reqs):
-        return
-    try:
-        resolve([r.line for r in reqs], runtime.python, constraints=runtime.pins)
-    except ResolutionFailed as exc:
-        culprits = _mentioned(reqs, str(exc)) or [r for r in reqs if r.name]
-        named = "; ".join(f"{r.source}: {r.line!r}" for r in culprits)
-        raise RuntimeConflictError(
-            f"{named}: cannot be installed for a {runtime.category.upper()} job on "
-            f"{_where(runtime.python)} next to its runtime (JAX, Keras and Kinetic's "
-            f"runner, pinned):\n{exc}"
-        ) from None
+    what = (
+        ": cannot be installed for a {category} job on {where} next to its runtime (JAX, "
+        "Keras and Kinetic's runner, pinned)"
+    )
+    _check(checkable(project), runtime, constraints=runtime.pins, what=what)
+
+
+def check_kept(
+    runtime: ResolvedRuntime, kept: Sequence[Requirement], project: Sequence[Requirement] = ()
+) -> None:
+    """Check that the ``# kn:keep`` lines install for the image's platform on their own:
+    they are the user's override, installed after the runtime and not held to its pins,
+    so only whether they can be installed at all is judged (with the index options of
+    ``project``, which the image's downloads use too). Blocking.
+
+    :raises RuntimeConflictError: naming the kept lines the resolver's reason mentions
+        (or all of them), the platform and the reason.
+    """
+    options = image_spec.index_options([r.line for r in project])
+    what = " (marked `# kn:keep`): cannot be installed for a {category} job on {where}"
+    _check(checkable(kept), runtime, options=options, what=what)

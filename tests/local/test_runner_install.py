@@ -41,3 +41,16 @@ def test_an_install_past_its_time_limit_fails_instead_of_hanging(
     with pytest.raises(PhaseError, match="did not finish within") as info:
         install_requirements(["anything==1"], tmp_path)
     assert info.value.phase == "install"
+
+
+def test_kept_lines_are_a_run_of_their_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("UV_OFFLINE", "1")
+    with pytest.raises(PhaseError, match="kinetic-test-absent-dist-xyz") as info:
+        install_requirements(["kinetic-test-absent-dist-xyz==1.0"], tmp_path, kept=True)
+    assert info.value.phase == "install"
+    # Its own file: the run before it (the project's lines) is not read again.
+    assert (tmp_path / "kinetic-kept.txt").read_text() == "kinetic-test-absent-dist-xyz==1.0\n"
+    assert not (tmp_path / "kinetic-requirements.txt").exists()
+    assert "1 line(s) marked kn:keep, as written, with uv" in capfd.readouterr().err

@@ -15,7 +15,7 @@ import anyio
 import pytest
 
 from kinetic import RequirementsError, RuntimeConflictError
-from kinetic._core.accel_runtime import DEFAULTS, runtime_request
+from kinetic._core.accel_runtime import DEFAULTS, RuntimeRequest, runtime_request
 from kinetic._core.requirements import parse_requirements_txt
 from kinetic._images import modes, prebuilt, runner_image, runtime_resolve
 from kinetic._images.runtime_resolve import ResolvedRuntime
@@ -30,7 +30,14 @@ def resolved(text: str, category: str, python: str = "3.11") -> ResolvedRuntime:
     request = runtime_request(parse_requirements_txt(text), category)
     runtime = runtime_resolve.resolve_runtime(request, python, runner_image.runtime_inputs())
     runtime_resolve.check_project(runtime, request.project)
+    runtime_resolve.check_kept(runtime, request.kept, request.project)
     return runtime
+
+
+def submitted(text: str, category: str) -> tuple[RuntimeRequest, ResolvedRuntime]:
+    """What a submission resolves (and says) for a project with these requirements."""
+    reqs = parse_requirements_txt(text)
+    return anyio.run(modes.resolve_runtime, reqs, category, "python:3.11-slim")
 
 
 def test_each_category_resolves_the_runtime_its_image_promises() -> None:
@@ -136,3 +143,41 @@ def test_resolutions_are_cached_across_processes(
 
 def _no_resolver(*args: object) -> tuple[str, ...]:
     raise AssertionError("resolved again")
+
+
+@pytest.mark.parametrize("kept", ["jaxlib==0.4.30", f"jax=={PINNED_JAX}"])
+def test_a_kept_line_is_the_users_override_not_a_conflict(
+    kept: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(modes, "_said", set())
+    request, runtime = submitted(f"numpy\n{kept}  # kn:keep\n", "tpu")
+    # The runtime is the default one, and the kept line is left as written for its step.
+    assert runtime.version("jax") == DEFAULTS["jax"]
+    assert [r.line for r in request.kept] == [kept]
+    [note] = [line for line in capsys.readouterr().err.splitlines() if "kn:keep" in line]
+    assert f"requirements.txt:2: {kept!r} is marked `# kn:keep`" in note
+    assert "no longer guaranteed" in note
+
+
+def test_a_kept_line_without_a_wheel_for_the_platform_is_named_at_submission() -> None:
+    text = "tabulate\nkinetic-test-absent-dist-xyz==1.0  # kn:keep\n"
+    with pytest.raises(RuntimeConflictError) as info:
+        submitted(text, "cpu")
+    message = str(info.value)
+    assert "requirements.txt:2: 'kinetic-test-absent-dist-xyz==1.0' (marked `# kn:keep`)" in message
+    assert "linux x86_64, Python 3.11" in message
+
+
+def test_a_rewritten_line_is_said_once_however_often_it_is_submitted(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(modes, "_said", set())  # a new process
+    for _ in range(2):
+        request, _ = submitted(f"jax=={PINNED_JAX}\n", "tpu")
+        assert request.runtime_lines[0] == f"jax[tpu]=={PINNED_JAX}"
+    notes = [line for line in capsys.readouterr().err.splitlines() if "kinetic: note:" in line]
+    assert len(notes) == 1
+    assert (
+        f"requirements.txt:1: 'jax=={PINNED_JAX}' is installed as 'jax[tpu]=={PINNED_JAX}'"
+        in (notes[0])
+    )

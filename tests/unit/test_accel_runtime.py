@@ -77,10 +77,22 @@ def test_a_wrong_platforms_plugin_is_left_out_with_a_note() -> None:
     assert "kn:keep" in note
 
 
-def test_kn_keep_lines_go_verbatim_to_the_project_layer() -> None:
-    request = split("jax==0.6.0  # kn:keep\nnumpy\n", "tpu")
+def test_kn_keep_lines_are_kept_apart_verbatim_with_a_note_each() -> None:
+    text = "jax==0.7.0  # kn:keep\nnumpy\njaxlib==0.4.30  # kn:keep\nflax # kn:keep\n"
+    request = split(text, "tpu")
+    # Neither rewritten nor in the runtime (whose pins they are not held to), nor among
+    # the project's lines (which are).
     assert request.runtime_lines == (f"jax[tpu]=={JAX}", f"keras=={KERAS}")
-    assert requirements_lines(request.project) == ["jax==0.6.0", "numpy"]
+    assert request.is_default
+    assert requirements_lines(request.project) == ["numpy"]
+    assert requirements_lines(request.kept) == ["jax==0.7.0", "jaxlib==0.4.30", "flax"]
+    assert len(request.notes) == 3
+    first = request.notes[0]
+    assert first.startswith("requirements.txt:1: 'jax==0.7.0' is marked `# kn:keep`")
+    assert "not held to its pins" in first
+    assert "no longer guaranteed" in first
+    assert "jax[tpu]" not in first  # not rewritten
+    assert split("numpy\n", "tpu").kept == ()
 
 
 def test_urls_and_options_for_runtime_names_stay_the_users() -> None:

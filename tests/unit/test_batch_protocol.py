@@ -193,10 +193,14 @@ def test_single_jobs_and_batches_share_one_spec_and_handle_builder() -> None:
         output_dir="/out",
         has_data=False,
         install=["numpy==2.0"],
+        install_kept=["jaxlib==0.4.30"],
     )
     assert spec["context_key"] == protocol.context_key("b" * 64)
     assert spec["install"] == ["numpy==2.0"]
-    assert "install" not in job_spec(**{**spec_args(), "install": ()})
+    assert spec["install_kept"] == ["jaxlib==0.4.30"]
+    bare = job_spec(**{**spec_args(), "install": ()})
+    assert "install" not in bare
+    assert "install_kept" not in bare
     shared = shared_handle(
         backend="gke",
         project="p",

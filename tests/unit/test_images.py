@@ -119,7 +119,43 @@ def test_a_project_image_builds_from_its_runtime_under_its_pins() -> None:
     assert files["user-requirements.txt"] == b"tabulate\n"
     assert files["runtime-constraints.txt"] == b"anyio==4\njax==0.10.2\n"
     assert files["user-wheels/t.whl"] == b"w"
-    assert not any(name.startswith(("src/", "wheels/")) for name in files)
+    assert not any(name.startswith(("src/", "wheels/", "kept-")) for name in files)
+    assert "kept" not in project
+
+
+def test_kept_lines_are_installed_last_as_written_without_the_runtimes_pins() -> None:
+    project = image_spec.project_dockerfile("reg/kinetic-runtime:k1", kept=True)
+    constrained = project.index("-c /tmp/runtime-constraints.txt")
+    kept_step = project.index("-r /tmp/kept-requirements.txt")
+    assert constrained < kept_step  # after the project's lines
+    kept_run = project[project.rindex("RUN ", 0, kept_step) :]
+    assert "runtime-constraints" not in kept_run.split("&&")[0]  # not held to the pins
+    assert "--no-index --find-links /tmp/kept-wheels" in kept_run
+    files = image_spec.project_context_files(
+        "reg/kinetic-runtime:k1",
+        [],
+        {},
+        ["jax==0.10.2"],
+        ["jaxlib==0.4.30", "numpy<2"],
+        {"jaxlib.whl": b"j"},
+    )
+    assert files["kept-requirements.txt"] == b"jaxlib==0.4.30\nnumpy<2\n"  # in their order
+    assert files["kept-wheels/jaxlib.whl"] == b"j"
+    assert files["Dockerfile"] == project.encode()
+    # A line moved between the project's and the kept ones is another image.
+    runtime = "reg/kinetic-runtime:k1"
+    plain = image_spec.project_tag(runtime, ["numpy", "jaxlib==0.4.30"])
+    moved = image_spec.project_tag(runtime, ["numpy"], ["jaxlib==0.4.30"])
+    assert plain != moved
+    assert image_spec.project_tag(runtime, ["numpy"], []) == image_spec.project_tag(
+        runtime, ["numpy"]
+    )
+    tpu = ResolvedRuntime("tpu", "3.11", ("jax==0.10.2", "keras==3.15.1"))
+    plan = runner_image.project_plan(
+        runner_image.runtime_plan("reg/kt", "python:3.11-slim", tpu), (), kept=("jax==0.7.0",)
+    )
+    assert plan.kept_requirements == ("jax==0.7.0",)
+    assert plan.tag == image_spec.project_tag(plan.base_image, (), ("jax==0.7.0",))
 
 
 # -- builder choice and settings (pure) --------------------------------------------------
