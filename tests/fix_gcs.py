@@ -202,6 +202,8 @@ async def gcs_storage(gcs_bucket: str) -> AsyncIterator[GCSStorage]:
 
 RESET = -1
 """A fault for :class:`FaultProxy`: close the connection without answering."""
+PASS = 0
+"""Not a fault, for :class:`FaultProxy`: forward this request (faults for later ones)."""
 
 _HOP_HEADERS = frozenset(
     {"connection", "content-length", "content-encoding", "transfer-encoding", "host", "keep-alive"}
@@ -210,7 +212,8 @@ _HOP_HEADERS = frozenset(
 
 @dataclass
 class FaultProxy:
-    """Injects ``faults`` (statuses or RESET, in order) before forwarding to ``upstream``."""
+    """Injects ``faults`` (statuses, RESET or PASS, in order) before forwarding to
+    ``upstream``."""
 
     url: str
     upstream: str
@@ -225,8 +228,9 @@ class FaultProxy:
                 assert request.transport is not None
                 request.transport.abort()
                 raise asyncio_cancelled()
-            error = {"error": {"code": fault, "message": "injected by FaultProxy"}}
-            return web.json_response(error, status=fault)
+            if fault != PASS:
+                error = {"error": {"code": fault, "message": "injected by FaultProxy"}}
+                return web.json_response(error, status=fault)
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_HEADERS}
         async with session.request(
             request.method,

@@ -5,39 +5,28 @@ and reaches the caller as one StorageError saying how far it got, never as an
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 
 import pytest
 
 from kinetic import StorageError
 from kinetic._storage.gcs import GCSStorage
-from tests.faultproxy import FaultProxy, Faults
-from tests.fix_gcs import GCSEmulator
+from tests.fix_gcs import PASS, FaultProxy
 
 pytestmark = pytest.mark.storage
 
 OBJECTS = 12
 
 
-@pytest.fixture
-def proxy(
-    gcs_emulator: GCSEmulator, gcs_bucket: str, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[FaultProxy]:
-    with FaultProxy(gcs_emulator.url, lifetime=120) as proxy:
-        monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.url)
-        yield proxy
-
-
 @pytest.mark.anyio
 async def test_a_refused_deletion_stops_the_sweep_with_one_storage_error(
-    proxy: FaultProxy, gcs_bucket: str
+    gcs_fault_proxy: FaultProxy, gcs_bucket: str
 ) -> None:
     async with GCSStorage(gcs_bucket, backoff=0.01, max_concurrency=4) as store:
         for i in range(OBJECTS):
             await store.write(f"p/{i:02d}", b"x")
         # The listing (one page) passes; the first deletion sent is refused (403 is
         # permanent: not retried), while up to three others are in flight.
-        proxy.set_faults(Faults(script=("pass", "status-403")))
+        gcs_fault_proxy.faults[:] = [PASS, 403]
         with pytest.raises(StorageError) as caught:
             await store.delete_prefix("p/")
         assert type(caught.value) is StorageError  # one error, not a group of them
