@@ -37,8 +37,9 @@ async def test_a_refused_deletion_stops_the_sweep_with_one_storage_error(
         deleted = int(stopped.group(1))
         assert deleted < OBJECTS
         left = [key async for key in store.list("p/")]
-        # Deletions counted stayed done; one cancelled after the server acted may be
-        # done without being counted. The refused object is still there.
+        # Deletions counted stayed done; one cancelled once sent may be done without
+        # being counted (now or a moment later: the server still acts on it). The refused
+        # object is still there.
         assert 1 <= len(left) <= OBJECTS - deleted
-        assert await store.delete_prefix("p/") == len(left)
+        assert 1 <= await store.delete_prefix("p/") <= len(left)
         assert [key async for key in store.list("p/")] == []
