@@ -26,6 +26,7 @@ debugpy is imported when a debug job needs it.
 # ruff: noqa: T100 - starting the debugger is this module's purpose
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import sys
@@ -55,13 +56,16 @@ def _listen_privately(
     """debugpy in a network of the job's own, behind a private socket
     (:mod:`runner.debug_net`): its port, that socket, and the processes it started there.
     Where the kernel refuses, debugpy on the machine's loopback, with a warning naming
-    the exposure."""
-    from runner.debug_net import listen_privately
+    the exposure; its adapter (which daemonizes, and would outlive the job) is then
+    found by its listening socket, and ended with the job as in a private network."""
+    from runner.debug_net import end_processes, listen_privately, listener_owners
 
     try:
         isolated = listen_privately(listen)
     except OSError as exc:
         port = listen()
+        helpers = listener_owners(LISTEN_HOST, port)
+        atexit.register(end_processes, helpers)
         print(
             f"kinetic runner: WARNING: the debugger could not get a private network ({exc}); "
             f"it listens on {LISTEN_HOST}:{port}, where any user of this machine can attach "
@@ -69,7 +73,7 @@ def _listen_privately(
             file=sys.stderr,
             flush=True,
         )
-        return port, None, []
+        return port, None, helpers
     return isolated.port, isolated.socket_path, isolated.helpers
 
 

@@ -87,29 +87,56 @@ def _private_socket_dir() -> str:
     raise OSError("no directory with a path short enough for a Unix socket")
 
 
+def _process_record(pid: int) -> dict[str, int] | None:
+    """A process as a ready marker names it: pid, start time (clock ticks since boot: a
+    pid reused later is not mistaken for it) and process group; None once it is gone."""
+    fields = stat_fields(pid)
+    if fields is None:
+        return None
+    return {"pid": pid, "start_ticks": int(fields[START_TICKS]), "pgid": int(fields[PGID])}
+
+
 def _others_in_network() -> list[dict[str, int]]:
-    """The other processes in the calling thread's network namespace: each's pid, start
-    time (clock ticks since boot: a pid reused later is not mistaken for it) and process
-    group."""
+    """The other processes in the calling thread's network namespace."""
     mine = os.readlink("/proc/thread-self/ns/net")
     found = []
     for entry in os.listdir("/proc"):
         if entry.isdigit() and int(entry) != os.getpid():
             with contextlib.suppress(OSError, ValueError, IndexError):
                 if os.readlink(f"/proc/{entry}/ns/net") == mine:
-                    fields = stat_fields(int(entry))
-                    if fields is not None:
-                        found.append(
-                            {
-                                "pid": int(entry),
-                                "start_ticks": int(fields[START_TICKS]),
-                                "pgid": int(fields[PGID]),
-                            }
-                        )
+                    record = _process_record(int(entry))
+                    if record is not None:
+                        found.append(record)
     return found
 
 
-def _end_processes(helpers: list[dict[str, int]]) -> None:
+def listener_owners(host: str, port: int) -> list[dict[str, int]]:
+    """The other processes holding the TCP socket that listens on ``host:port`` (IPv4):
+    debugpy's adapter, which daemonizes, where it had to listen on the machine's
+    loopback. Only processes we may inspect (our own user's) are found."""
+    wanted = peer.proc_address(socket.AF_INET, host, port)
+    inodes = set()
+    with open("/proc/net/tcp") as f:
+        next(f)  # the header
+        for line in f:
+            fields = line.split()
+            if fields[1] == wanted and fields[3] == "0A":  # TCP_LISTEN
+                inodes.add(f"socket:[{fields[9]}]")
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        with contextlib.suppress(OSError):
+            fds = os.listdir(f"/proc/{entry}/fd")
+            if any(os.readlink(f"/proc/{entry}/fd/{fd}") in inodes for fd in fds):
+                record = _process_record(int(entry))
+                if record is not None:
+                    found.append(record)
+    return found
+
+
+def end_processes(helpers: list[dict[str, int]]) -> None:
+    """SIGTERM to each of ``helpers`` (the job's, at its exit: it started them)."""
     for helper in helpers:
         with contextlib.suppress(OSError):
             os.kill(helper["pid"], signal.SIGTERM)
@@ -162,7 +189,7 @@ def listen_privately(listen: Callable[[], int], timeout: float = 60.0) -> Isolat
             # debugpy's adapter daemonizes, to outlive the job: it is the one process
             # in this network besides ours. It ends with the job instead.
             helpers = _others_in_network()
-            atexit.register(_end_processes, helpers)
+            atexit.register(end_processes, helpers)
             outcome.append(Isolated(port, path, helpers))
         except BaseException as exc:  # noqa: BLE001 - reported to the caller
             outcome.append(exc)

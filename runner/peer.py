@@ -59,7 +59,7 @@ def peer_of(sock: socket.socket) -> Peer:
     return Peer(*_UCRED.unpack(raw))
 
 
-def _proc_address(family: socket.AddressFamily, host: str, port: int) -> str:
+def proc_address(family: socket.AddressFamily, host: str, port: int) -> str:
     """An address as ``/proc/net/tcp*`` writes it: the address's 32-bit words in the
     machine's byte order (little-endian here), in hex, then ``:`` and the port."""
     packed = socket.inet_pton(family, host)
@@ -75,7 +75,7 @@ def _tcp_peer(sock: socket.socket) -> Peer:
     if not ipaddress.ip_address(there[0]).is_loopback:
         raise OSError(f"{there[0]} is not on this machine: its user is unknown")
     # The other end's socket: its local address is our peer's, its remote ours.
-    wanted = (_proc_address(family, there[0], there[1]), _proc_address(family, here[0], here[1]))
+    wanted = (proc_address(family, there[0], there[1]), proc_address(family, here[0], here[1]))
     table = "/proc/net/tcp6" if family == socket.AF_INET6 else "/proc/net/tcp"
     with open(table) as f:
         next(f)  # the header

@@ -10,7 +10,9 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
 import sys
+import textwrap
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -24,6 +26,7 @@ from kinetic._backends.local import job_environment
 from kinetic._backends.local_gpus import apply_job_env
 from runner.batch import socket_address as batch_socket_address
 from runner.launcher import launcher_tag, socket_address
+from tests.fix_dap import DapClient
 from tests.other_user import (
     OTHER_UID,
     as_other_user,
@@ -360,6 +363,80 @@ def test_a_debugger_without_privileges_is_private_or_says_it_is_not() -> None:
         assert seen["from the machine"] == "connected"
         (line,) = seen["stderr"].splitlines()
         assert "any user of this machine can attach and run code as you" in line
+
+
+# Runs ``python ARGS`` in a user namespace of its own (root mapped onto itself) whose
+# kernel limit on new network namespaces is 0: the kernel refuses one to that process
+# and everything it starts (its job launcher, its jobs), and to nothing else.
+_WITHOUT_NETWORK_NAMESPACES = textwrap.dedent(
+    """
+    import os, sys
+    from pathlib import Path
+    from runner.userns import enter_user_namespace
+
+    enter_user_namespace()
+    Path("/proc/sys/user/max_net_namespaces").write_text("0")
+    os.execv(sys.executable, [sys.executable, *sys.argv[1:]])
+    """
+)
+_SUBMIT_DEBUG_JOBS = textwrap.dedent(
+    """
+    import kinetic
+
+    @kinetic.run(debug=True)
+    def debugged(x):
+        return x + 1
+
+    print(debugged.run_async(1).job_id, debugged.run_async(2).job_id)
+    """
+)
+
+
+def test_a_debugger_the_kernel_keeps_on_loopback_says_so(kinetic_env: Path) -> None:
+    """Where the kernel refuses the job a network namespace, the debug job still works,
+    on the machine's loopback, and its log says in one line that any local user can
+    attach there (true: the second account reaches it). debugpy's adapter ends with
+    the job, or with its cancel."""
+    need_root()
+    submitted = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_NETWORK_NAMESPACES, "-c", _SUBMIT_DEBUG_JOBS],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    jobs = [kinetic.attach(job_id) for job_id in submitted.stdout.split()]
+    markers = []
+    for job in jobs:
+        marker_file = kinetic_env / "storage" / job.job_id / "debug.json"
+        text = wait_until(lambda f=marker_file: f.exists() and f.read_text(), timeout=60)
+        marker = json.loads(text)
+        assert marker["socket"] is None  # refused: no private network
+        assert marker["helpers"]  # debugpy's adapter, to end with the job
+        markers.append(marker)
+        warnings = [line for line in job.logs().splitlines() if "WARNING" in line]
+        assert len(warnings) == 1, warnings
+        assert "could not get a private network" in warnings[0]
+        assert f"127.0.0.1:{marker['port']}," in warnings[0]
+        assert "any user of this machine can attach and run code as you" in warnings[0]
+    exposed, debugged_job = jobs
+
+    # The exposure is real: another user reaches debugpy's port. (Connecting is enough,
+    # and a client takes debugpy's one session: this job is not debugged further.)
+    def connect() -> str:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.settimeout(30.0)
+            sock.connect(("127.0.0.1", markers[0]["port"]))
+            return "connected"
+
+    assert as_other_user(connect) == "connected"
+    exposed.cancel()
+    # Its own user debugs the other job to its value.
+    with debugged_job.debug_attach(local_port=0) as forward, DapClient(forward.local_port) as dap:
+        dap.attach()
+        assert debugged_job.result(timeout=60) == 3
+    for ref in [ProcessRef.from_dict(h) for marker in markers for h in marker["helpers"]]:
+        wait_until(lambda ref=ref: not is_alive(ref), timeout=10)
 
 
 def test_a_cancelled_debug_job_leaves_no_debugger_running(kinetic_env: Path) -> None:
