@@ -10,6 +10,8 @@
 - Opt-in (``KINETIC_TEST_GPU_IMAGE=1``: gigabytes of CUDA wheels, not run in CI, whose
   GPU coverage is the resolved set of ``tests/local/test_runtime_resolve.py``): the GPU
   base built for real, and a CPU pod in it importing JAX's CUDA plugin and Keras.
+- A ``# kn:keep`` line overrides the runtime: ``keras==3.8.0`` kept is installed over
+  the runtime's Keras, after the project's lines, instead of being a conflict.
 - The runtime (its environment image, the venv with JAX and Keras, and Kinetic's source
   on it) is built once for two projects: each gets a project image on it.
 - The Keras and JAX examples run as ``backend="gke"`` CPU jobs in a bundled image, with
@@ -72,6 +74,10 @@ def imports_tabulate_and_jax():
     import tabulate
 
     return tabulate.__version__, jax.__version__
+
+
+def installed(*names):
+    return {name: importlib.metadata.version(name) for name in names}
 """
 
 
@@ -228,6 +234,30 @@ def test_a_tpu_job_pinning_jax_gets_jax_tpu_at_that_version(
     assert got["jax"] == got["jaxlib"] == PINNED_JAX
     promised = runner_image_runtime(image)
     assert got["libtpu"] == promised.version("libtpu")
+
+
+def test_a_kept_line_overrides_the_runtime_in_a_step_of_its_own(
+    gke: GKETarget,
+    bundled: Callable[..., dict[str, list[str]]],
+    tmp_path: Path,
+    capfd: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    bundled()
+    monkeypatch.setattr(modes, "_said", set())
+    # Held to the runtime's pins, keras==3.8.0 would be a conflict with its keras; kept,
+    # it is the user's override, installed over it after the project's lines.
+    module = project(tmp_path / "proj", "tabulate==0.8.10\nkeras==3.8.0  # kn:keep\n")
+    remote = kinetic.run(**gke.run_args(container_image=None))(module.installed)
+    job = remote.run_async("keras", "jax", "tabulate")
+    assert "/kinetic-runner:" in job.image_uri
+    assert job.result(timeout=600) == {
+        "keras": "3.8.0",
+        "jax": DEFAULTS["jax"],
+        "tabulate": "0.8.10",
+    }
+    err = capfd.readouterr().err
+    assert err.count("requirements.txt:2: 'keras==3.8.0' is marked `# kn:keep`") == 1
 
 
 def runner_image_runtime(image: str) -> ResolvedRuntime:

@@ -242,7 +242,10 @@ def test_prebuilt_mode_installs_at_pod_start_with_uv(
     }
     proc = subprocess.run(
         [sys.executable, "-m", "kinetic._cli", "build-image", "--repo", repo]
-        + ["--category", "cpu", "--yes"],
+        # --rebuild: the base's tag is Kinetic's version, so one pushed by an earlier
+        # build of the same version may hold an older runner (its environment image,
+        # the heavy part, is kept).
+        + ["--category", "cpu", "--yes", "--rebuild"],
         capture_output=True,
         text=True,
         timeout=540,
@@ -271,6 +274,23 @@ def test_prebuilt_mode_installs_at_pod_start_with_uv(
     job = remote.run_async(DIST)
     assert job.image_uri == f"{repo}/base-cpu:{kinetic.__version__}"
     assert job.result(timeout=240) == PINNED
+
+    # A kept line is installed after the others, by a uv run of its own: it wins over
+    # the project's line for the same distribution.
+    subprocess.run(
+        [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:"]
+        + ["--dest", str(index / "simple" / DIST), f"{DIST}==0.9.0"],
+        check=True,
+        timeout=300,
+    )
+    (tmp_path / "proj" / "requirements.txt").write_text(
+        f"{DIST}==0.9.0\n{DIST}=={PINNED}  # kn:keep\n"
+    )
+    job = remote.run_async(DIST)
+    assert job.result(timeout=240, cleanup=False) == PINNED
+    logs = job.logs() or ""
+    assert logs.index("installing 1 requirement(s)") < logs.index("marked kn:keep")
+    job.cleanup()
 
     # A requirement the index lacks: named at submission, before any pod starts.
     (tmp_path / "proj" / "requirements.txt").write_text("kinetic-test-absent-dist-xyz==1.0\n")
