@@ -32,6 +32,7 @@ import urllib.error
 import urllib.request
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -219,10 +220,13 @@ class FaultProxy:
     upstream: str
     faults: list[int] = field(default_factory=list)
     seen: list[str] = field(default_factory=list)
+    only: str = ""
+    """Faults go only to requests whose path contains this (say ``/results/``: the reads
+    of a batch's outcome objects, not the listings); the others are forwarded."""
 
     async def handle(self, request: web.Request, session: aiohttp.ClientSession) -> web.Response:
         self.seen.append(f"{request.method} {request.rel_url.path}")
-        if self.faults:
+        if self.faults and self.only in request.rel_url.path:
             fault = self.faults.pop(0)
             if fault == RESET:
                 assert request.transport is not None
@@ -250,13 +254,12 @@ def asyncio_cancelled() -> BaseException:
     return asyncio.CancelledError()
 
 
-@pytest.fixture
-async def gcs_fault_proxy(
-    gcs_emulator: GCSEmulator, gcs_bucket: str, monkeypatch: pytest.MonkeyPatch
-) -> AsyncIterator[FaultProxy]:
-    """A fault-injecting proxy to the emulator; ``gcs_bucket`` exists behind it."""
+@asynccontextmanager
+async def fault_proxy(upstream: str) -> AsyncIterator[FaultProxy]:
+    """A :class:`FaultProxy` to ``upstream``, listening on 127.0.0.1 in this loop while
+    inside."""
     async with aiohttp.ClientSession(auto_decompress=False) as session:
-        proxy = FaultProxy(url="", upstream=gcs_emulator.url)
+        proxy = FaultProxy(url="", upstream=upstream)
 
         async def handle(request: web.Request) -> web.Response:
             return await proxy.handle(request, session)
@@ -270,7 +273,16 @@ async def gcs_fault_proxy(
             await site.start()
             host, port = runner.addresses[0][:2]
             proxy.url = f"http://{host}:{port}"
-            monkeypatch.setenv(EMULATOR_ENV, proxy.url)
             yield proxy
         finally:
             await runner.cleanup()
+
+
+@pytest.fixture
+async def gcs_fault_proxy(
+    gcs_emulator: GCSEmulator, gcs_bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[FaultProxy]:
+    """A fault-injecting proxy to the emulator; ``gcs_bucket`` exists behind it."""
+    async with fault_proxy(gcs_emulator.url) as proxy:
+        monkeypatch.setenv(EMULATOR_ENV, proxy.url)
+        yield proxy
