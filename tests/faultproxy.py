@@ -18,7 +18,11 @@ Per request, a generator seeded with :attr:`Faults.seed` decides:
 
 :meth:`FaultProxy.outage` stands in for an upstream restart: it drops every open
 connection (watches included) and refuses connections for a while (the listening
-socket is closed), then listens again on the same port.
+socket is closed), then listens again on the same port. :meth:`FaultProxy.forget_history`
+stands in for a restart of the kube-apiserver that lost its watch history: it drops
+every open connection, and from then on answers ``410 Gone`` to a watch that resumes
+from a resourceVersion of before (as an HTTP 410, or as the watch's one ``ERROR``
+event), as the apiserver does for a version it no longer holds.
 
 Every decision is counted in :attr:`FaultProxy.counts`. The proxy is bounded: it
 stops by itself after ``lifetime`` seconds, and :meth:`FaultProxy.close` stops it.
@@ -28,12 +32,13 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 import random
 import ssl
 import subprocess
 import threading
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -109,6 +114,8 @@ class FaultProxy:
         self._site: web.TCPSite | None = None
         self._session: aiohttp.ClientSession | None = None
         self._refusing = False
+        self._forgotten: tuple[int, frozenset[str]] | None = None
+        self._streams: set[aiohttp.ClientResponse] = set()  # open upstream watches, logs
         self._error: BaseException | None = None
 
     @property
@@ -154,6 +161,21 @@ class FaultProxy:
         """Drop every connection and refuse new ones for ``seconds`` (returns at once)."""
         assert self._loop is not None
         asyncio.run_coroutine_threadsafe(self._outage(seconds), self._loop)
+
+    def forget_history(self, up_to: int, *, as_event: Collection[str] = ()) -> None:
+        """Drop every connection; from now on, answer a watch that resumes from a
+        resourceVersion up to ``up_to`` with ``410 Gone`` (module docstring), never
+        forwarding it: an HTTP 410 ``Status``, or for the collections named in
+        ``as_event`` (a path's last segment: ``"pods"``) an HTTP 200 whose one event is
+        an ``ERROR`` carrying that ``Status`` (counted as ``gone-status`` and
+        ``gone-event``). Returns once in effect."""
+        assert self._loop is not None
+
+        async def forget() -> None:
+            self._forgotten = (up_to, frozenset(as_event))
+            self._drop_all()
+
+        asyncio.run_coroutine_threadsafe(forget(), self._loop).result(timeout=30)
 
     # -- the proxy's own loop ----------------------------------------------------------
 
@@ -206,6 +228,10 @@ class FaultProxy:
             if transport is not None and not transport.is_closing():
                 transport.abort()
                 self.counts["dropped"] += 1
+        # A stream's client is gone, but its handler would wait on the upstream until
+        # the server ends it (minutes): end the upstream side too, as a restart would.
+        for stream in list(self._streams):
+            stream.close()
 
     async def _outage(self, seconds: float) -> None:
         self.counts["outages"] += 1
@@ -230,8 +256,45 @@ class FaultProxy:
             return ("reset-before" if rng.random() < 0.5 else "reset-after"), delay
         return f"status-{rng.choice(f.statuses)}", delay
 
+    def _expired(self, request: web.Request) -> str | None:
+        """How a watch from a forgotten resourceVersion is answered ("gone-status",
+        "gone-event"), or None: it is not one."""
+        if self._forgotten is None or request.query.get("watch") != "true":
+            return None
+        up_to, as_event = self._forgotten
+        try:
+            version = int(request.query.get("resourceVersion") or "")
+        except ValueError:  # none (a fresh watch) or not a number: the server's own
+            return None
+        if version > up_to:
+            return None
+        return "gone-event" if request.path.rsplit("/", 1)[-1] in as_event else "gone-status"
+
+    async def _gone(self, request: web.Request, how: str) -> web.StreamResponse:
+        version = request.query.get("resourceVersion")
+        status = {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": f"too old resource version: {version} (the fault proxy forgot it)",
+            "reason": "Expired",
+            "code": 410,
+        }
+        if how == "gone-status":
+            return web.json_response(status, status=410)
+        out = web.StreamResponse(status=200, headers={"Content-Type": "application/json"})
+        await out.prepare(request)
+        await out.write(json.dumps({"type": "ERROR", "object": status}).encode() + b"\n")
+        await out.write_eof()
+        return out
+
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         self.counts["requests"] += 1
+        expired = self._expired(request)
+        if expired is not None:
+            self.counts[expired] += 1
+            return await self._gone(request, expired)
         fault, delay = self._decide()
         if self._refusing:
             fault = "reset-before"
@@ -279,13 +342,17 @@ class FaultProxy:
                     await out.write_eof()
                     return out
                 self.counts["streams"] += 1
-                await out.prepare(request)
-                async for chunk in upstream.content.iter_any():
-                    await out.write(chunk)
-                    if cut:
-                        return _abort(request)
-                await out.write_eof()
-                return out
+                self._streams.add(upstream)
+                try:
+                    await out.prepare(request)
+                    async for chunk in upstream.content.iter_any():
+                        await out.write(chunk)
+                        if cut:
+                            return _abort(request)
+                    await out.write_eof()
+                    return out
+                finally:
+                    self._streams.discard(upstream)
         except (aiohttp.ClientError, ConnectionError) as exc:
             if request.transport is None or request.transport.is_closing():
                 self.counts["client_gone"] += 1  # it closed a watch, say
