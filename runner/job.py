@@ -24,9 +24,10 @@ from runner.store import RunnerStore
 
 
 def prepare_workspace(store: RunnerStore, spec: protocol.JobSpec, workdir: Path) -> Path:
-    """Fetch, verify and unpack the context archive, enter it (cwd, sys.path, env), then
-    install the spec's requirements, then its ``# kn:keep`` lines (prebuilt mode). Return the root of the project's
-    files (the shared tree, or the job's own copy).
+    """Check the spec, fetch, verify and unpack the context archive, enter it (cwd,
+    sys.path, env), then install the spec's requirements, then its ``# kn:keep`` lines
+    (prebuilt mode). Return the root of the project's files (the shared tree, or the
+    job's own copy).
 
     On the local backend (``KINETIC_CONTEXT_CACHE`` names a shared cache) the archive is
     extracted once per content address and shared read-only; the job's cwd is its own
@@ -35,6 +36,7 @@ def prepare_workspace(store: RunnerStore, spec: protocol.JobSpec, workdir: Path)
 
     :raises PhaseError: naming the phase (fetch, verify, unpack, install) that failed.
     """
+    protocol.check_spec(spec)
     root = workdir / "workspace"
     root.mkdir(parents=True, exist_ok=True)
     code_root = root

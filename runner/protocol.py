@@ -113,6 +113,28 @@ class JobSpec(TypedDict):
     """A ``debug=True`` job: wait for a debugger before running (``runner/debug.py``)."""
 
 
+def check_spec(spec: Any) -> JobSpec:
+    """``spec`` (a job's, or a batch manifest's) if this runner can honour it.
+
+    A spec names only what its writer's runner knows. A key this runner does not know
+    comes from a newer Kinetic than the image's (a prebuilt base of an earlier build):
+    ignoring it would run the job without what it asked for, so the job fails instead.
+
+    :raises PhaseError: (phase ``fetch``) not a JSON object, or keys this runner lacks.
+    """
+    if not isinstance(spec, dict):
+        raise PhaseError("fetch", "the job's spec is not a JSON object")
+    unknown = sorted(set(spec) - JobSpec.__required_keys__ - JobSpec.__optional_keys__)
+    if unknown:
+        raise PhaseError(
+            "fetch",
+            f"the job asks for {', '.join(unknown)}, which this image's runner does not "
+            "know: the image holds an older Kinetic than the one that submitted the job "
+            "(rebuild it: `kinetic build-image --rebuild` for a prebuilt base)",
+        )
+    return cast("JobSpec", spec)
+
+
 class DebugSpec(TypedDict):
     """How a debug job waits for its debugger."""
 
