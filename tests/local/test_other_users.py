@@ -374,8 +374,12 @@ _WITHOUT_NETWORK_NAMESPACES = textwrap.dedent(
     from pathlib import Path
     from runner.userns import enter_user_namespace
 
-    enter_user_namespace()
-    Path("/proc/sys/user/max_net_namespaces").write_text("0")
+    try:
+        enter_user_namespace()
+        Path("/proc/sys/user/max_net_namespaces").write_text("0")
+    except OSError as exc:
+        print(exc, file=sys.stderr)
+        sys.exit(77)
     os.execv(sys.executable, [sys.executable, *sys.argv[1:]])
     """
 )
@@ -400,11 +404,14 @@ def test_a_debugger_the_kernel_keeps_on_loopback_says_so(kinetic_env: Path) -> N
     need_root()
     submitted = subprocess.run(
         [sys.executable, "-c", _WITHOUT_NETWORK_NAMESPACES, "-c", _SUBMIT_DEBUG_JOBS],
+        check=False,
         capture_output=True,
         text=True,
         timeout=120,
-        check=True,
     )
+    if submitted.returncode == 77:
+        pytest.skip(f"no user namespace with limits of its own here: {submitted.stderr}")
+    assert submitted.returncode == 0, submitted.stderr
     jobs = [kinetic.attach(job_id) for job_id in submitted.stdout.split()]
     markers = []
     for job in jobs:
