@@ -169,8 +169,11 @@ def _jobs(ns: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def job_document(record: dict[str, Any], report: StatusReport) -> dict[str, Any]:
-    """A job's handle fields and status as one JSON-safe object. Pure."""
+def job_document(record: dict[str, Any], report: StatusReport | KineticError) -> dict[str, Any]:
+    """A job's handle fields and status as one JSON-safe object (status ``UNKNOWN``
+    and the error as its reason when the status could not be read). Pure."""
+    if isinstance(report, KineticError):
+        return {**record, "status": UNKNOWN, "reason": str(report), "phase": None}
     return {
         **record,
         "status": report.status.value,
@@ -199,13 +202,18 @@ def _list_jobs(ns: argparse.Namespace) -> int:
             f"--offset {shown_to} for the next page",
             file=sys.stderr,
         )
+    # A status that cannot be read is that row's problem: the others are still shown.
+    unreadable = [(h, r) for h, r in found if isinstance(r, KineticError)]
+    for h, exc in unreadable:
+        print(f"kinetic: job {h.job_id}: its status cannot be read: {exc}", file=sys.stderr)
+    code = EXIT_FAILED if unreadable else EXIT_OK
     if ns.json:
         emit_json([job_document(h.to_dict(), r) for h, r in found])
-        return EXIT_OK
+        return code
     rows = [
         [
             h.job_id,
-            r.status.value,
+            _status_text(r),
             h.func_name,
             h.backend,
             h.accelerator,
@@ -218,9 +226,17 @@ def _list_jobs(ns: argparse.Namespace) -> int:
         ("job", "status", "function", "backend", "accelerator", "created", "batch"),
         rows,
         title="jobs",
-        styles=[_style(r.status.value) for _, r in found],
+        styles=[_style(_status_text(r)) for _, r in found],
     )
-    return EXIT_OK
+    return code
+
+
+UNKNOWN = "UNKNOWN"
+"""The status column of a job whose status could not be read."""
+
+
+def _status_text(report: StatusReport | KineticError) -> str:
+    return UNKNOWN if isinstance(report, KineticError) else report.status.value
 
 
 async def _jobs_with_status(
@@ -230,10 +246,14 @@ async def _jobs_with_status(
     namespace: str | None,
     backend: str | None,
     page: tuple[str, int, int | None] | None = None,
-) -> tuple[list[tuple[AioJobHandle, StatusReport]], int]:
+) -> tuple[list[tuple[AioJobHandle, StatusReport | KineticError]], int]:
     """Every recorded job with its status, read concurrently (newest first), and how
     many there are; with ``page`` (group id, offset, limit), that page of a batch's
-    inputs and the batch's number of inputs."""
+    inputs and the batch's number of inputs. A status that cannot be read is given as
+    the error that said so.
+
+    :raises KineticError: the jobs could not be listed.
+    """
 
     from kinetic import aio
 
@@ -247,10 +267,13 @@ async def _jobs_with_status(
         handles, total = await list_batch_page(
             project, zone, cluster, namespace, backend, batch=group_id, offset=offset, limit=limit
         )
-    reports: dict[str, StatusReport] = {}
+    reports: dict[str, StatusReport | KineticError] = {}
 
     async def one(h: AioJobHandle) -> None:
-        reports[h.job_id] = await h.status_report()
+        try:
+            reports[h.job_id] = await h.status_report()
+        except KineticError as exc:
+            reports[h.job_id] = exc
 
     await for_each(handles, one, limit=_LIST_CONCURRENCY)
     return [(h, reports[h.job_id]) for h in handles], total

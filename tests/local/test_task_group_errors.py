@@ -217,13 +217,20 @@ def test_a_job_listing_meeting_an_unreadable_record_says_so_in_one_line(
     assert f"skipping job {jobs[0].job_id}: its handle cannot be read" in listed.stderr
     handle.write_bytes(saved)
 
-    # An unreadable status record: the listing cannot say that job's status.
+    # An unreadable status record: that job's status is UNKNOWN, said in one line, and
+    # the others are still listed with theirs; the exit status says not all were read.
     record = _break_status_record(kinetic_env, jobs[1].job_id)
     broken = cli("jobs", "list")
     assert broken.returncode == 1, broken.stderr
-    assert broken.stderr.startswith("kinetic: "), broken.stderr
+    assert broken.stderr.startswith(f"kinetic: job {jobs[1].job_id}: "), broken.stderr
     assert "status.json" in broken.stderr
     assert len(broken.stderr.splitlines()) == 1, broken.stderr  # no traceback, no group
+    assert all(j.job_id in broken.stdout for j in jobs)
+    as_json = cli("jobs", "list", "--json")
+    assert as_json.returncode == 1, as_json.stderr
+    statuses = {j["job_id"]: j["status"] for j in json.loads(as_json.stdout)}
+    assert statuses[jobs[1].job_id] == "UNKNOWN"
+    assert {statuses[j.job_id] for j in (jobs[0], jobs[2])} <= {"PENDING", "RUNNING"}
     record.rmdir()
     go.touch()
     assert [j.result(timeout=60) for j in jobs] == ["went"] * 3
