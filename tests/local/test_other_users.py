@@ -275,8 +275,10 @@ def debugged(x: int) -> int:
 
 def dap_probe(address: str | tuple[str, int]) -> str:
     """Connect and send a DAP ``initialize``: ``answered`` (debugpy answers any client at
-    once), ``closed`` (hung up unread: end of stream, or a reset since our request was
-    left unread), or why the connection could not be made."""
+    once, in DAP's framing), ``closed`` (hung up unread: end of stream, or a reset since
+    our request was left unread), ``not a debugger`` (another server that happens to
+    listen at that address answered something else), or why the connection could not be
+    made."""
     family = socket.AF_UNIX if isinstance(address, str) else socket.AF_INET
     body = json.dumps({"seq": 1, "type": "request", "command": "initialize", "arguments": {}})
     with socket.socket(family, socket.SOCK_STREAM) as sock:
@@ -287,9 +289,15 @@ def dap_probe(address: str | tuple[str, int]) -> str:
             return type(exc).__name__
         try:
             sock.sendall(f"Content-Length: {len(body)}\r\n\r\n{body}".encode())
-            return "answered" if sock.recv(4096) else "closed"
+            answer = sock.recv(4096)
         except (ConnectionResetError, BrokenPipeError):
             return "closed"
+        if not answer:
+            return "closed"
+        # debugpy's port number inside its private network may be one that another
+        # server (a test's loopback server) listens on in the machine's: that is not
+        # the debugger, and must not read as one.
+        return "answered" if answer.startswith(b"Content-Length:") else "not a debugger"
 
 
 def test_a_local_debug_session_is_reachable_by_its_user_only(
@@ -311,7 +319,7 @@ def test_a_local_debug_session_is_reachable_by_its_user_only(
                 "the forward": dap_probe(("127.0.0.1", forward.local_port)),
             }
 
-        reached = as_other_user(probe)
+        reached = as_other_user(probe, timeout=200.0)  # three probes of up to 60 s each
         assert reached["debugpy's port"] != "answered"  # not on this machine's loopback
         assert reached["the job's socket"] == "PermissionError"  # its directory is 0700
         assert reached["the forward"] == "closed"  # accepted, then closed unread
