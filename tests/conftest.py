@@ -2,4 +2,4 @@
 
 from __future__ import annotations
 
-pytest_plugins = ["tests.fix_env", "tests.fix_gcs", "tests.fix_cluster"]
+pytest_plugins = ["tests.fix_env", "tests.fix_gcs", "tests.fix_cluster", "tests.fix_faults"]

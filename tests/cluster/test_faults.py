@@ -12,87 +12,29 @@ counted to ``benchmarks/results/faults.json`` (see benchmarks/README.md).
 from __future__ import annotations
 
 import json
-import os
 import time
-import urllib.request
 from collections import Counter
-from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 
 import kinetic
-from kinetic import JobStatus
 from kinetic._engine import runtime
-from kinetic._sync import portal
 from runner import protocol
-from tests.faultproxy import FaultProxy, Faults, proxies
+from tests.faultproxy import Faults
 from tests.fix_cluster import REPO, GKETarget, run_python
+from tests.fix_faults import NONE, Faulty, slow_triple, until_started
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
 
 STORAGE_FAULTS = Faults(rate=0.10, latency_rate=0.10, seed=24)
 API_FAULTS = Faults(rate=0.05, latency_rate=0.05, seed=42)
-NONE = Faults()
 FIGURES = REPO / "benchmarks" / "results" / "faults.json"
 
 
 def triple(x: int) -> int:
     return 3 * x
-
-
-def slow_triple(x: float) -> float:
-    time.sleep(x)
-    return 3 * x
-
-
-@dataclass
-class Faulty:
-    """The testbed behind two fault proxies."""
-
-    gke: GKETarget
-    storage: FaultProxy
-    api: FaultProxy
-
-    def set(self, storage: Faults, api: Faults) -> None:
-        self.storage.set_faults(storage)
-        self.api.set_faults(api)
-
-    def snapshot(self) -> dict[str, Counter[str]]:
-        return {"storage": Counter(self.storage.counts), "api": Counter(self.api.counts)}
-
-    def since(self, before: dict[str, Counter[str]]) -> dict[str, dict[str, int]]:
-        now = self.snapshot()
-        out: dict[str, dict[str, int]] = {}
-        for side in ("storage", "api"):
-            diff = now[side] - before[side]
-            diff["injected"] = sum(
-                n for k, n in diff.items() if k.startswith(("status-", "reset-"))
-            )
-            out[side] = dict(sorted(diff.items()))
-        return out
-
-    def put_object(self, key: str, data: bytes) -> None:
-        """Overwrite an object, straight on the emulator (not through the proxy)."""
-        quoted = urllib.request.quote(key, safe="")
-        req = urllib.request.Request(
-            f"{self.gke.emulator}/upload/storage/v1/b/{self.gke.bucket}/o"
-            f"?uploadType=media&name={quoted}",
-            data=data,
-            headers={"Content-Type": "application/octet-stream"},
-            method="POST",
-        )
-        urllib.request.urlopen(req, timeout=10).close()
-
-    def get_object(self, key: str) -> bytes:
-        quoted = urllib.request.quote(key, safe="")
-        url = f"{self.gke.emulator}/storage/v1/b/{self.gke.bucket}/o/{quoted}?alt=media"
-        with urllib.request.urlopen(url, timeout=10) as resp:
-            data: bytes = resp.read()
-            return data
 
 
 def outcomes(gke: GKETarget, group_id: str) -> Counter[int]:
@@ -109,44 +51,6 @@ def outcomes(gke: GKETarget, group_id: str) -> Counter[int]:
         if key.endswith(".res"):
             found[int(key.removeprefix(singles).removesuffix(".res"))] += 1
     return found
-
-
-def proxied_kubeconfig(source: Path, server: str, target: Path) -> Path:
-    """A copy of the testbed's kubeconfig whose clusters are reached through ``server``
-    (the proxy's certificate is its own: verification is skipped)."""
-    import yaml
-
-    doc = yaml.safe_load(source.read_text())
-    for entry in doc.get("clusters") or []:
-        cluster = entry["cluster"]
-        cluster.pop("certificate-authority-data", None)
-        cluster.pop("certificate-authority", None)
-        cluster["server"] = server
-        cluster["insecure-skip-tls-verify"] = True
-    target.write_text(json.dumps(doc))
-    return target
-
-
-@pytest.fixture
-def faulty(gke: GKETarget, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Faulty]:
-    kubeconfig = Path(os.environ["KUBECONFIG"])
-    server = "https://127.0.0.1:6443"
-    import yaml
-
-    clusters = yaml.safe_load(kubeconfig.read_text()).get("clusters") or []
-    if clusters:
-        server = clusters[0]["cluster"]["server"]
-    with proxies(gke.emulator, server, NONE, NONE, tmp_path) as (storage, api):
-        monkeypatch.setenv("STORAGE_EMULATOR_HOST", storage.url)
-        monkeypatch.setenv(
-            "KUBECONFIG", str(proxied_kubeconfig(kubeconfig, api.url, tmp_path / "kubeconfig"))
-        )
-        try:
-            yield Faulty(gke=gke, storage=storage, api=api)
-        finally:
-            # The sync facade's loop keeps its Kubernetes clients, which would go on
-            # talking to this test's proxies, gone after it.
-            portal.call(runtime.aclose_backends)
 
 
 def record(section: str, figures: dict[str, Any]) -> None:
@@ -300,13 +204,7 @@ def test_waiters_resume_after_the_apiserver_goes_away_during_a_watch(
                 # The waiters' watch is open; once every pod runs, the apiserver goes away
                 # (all connections dropped, new ones refused) while the jobs end (they
                 # sleep 6-7 s; the outage lasts longer).
-                for _ in range(240):
-                    statuses = [await j.status() for j in jobs]
-                    if JobStatus.PENDING not in statuses:
-                        break
-                    await anyio.sleep(0.5)
-                else:
-                    pytest.fail("the jobs did not all start within 120 s")
+                await until_started(jobs)
                 watch = backend.cluster.watch(faulty.gke.namespace)
                 seen["connects_before"] = watch.connects
                 faulty.api.outage(outage)

@@ -19,10 +19,9 @@ import anyio
 import pytest
 
 import kinetic
-from kinetic import JobStatus
 from kinetic._backends.gke.watch import SharedWatch
 from kinetic._engine import runtime
-from tests.cluster.test_faults import Faulty, faulty, slow_triple  # noqa: F401 - a fixture
+from tests.fix_faults import Faulty, slow_triple, until_started
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 
@@ -34,7 +33,7 @@ async def current_version(watch: SharedWatch) -> int:
 
 
 def test_waiters_re_list_when_the_apiserver_forgot_their_resource_version(
-    faulty: Faulty,  # noqa: F811 - the fixture imported above
+    faulty: Faulty,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     n = 3
@@ -56,12 +55,7 @@ def test_waiters_re_list_when_the_apiserver_forgot_their_resource_version(
             async with anyio.create_task_group() as tg:
                 for i in range(n):
                     tg.start_soon(wait, i)
-                for _ in range(240):  # the waiters' watch is open; every pod runs
-                    if JobStatus.PENDING not in [await j.status() for j in jobs]:
-                        break
-                    await anyio.sleep(0.5)
-                else:
-                    pytest.fail("the jobs did not all start within 120 s")
+                await until_started(jobs)  # the waiters' watch is open; every pod runs
                 watch = backend.cluster.watch(faulty.gke.namespace)
                 # The apiserver's version now (a list reads the latest): every version
                 # the watch holds is at most this one, and is forgotten, once the
