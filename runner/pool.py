@@ -62,6 +62,7 @@ import cloudpickle
 from runner import protocol
 from runner.code_files import load_function
 from runner.job import build_failure, build_success, parse_args, prepare_workspace
+from runner.patient_store import PatientStore
 from runner.pool_book import PoolOptions
 from runner.pool_machine import (
     Create,
@@ -81,6 +82,9 @@ from runner.scratch import scratch_dir
 from runner.store import RunnerStore, open_store
 
 CHUNKS_KEPT = 4
+SETUP_PATIENCE = 120.0
+"""Seconds a worker setting up (reading the manifest, the function, the context) waits
+out a storage failure before the batch fails in phase ``fetch``."""
 REQUESTS_MARKER = "kinetic pool: storage requests"
 CPU_MARKER = "kinetic pool: cpu seconds"
 
@@ -153,7 +157,12 @@ class Worker:
         name: str,
         workdir: Path,
     ) -> None:
-        self.store, self.group_id, self.name, self.workdir = store, group_id, name, workdir
+        self.group_id, self.name, self.workdir = group_id, name, workdir
+        self.counted = store
+        # A passing storage failure is waited out, not died of: during set-up as long
+        # as SETUP_PATIENCE (no claim held yet), then a quarter of the claims' lease, so
+        # that a worker still trying has not had its span taken over.
+        self.store = PatientStore(store, patience=SETUP_PATIENCE)
         self.zygote: Zygote | None = None
         self._manifest: protocol.BatchManifest | None = None
         self.machine: WorkerMachine | None = None
@@ -221,6 +230,7 @@ class Worker:
             return protocol.EXIT_OK
         self.chunks = _Chunks(self.store, self.group_id, options.chunk_size)
         self.machine = machine = WorkerMachine(options, self.group_id, self.name)
+        self.store.patience = options.lease_s / 4  # renewals are due every third
         while True:
             op = self.next_op()
             if isinstance(op, Exit):
@@ -236,9 +246,11 @@ class Worker:
 
     def report(self) -> None:
         """One log line with this worker's storage requests by kind (benchmarks read it)."""
-        counts = getattr(self.store, "counts", None)
+        counts = getattr(self.counted, "counts", None)
         if counts is not None:
             print(f"{REQUESTS_MARKER} {protocol.dump_json(dict(counts)).decode()}", flush=True)
+        if self.store.retried:
+            print(f"kinetic pool: {self.store.retried} storage operation(s) tried again")
 
     def next_op(self) -> Op:
         assert self.machine is not None

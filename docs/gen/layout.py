@@ -242,6 +242,13 @@ MAP: tuple[tuple[str, str, tuple[Entry, ...]], ...] = (
                     "and forks each input's process"
                 ),
             ),
+            (
+                "patient_store.py",
+                (
+                    "a store whose operations wait out a passing storage failure (the pool "
+                    "worker's), and know a create whose answer was lost"
+                ),
+            ),
         ),
     ),
     (

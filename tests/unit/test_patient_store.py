@@ -1,0 +1,111 @@
+"""runner.patient_store: a pool worker waits out a passing storage failure (on a real
+file store whose storage service fails at set times) instead of dying of it, and a
+create whose answer was lost is known to have won."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from runner.patient_store import PatientStore
+from runner.store import FileStore
+
+
+class Outage(FileStore):
+    """A file store whose service fails its next ``failing`` requests (OSError), as
+    storage does while unreachable; ``lost_answers``: creates that land but fail."""
+
+    def __init__(self, root: Path, failing: int = 0, lost_answers: int = 0) -> None:
+        super().__init__(root)
+        self.failing, self.lost_answers, self.requests = failing, lost_answers, 0
+
+    def _request(self) -> None:
+        self.requests += 1
+        if self.failing:
+            self.failing -= 1
+            raise OSError("503 Service Unavailable")
+
+    def read(self, key: str) -> bytes:
+        self._request()
+        return super().read(key)
+
+    def write(self, key: str, data: bytes) -> None:
+        self._request()
+        super().write(key, data)
+
+    def create_if_absent(self, key: str, data: bytes) -> bool:
+        self._request()
+        won = super().create_if_absent(key, data)
+        if self.lost_answers:
+            self.lost_answers -= 1
+            raise OSError("connection reset after the request was served")
+        return won
+
+    def list(self, prefix: str) -> list[str]:
+        self._request()
+        return super().list(prefix)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.slept: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+def patient(store: Outage, clock: Clock, patience: float = 30.0) -> PatientStore:
+    return PatientStore(store, patience=patience, clock=clock, sleep=clock.sleep)
+
+
+def test_an_outage_shorter_than_the_patience_is_waited_out(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    clock = Clock()
+    store = Outage(tmp_path, failing=4)
+    p = patient(store, clock)
+    p.write("a", b"1")
+    assert store.read("a") == b"1"
+    assert clock.slept == [0.5, 1.0, 2.0, 4.0]  # growing pauses
+    assert p.retried == 4
+    err = capsys.readouterr().err
+    assert err.count("kinetic runner: storage write of a failed (503 Service Unavailable)") == 4
+
+
+def test_a_longer_outage_raises_its_error_once_the_patience_is_spent(tmp_path: Path) -> None:
+    clock = Clock()
+    p = patient(Outage(tmp_path, failing=100), clock, patience=10.0)
+    with pytest.raises(OSError, match="503"):
+        p.list("")
+    assert sum(clock.slept) == pytest.approx(10.0)
+    assert max(clock.slept) <= 8.0
+
+
+def test_a_missing_object_is_an_answer_not_a_failure(tmp_path: Path) -> None:
+    clock = Clock()
+    store = Outage(tmp_path)
+    with pytest.raises(FileNotFoundError):
+        patient(store, clock).read("absent")
+    assert store.requests == 1
+    assert clock.slept == []
+
+
+def test_a_create_whose_answer_was_lost_knows_it_won(tmp_path: Path) -> None:
+    clock = Clock()
+    store = Outage(tmp_path, lost_answers=1)
+    assert patient(store, clock).create_if_absent("claims/0000000.000", b"mine") is True
+    assert FileStore(tmp_path).read("claims/0000000.000") == b"mine"
+
+
+def test_a_create_another_won_meanwhile_is_lost(tmp_path: Path) -> None:
+    clock = Clock()
+    store = Outage(tmp_path, failing=1)
+    FileStore(tmp_path).create_if_absent("claims/0000000.000", b"theirs")
+    assert patient(store, clock).create_if_absent("claims/0000000.000", b"mine") is False
+    assert FileStore(tmp_path).read("claims/0000000.000") == b"theirs"
