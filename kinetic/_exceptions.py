@@ -193,7 +193,15 @@ class JobTimeoutError(KineticError, TimeoutError):
 
 
 class StorageError(KineticError):
-    """An object storage operation failed."""
+    """An object storage operation failed.
+
+    :ivar transient: the failure may pass (storage unreachable, overloaded, answering
+        5xx or 429 after the client's own retries): trying again later may succeed.
+    """
+
+    def __init__(self, *args: object, transient: bool = False) -> None:
+        super().__init__(*args)
+        self.transient = transient
 
 
 class ObjectNotFoundError(StorageError, LookupError):

@@ -1,8 +1,8 @@
 """A store whose operations outlast a passing storage failure.
 
 A pool worker (:mod:`runner.pool`) that met a storage failure its client had already
-retried (a burst of 429s or 503s, storage unreachable for a few seconds) used to die of
-it: its pod restarted, its claim lapsed only when its lease ran out, and a set-up read
+retried (a burst of 429s or 503s, storage unreachable for a few seconds: the store
+raises :class:`runner.store.StoreUnavailable`) used to die of it: its pod restarted, its claim lapsed only when its lease ran out, and a set-up read
 that failed stopped the whole batch in phase ``fetch``. Wrapped in :class:`PatientStore`,
 every operation is tried again, with growing pauses, for up to ``patience`` seconds.
 
@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from runner.store import RunnerStore
+from runner.store import RunnerStore, StoreUnavailable
 
 T = TypeVar("T")
 
@@ -34,8 +34,9 @@ LONGEST_PAUSE = 8.0
 
 
 class PatientStore:
-    """``store`` whose failures (OSError other than FileNotFoundError) are tried again
-    for up to :attr:`patience` seconds; a missing object is an answer, not a failure.
+    """``store`` whose failures that may pass (:class:`StoreUnavailable`) are tried
+    again for up to :attr:`patience` seconds. Others (a missing object, a refusal) are
+    answers, raised at once.
 
     :param patience: seconds an operation may keep failing before its error is raised.
     :param clock: a monotonic clock; :param sleep: a pause (for tests).
@@ -61,7 +62,8 @@ class PatientStore:
         """``call()``; after a failure, ``again()`` (default ``call``) until one succeeds
         or :attr:`patience` is spent.
 
-        :raises OSError: the last failure, once the patience is spent.
+        :raises StoreUnavailable: the last failure, once the patience is spent.
+        :raises OSError: at once, for a failure that will not pass.
         """
         deadline = self._clock() + self.patience
         pause = FIRST_PAUSE
@@ -69,9 +71,7 @@ class PatientStore:
         while True:
             try:
                 return attempt()
-            except FileNotFoundError:
-                raise
-            except OSError as exc:
+            except StoreUnavailable as exc:
                 left = deadline - self._clock()
                 if left <= 0:
                     raise

@@ -23,9 +23,14 @@ from typing import Protocol
 from runner.fs import atomic_copy, atomic_write, iter_files
 
 
+class StoreUnavailable(OSError):
+    """A storage failure that may pass (the service unreachable, overloaded, or answering
+    5xx or 429 after the client's own retries): worth trying again later."""
+
+
 class RunnerStore(Protocol):
-    """Blocking whole-object access. Missing objects raise FileNotFoundError, other
-    failures OSError."""
+    """Blocking whole-object access. Missing objects raise FileNotFoundError, failures
+    that may pass :class:`StoreUnavailable`, others OSError."""
 
     def read(self, key: str) -> bytes: ...
 

@@ -211,11 +211,19 @@ class GCSStorage:
             if exc.status == 404 and key is not None:
                 raise ObjectNotFoundError(key, self.url + "/") from exc
             message = exc.message.splitlines()[0] if exc.message else ""
-            raise StorageError(f"{self.url}: {what} failed: HTTP {exc.status} {message}") from exc
+            raise StorageError(
+                f"{self.url}: {what} failed: HTTP {exc.status} {message}",
+                transient=_is_transient(exc),
+            ) from exc
         except TimeoutError as exc:
-            raise StorageError(f"{self.url}: {what} timed out after {timeout}s") from exc
+            raise StorageError(
+                f"{self.url}: {what} timed out after {timeout}s", transient=True
+            ) from exc
         except Exception as exc:
-            raise StorageError(f"{self.url}: {what} failed: {type(exc).__name__}: {exc}") from exc
+            raise StorageError(
+                f"{self.url}: {what} failed: {type(exc).__name__}: {exc}",
+                transient=_is_transient(exc),
+            ) from exc
         raise AssertionError("unreachable: tenacity either returns or raises")
 
     def _log_retry(self, state: RetryCallState) -> None:

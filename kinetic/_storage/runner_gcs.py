@@ -14,14 +14,14 @@ from typing import Any, TypeVar
 
 from kinetic._exceptions import ObjectNotFoundError, StorageError
 from kinetic._storage.gcs import GCSStorage
-from runner.store import register_store
+from runner.store import StoreUnavailable, register_store
 
 T = TypeVar("T")
 
 
 class GCSStore:
     """A :class:`runner.store.RunnerStore` on the GCS bucket ``bucket``. Missing objects
-    raise FileNotFoundError, other storage failures OSError."""
+    raise FileNotFoundError, failures that may pass StoreUnavailable, others OSError."""
 
     def __init__(self, bucket: str) -> None:
         self._runner = asyncio.Runner()
@@ -33,7 +33,7 @@ class GCSStore:
         except ObjectNotFoundError as exc:
             raise FileNotFoundError(str(exc)) from exc
         except StorageError as exc:
-            raise OSError(str(exc)) from exc
+            raise (StoreUnavailable if exc.transient else OSError)(str(exc)) from exc
 
     def read(self, key: str) -> bytes:
         return self._run(self._storage.read(key))

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from runner.patient_store import PatientStore
-from runner.store import FileStore
+from runner.store import FileStore, StoreUnavailable
 
 
 class Outage(FileStore):
@@ -24,7 +24,7 @@ class Outage(FileStore):
         self.requests += 1
         if self.failing:
             self.failing -= 1
-            raise OSError("503 Service Unavailable")
+            raise StoreUnavailable("503 Service Unavailable")
 
     def read(self, key: str) -> bytes:
         self._request()
@@ -39,7 +39,7 @@ class Outage(FileStore):
         won = super().create_if_absent(key, data)
         if self.lost_answers:
             self.lost_answers -= 1
-            raise OSError("connection reset after the request was served")
+            raise StoreUnavailable("connection reset after the request was served")
         return won
 
     def list(self, prefix: str) -> list[str]:
@@ -109,3 +109,14 @@ def test_a_create_another_won_meanwhile_is_lost(tmp_path: Path) -> None:
     FileStore(tmp_path).create_if_absent("claims/0000000.000", b"theirs")
     assert patient(store, clock).create_if_absent("claims/0000000.000", b"mine") is False
     assert FileStore(tmp_path).read("claims/0000000.000") == b"theirs"
+
+
+def test_a_failure_that_will_not_pass_is_raised_at_once(tmp_path: Path) -> None:
+    class Refusing(FileStore):
+        def read(self, key: str) -> bytes:
+            raise OSError("403 Forbidden: the pods' account may not read the bucket")
+
+    clock = Clock()
+    with pytest.raises(OSError, match="403"):
+        PatientStore(Refusing(tmp_path), patience=30.0, clock=clock, sleep=clock.sleep).read("k")
+    assert clock.slept == []
