@@ -13,9 +13,11 @@ import os
 import time
 import urllib.request
 from collections import Counter
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -106,6 +108,10 @@ def faulty(gke: GKETarget, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> I
     clusters = yaml.safe_load(kubeconfig.read_text()).get("clusters") or []
     if clusters:
         server = clusters[0]["cluster"]["server"]
+    # The one 2-CPU node runs a few jobs at a time, beside pods earlier tests left ending:
+    # a job may wait for CPU (unschedulable) past the tier's 4 s start grace, and its
+    # waiter would fail it. That is the node's wait, not a fault under test.
+    monkeypatch.setenv("KINETIC_GKE_START_GRACE", "240")
     with proxies(gke.emulator, server, NONE, NONE, tmp_path) as (storage, api):
         monkeypatch.setenv("STORAGE_EMULATOR_HOST", storage.url)
         monkeypatch.setenv(
@@ -128,3 +134,29 @@ async def until_started(jobs: Sequence[JobHandle], seconds: float = 120.0) -> No
                 return
             await anyio.sleep(0.5)
     pytest.fail(f"the jobs did not all start within {seconds:.0f} s")
+
+
+@dataclass
+class Waited:
+    """The values the waiters of :func:`waiting_for` got (by position) and when."""
+
+    values: dict[int, Any] = field(default_factory=dict)
+    arrived: dict[int, float] = field(default_factory=dict)
+
+
+@asynccontextmanager
+async def waiting_for(jobs: Sequence[JobHandle], timeout: float = 180.0) -> AsyncIterator[Waited]:
+    """Await each job's result (kept: ``cleanup=False``) in a task of its own; enter once
+    every job has started (:func:`until_started`), so that inside, the waiters' watch is
+    open while the jobs run. Leaves once every value has arrived."""
+    waited = Waited()
+
+    async def wait(i: int) -> None:
+        waited.values[i] = await jobs[i].result(timeout=timeout, cleanup=False)
+        waited.arrived[i] = time.monotonic()
+
+    async with anyio.create_task_group() as tg:
+        for i in range(len(jobs)):
+            tg.start_soon(wait, i)
+        await until_started(jobs)
+        yield waited

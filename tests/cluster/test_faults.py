@@ -24,7 +24,7 @@ from kinetic._engine import runtime
 from runner import protocol
 from tests.faultproxy import Faults
 from tests.fix_cluster import REPO, GKETarget, run_python
-from tests.fix_faults import NONE, Faulty, slow_triple, until_started
+from tests.fix_faults import NONE, Faulty, slow_triple, waiting_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
 
@@ -116,12 +116,8 @@ def test_a_500_input_pool_batch_under_faults_loses_and_doubles_nothing(faulty: F
     )
 
 
-def test_20_concurrent_jobs_under_faults_are_right_or_fail_clearly(
-    faulty: Faulty, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    n, timeout = 20, 240.0
-    # The one node runs a few at a time: the others wait for CPU, not fail to start.
-    monkeypatch.setenv("KINETIC_GKE_START_GRACE", "240")
+def test_20_concurrent_jobs_under_faults_are_right_or_fail_clearly(faulty: Faulty) -> None:
+    n, timeout = 20, 240.0  # the one node runs a few at a time (faulty: start grace 240 s)
     fn = kinetic.run(**faulty.gke.run_args())(triple)
     outcomes: dict[int, Any] = {}
     waited: dict[int, float] = {}
@@ -175,14 +171,8 @@ def test_20_concurrent_jobs_under_faults_are_right_or_fail_clearly(
     )
 
 
-def test_waiters_resume_after_the_apiserver_goes_away_during_a_watch(
-    faulty: Faulty, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_waiters_resume_after_the_apiserver_goes_away_during_a_watch(faulty: Faulty) -> None:
     n, outage = 6, 8.0
-    # Six jobs of 250m on the one 2-CPU node, beside pods earlier tests left ending: a job
-    # may wait for CPU (unschedulable) longer than the tier's 4 s start grace, and its
-    # waiter would fail it. Here that is the node's wait, not a fault under test.
-    monkeypatch.setenv("KINETIC_GKE_START_GRACE", "240")
     fn = kinetic.run(**faulty.gke.run_args())(slow_triple)
     seen: dict[str, Any] = {}
 
@@ -190,28 +180,17 @@ def test_waiters_resume_after_the_apiserver_goes_away_during_a_watch(
         backend = faulty.gke.backend()
         try:
             jobs = [await fn.aio.run_async(6.0 + 0.2 * i) for i in range(n)]
-            values: dict[int, Any] = {}
-
-            arrived: dict[int, float] = {}
-
-            async def wait(i: int) -> None:
-                values[i] = await jobs[i].result(timeout=180, cleanup=False)
-                arrived[i] = time.monotonic()
-
-            async with anyio.create_task_group() as tg:
-                for i in range(n):
-                    tg.start_soon(wait, i)
-                # The waiters' watch is open; once every pod runs, the apiserver goes away
-                # (all connections dropped, new ones refused) while the jobs end (they
-                # sleep 6-7 s; the outage lasts longer).
-                await until_started(jobs)
+            # The waiters' watch is open; once every pod runs, the apiserver goes away
+            # (all connections dropped, new ones refused) while the jobs end (they sleep
+            # 6-7 s; the outage lasts longer).
+            async with waiting_for(jobs) as waited:
                 watch = backend.cluster.watch(faulty.gke.namespace)
                 seen["connects_before"] = watch.connects
                 faulty.api.outage(outage)
                 seen["outage_at"] = time.monotonic()
-            seen["done_at"] = max(arrived.values())
+            seen["done_at"] = max(waited.arrived.values())
             seen["connects_after"] = watch.connects
-            seen["values"] = values
+            seen["values"] = waited.values
             for job in jobs:
                 await job.cleanup()
         finally:

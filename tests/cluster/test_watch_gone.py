@@ -21,7 +21,7 @@ import pytest
 import kinetic
 from kinetic._backends.gke.watch import SharedWatch
 from kinetic._engine import runtime
-from tests.fix_faults import Faulty, slow_triple, until_started
+from tests.fix_faults import Faulty, slow_triple, waiting_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 
@@ -34,12 +34,8 @@ async def current_version(watch: SharedWatch) -> int:
 
 def test_waiters_re_list_when_the_apiserver_forgot_their_resource_version(
     faulty: Faulty,
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     n = 3
-    # Beside pods earlier tests left ending, a job may wait for CPU past the tier's
-    # start grace; that is the node's wait, not the fault under test.
-    monkeypatch.setenv("KINETIC_GKE_START_GRACE", "240")
     fn = kinetic.run(**faulty.gke.run_args())(slow_triple)
     seen: dict[str, Any] = {}
 
@@ -47,15 +43,7 @@ def test_waiters_re_list_when_the_apiserver_forgot_their_resource_version(
         backend = faulty.gke.backend()
         try:
             jobs = [await fn.aio.run_async(4.0 + 0.2 * i) for i in range(n)]
-            values: dict[int, Any] = {}
-
-            async def wait(i: int) -> None:
-                values[i] = await jobs[i].result(timeout=180, cleanup=False)
-
-            async with anyio.create_task_group() as tg:
-                for i in range(n):
-                    tg.start_soon(wait, i)
-                await until_started(jobs)  # the waiters' watch is open; every pod runs
+            async with waiting_for(jobs) as waited:  # the waiters' watch is open
                 watch = backend.cluster.watch(faulty.gke.namespace)
                 # The apiserver's version now (a list reads the latest): every version
                 # the watch holds is at most this one, and is forgotten, once the
@@ -71,7 +59,7 @@ def test_waiters_re_list_when_the_apiserver_forgot_their_resource_version(
                 seen["lists_before"] = watch.lists
                 faulty.api.forget_history(held, as_event={"pods"})
             seen["lists_after"] = watch.lists
-            seen["values"] = values
+            seen["values"] = waited.values
             for job in jobs:
                 await job.cleanup()
         finally:
