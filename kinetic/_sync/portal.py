@@ -148,10 +148,27 @@ class LoopThread:
         self._portal = None
 
 
+SIGNAL_CHECK_S = 0.25
+"""Longest a blocked call goes without looking for a Ctrl-C (see :func:`wait_future`)."""
+
+
 def wait_future(future: Future[T]) -> T:
-    """Block for ``future``; on Ctrl-C cancel it (cancelling its task) and re-raise."""
+    """Block for ``future``; on Ctrl-C cancel it (cancelling its task) and re-raise.
+
+    The wait wakes every :data:`SIGNAL_CHECK_S` seconds. Python acts on a signal in the
+    main thread only, and a main thread blocked on a lock is woken by one only when the
+    kernel delivers it to that thread; it may deliver a process's SIGINT to any thread
+    that does not block it, the loop thread included. Waking lets a Ctrl-C that landed
+    elsewhere be acted on. (Blocking the signal in the loop thread instead would leave
+    it blocked in every process that thread starts: local jobs, builds.)
+    """
     try:
-        return future.result()
+        while True:
+            try:
+                return future.result(timeout=SIGNAL_CHECK_S)
+            except TimeoutError:
+                if future.done():  # the outcome itself is a TimeoutError (or just came)
+                    return future.result()
     except KeyboardInterrupt:
         future.cancel()
         raise
