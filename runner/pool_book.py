@@ -29,6 +29,7 @@ while they are fast, so the tail does not wait on one worker.
 from __future__ import annotations
 
 import bisect
+import math
 from dataclasses import dataclass, replace
 
 from runner import protocol
@@ -48,6 +49,12 @@ BURST_SECONDS = 1.0
 """A burst is written this long after its first outcome at the latest."""
 LARGE_RESULT = 1 << 20
 """Payloads above this many bytes get an object of their own instead of a burst record."""
+CLAIMS_PER_S = 400
+"""Claims a second that a whole pool should create at most, and likewise bursts: a
+bucket takes about 1,000 writes a second at first, and a 429 costs its worker a second
+or more of back-off. A pool so large that :data:`SPAN_SECONDS` and
+:data:`BURST_SECONDS` would ask more stretches both (:attr:`PoolOptions.span_seconds`,
+:attr:`PoolOptions.burst_seconds`): 2.5 s at 1,000 workers, 25 s at 10,000."""
 
 
 @dataclass(frozen=True)
@@ -99,6 +106,25 @@ class PoolOptions:
             max_claims=int(max_claims or retries + 1 + protocol.POOL_MAX_CLAIMS_EXTRA),
             reuse_process=bool(reuse),
         )
+
+    @property
+    def span_seconds(self) -> float:
+        """Work a span holds at most: :attr:`span_s`, longer in a pool so large that its
+        spans would ask more than :data:`CLAIMS_PER_S` claims a second."""
+        return max(self.span_s, self.workers / CLAIMS_PER_S)
+
+    @property
+    def burst_seconds(self) -> float:
+        """How long a burst waits at most: :attr:`burst_s`, longer in a pool so large
+        that its bursts would be more than :data:`CLAIMS_PER_S` writes a second."""
+        return max(self.burst_s, self.workers / CLAIMS_PER_S)
+
+    @property
+    def large(self) -> bool:
+        """A pool whose write rate binds: first spans are a share of their region, not
+        :data:`FIRST_SPAN` (a thousand workers claiming again after 4 quick inputs would
+        all meet the bucket's limit at once)."""
+        return self.workers / CLAIMS_PER_S > self.span_s
 
     @property
     def regions(self) -> int:
@@ -411,6 +437,7 @@ def span_size(
     mean_s: float | None,
     free: int,
     region_left: int,
+    jitter: float = 0.5,
 ) -> int:
     """How many inputs a worker claims next (at least one).
 
@@ -418,10 +445,15 @@ def span_size(
     :param mean_s: seconds the worker's inputs took on average, or None (none yet).
     :param free: inputs no claim covers, as far as the worker knows (whole batch).
     :param region_left: inputs left in the region the span would start in.
+    :param jitter: a number in [0, 1): in a :attr:`~PoolOptions.large` pool, a first
+        span is between a quarter and three quarters of what its region has left, so
+        that the workers' first spans do not all end (and claim again) at once.
     """
+    if mean_s is None and options.large:
+        ramp = max(ramp, math.ceil(region_left * (1 + 2 * jitter) / 4))
     size = min(ramp, MAX_SPAN, region_left)
     if mean_s is not None and mean_s > 0:
-        size = min(size, int(options.span_s / mean_s))
+        size = min(size, int(options.span_seconds / mean_s))
     # Guided self-scheduling: never more than a share of what is left, so the last
     # spans are short and every worker finishes near the same time.
     size = min(size, -(-free // (2 * options.workers)))

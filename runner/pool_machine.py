@@ -76,6 +76,12 @@ a bucket takes at first (about 5,000/s). A larger pool reads it less often each 
 SAMPLE = 4
 """Claims a worker with nothing to do reads per look, to find one whose lease ran out
 (a sample: a thousand idle workers must not each read every claim)."""
+WALK_READS = 4000
+"""Claims the whole pool may read in one look each for work outside their regions (to
+learn where a region's chain of spans ends): a worker reads ``WALK_READS / workers``
+per look, at least :data:`SAMPLE`, then sleeps. At a batch's tail a thousand idle
+workers would otherwise each walk every region's chain while the work left is a few
+spans, past the bucket's 5,000 reads a second."""
 IDLE_FIRST = 0.25
 """Seconds a worker with nothing to do first sleeps before it looks again (doubling)."""
 OUTPUT_TAIL = 64 * 1024
@@ -142,6 +148,8 @@ class _Buffer:
     since: float | None
     """The monotonic time of its first outcome (set at the step after it)."""
     records: list[bytes]
+    wait: float = 0.0
+    """Seconds after ``since`` it is due (set with ``since``)."""
 
 
 class WorkerMachine:
@@ -208,6 +216,7 @@ class WorkerMachine:
         self._sampled = True
         self._fresh_reads: set[tuple[int, int]] = set()  # claims read since the last sleep
         self._lapse_check = False
+        self._steal_reads = 0  # claims read since the last sleep to walk other regions
         self._idle = idle_first  # the next sleep with nothing to do (doubles to wait_max)
 
     # -- the step ------------------------------------------------------------------------
@@ -223,6 +232,10 @@ class WorkerMachine:
             raise RuntimeError(f"{self._pending!r} was not answered")
         if self.buffer is not None and self.buffer.since is None:
             self.buffer.since = mono
+            wait = self.options.burst_seconds
+            if self.options.large:  # spread the pool's bursts: they would all be due at once
+                wait *= 0.75 + pick / 2
+            self.buffer.wait = wait
         op = self._decide(wall, mono, pick)
         kind = type(op).__name__
         self.counts[kind] = self.counts.get(kind, 0) + 1
@@ -250,7 +263,7 @@ class WorkerMachine:
         buffer = self.buffer
         if buffer is not None and (
             len(buffer.records) >= self.options.burst_max
-            or mono - (buffer.since or mono) >= self.options.burst_s
+            or mono - (buffer.since or mono) >= buffer.wait
             or buffer.span.number > 0  # a takeover: each outcome at once (module docstring)
             or span is None
             or self.cursor >= span.end
@@ -298,7 +311,7 @@ class WorkerMachine:
             self._singles_read = mono
             return List(self.results_prefix)  # a cancel of the input is an object of its own
         buffer = self.buffer
-        if buffer is not None and mono - (buffer.since or mono) >= self.options.burst_s:
+        if buffer is not None and mono - (buffer.since or mono) >= buffer.wait:
             return self._flush(wall)
         due = [
             self.stop_every - (mono - self._stop_read) if book.stop is None else self.wait_max,
@@ -306,7 +319,7 @@ class WorkerMachine:
             third - (mono - self._singles_read),
         ]
         if buffer is not None:
-            due.append(self.options.burst_s - (mono - (buffer.since or mono)))
+            due.append(buffer.wait - (mono - (buffer.since or mono)))
         return Sleep(max(0.01, min(due)))
 
     def _renew(self, wall: float) -> Op | None:
@@ -419,7 +432,7 @@ class WorkerMachine:
     def _find_work(self, wall: float, pick: float) -> Op:
         book = self.book
         if self.region is not None:
-            op = self._next_in(self.region, wall)
+            op = self._next_in(self.region, wall, pick)
             if op is not None:
                 return op
         if not self._claims_fresh:  # moving to another region: look where others are
@@ -427,7 +440,7 @@ class WorkerMachine:
             return List(self.claims_prefix)
         region = pick_region(book, pick, avoid=self.region)
         if region is not None:
-            op = self._next_in(region, wall)
+            op = self._next_in(region, wall, pick)
             if op is not None:
                 return op
         if not self._all_fresh:
@@ -458,16 +471,23 @@ class WorkerMachine:
         soonest = min((s.expires for s in held), default=wall + self.wait_max)
         self._all_fresh = self._claims_fresh = False  # after the sleep: look again
         self._fresh_reads.clear()
+        self._steal_reads = 0
         # Held spans end soon or never (their worker died: their lease tells when):
         # look again soon at first, then less and less often.
         idle, self._idle = self._idle, min(self.wait_max, self._idle * 2)
         return Sleep(max(0.05, min(idle, soonest - wall)))
 
-    def _next_in(self, region: int, wall: float) -> Op | None:
+    def _next_in(self, region: int, wall: float, pick: float) -> Op | None:
         """Claim the next span of ``region`` (reading the claim that ends its known
-        chain first, when its end is unknown); None when the region is all claimed."""
+        chain first, when its end is unknown); None when the region is all claimed, or
+        when another region's chain would need more reads than a look may spend
+        (:data:`WALK_READS`)."""
         at, unknown = self.book.frontier(region)
         if unknown is not None:
+            if region != self.region:
+                self._steal_reads += 1
+                if self._steal_reads > max(SAMPLE, WALK_READS // self.options.workers):
+                    return None
             return self._read_claim(unknown, self.book.listed[unknown])
         hi = self.options.region(region)[1]
         if at >= hi:
@@ -479,6 +499,7 @@ class WorkerMachine:
             mean_s=self.mean_s,
             free=self.book.free_total(),
             region_left=hi - at,
+            jitter=pick,
         )
         return self._create_claim(
             Span(at, 0, self.worker, wall + self.options.lease_s, at + size, at)

@@ -1,0 +1,94 @@
+"""A pool so large that the bucket's write and read rates bind (runner.pool_book,
+runner.pool_machine): its timers stretch with its size, its first spans and bursts are
+spread, and its idle workers walk other regions' chains a few claims a look. Pure: the
+machines over the in-memory store of tests/unit/pool_driver.py, no loop, no IO."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from runner import protocol
+from runner.pool_book import CLAIMS_PER_S, FIRST_SPAN, PoolOptions, span_size
+from runner.pool_machine import SAMPLE, WALK_READS, Create, List, Read, Run, Sleep, WorkerMachine
+from tests.unit.pool_driver import GID, ok
+
+WALL = 1_000_000.0
+
+
+def opts(workers: int, total: int = 100_000) -> PoolOptions:
+    return PoolOptions(total=total, chunk_size=1000, workers=workers, lease_s=30.0)
+
+
+def test_a_pool_stretches_spans_and_bursts_only_when_its_writes_would_bind() -> None:
+    small, large = opts(100), opts(1000)
+    assert not small.large
+    assert small.span_seconds == small.span_s
+    assert small.burst_seconds == small.burst_s
+    assert large.large
+    # 1,000 workers: each claim and each burst every 2.5 s is 400 a second for the pool.
+    assert large.span_seconds == large.burst_seconds == 1000 / CLAIMS_PER_S
+    assert opts(10_000).span_seconds == 25.0
+
+
+def test_a_large_pools_first_spans_are_spread_shares_of_their_regions() -> None:
+    size = {
+        jitter: span_size(opts(1000), ramp=FIRST_SPAN, mean_s=None, free=1_000_000,
+                          region_left=100, jitter=jitter)
+        for jitter in (0.0, 0.5, 0.999)
+    }  # fmt: skip
+    assert size == {0.0: 25, 0.5: 50, 0.999: 75}  # a quarter to three quarters
+    # ... and never more than the guided share of what is left (100 = 2 x 1,000 x 50).
+    assert span_size(opts(1000), ramp=FIRST_SPAN, mean_s=None, free=100_000,
+                     region_left=100, jitter=0.999) == 50  # fmt: skip
+    # Once the speed is known, the span holds span_seconds of work (the ramp allowing).
+    assert span_size(opts(1000), ramp=4096, mean_s=0.05, free=100_000, region_left=100) == 50
+    # A small pool still starts with FIRST_SPAN inputs, whatever the jitter.
+    small = span_size(opts(100), ramp=FIRST_SPAN, mean_s=None, free=100_000, region_left=1000)
+    assert small == FIRST_SPAN
+
+
+def test_a_large_pools_bursts_are_due_at_spread_times() -> None:
+    def due_after(pick: float) -> float:
+        machine = WorkerMachine(opts(1000), GID, "w")
+        op = machine.next(wall=WALL, mono=0.0, pick=pick)
+        while not isinstance(op, Run):  # the stop record, the claims, a claim
+            if isinstance(op, Read):
+                machine.read(op.key, None)
+            elif isinstance(op, List):
+                machine.listed(op.prefix, [])
+            elif isinstance(op, Create):
+                machine.created(op.key, True)
+            op = machine.next(wall=WALL, mono=0.0, pick=pick)
+        machine.ran(op.index, *ok(op.index))
+        machine.next(wall=WALL, mono=0.0, pick=pick)  # the buffer's clock starts here
+        assert machine.buffer is not None
+        return machine.buffer.wait
+
+    burst_s = opts(1000).burst_seconds
+    assert due_after(0.0) == 0.75 * burst_s
+    assert due_after(0.999) > 1.24 * burst_s
+
+
+def test_idle_workers_of_a_large_pool_read_few_claims_a_look() -> None:
+    """At the tail every region's chain ends in a span whose end only its claim tells: a
+    worker reads WALK_READS / workers of them a look (at least SAMPLE), then sleeps."""
+    workers = 2000
+    machine = WorkerMachine(opts(workers, total=4000), GID, "w")
+    prefix = protocol.group_claims_prefix(GID)
+    # Every region has one span listed, of unknown end (its claim was never read).
+    names = [f"{prefix}{start:07d}.000" for start in range(0, 4000, 2)]
+    reads: Counter[str] = Counter()
+    for _ in range(200):
+        op = machine.next(wall=WALL, mono=0.0, pick=0.5)
+        if isinstance(op, Sleep):
+            break
+        if isinstance(op, List):
+            machine.listed(op.prefix, names if op.prefix == prefix else [])
+        elif isinstance(op, Read):
+            reads[op.key.split("/")[-2]] += 1
+            machine.read(op.key, None)  # unread as far as the worker is concerned
+        elif isinstance(op, Create):
+            machine.created(op.key, False)
+    else:
+        raise AssertionError("the worker never slept")
+    assert reads["claims"] <= max(SAMPLE, WALK_READS // workers) + SAMPLE  # walks + samples
