@@ -25,11 +25,11 @@ worker
    what one input leaves in the process (globals, memory) the next one sees. Upkeep
    then runs in a helper thread while the input runs; an input cannot be ended alone
    (a stop that ends running inputs ends the worker, after its burst is written);
-4. exits 0 once every input has an outcome or the batch stopped. The Job has no
-   ``completions`` (Kubernetes' work-queue semantics): it completes once a worker
-   exited 0 and all have ended. A worker that dies is replaced by the Job controller;
-   the span it held is taken over from its first input without an outcome when its
-   lease expires.
+4. exits 0 once every input has an outcome or the batch stopped. The Job is an
+   Indexed Job of one completion per worker: it completes once every worker exited 0,
+   and worker ``k`` (``KINETIC_WORKER_INDEX``) starts on the ``k``-th region of the
+   inputs. A worker that dies is replaced by the Job controller; the span it held is
+   taken over from its first input without an outcome when its lease expires.
 
 Each input's output goes to the pod's log after an input marker, and its tail into
 the outcome's header (``output``), so it outlives the pod at no extra write. The marker
@@ -156,8 +156,10 @@ class Worker:
         group_id: str,
         name: str,
         workdir: Path,
+        ordinal: int | None = None,
     ) -> None:
         self.group_id, self.name, self.workdir = group_id, name, workdir
+        self.ordinal = ordinal
         self.counted = store
         # A passing storage failure is waited out, not died of: during set-up as long
         # as SETUP_PATIENCE (no claim held yet), then a quarter of the claims' lease, so
@@ -229,7 +231,9 @@ class Worker:
             self.write_stop("failed", f"{type(exc).__name__}: {exc}", phase)
             return protocol.EXIT_OK
         self.chunks = _Chunks(self.store, self.group_id, options.chunk_size)
-        self.machine = machine = WorkerMachine(options, self.group_id, self.name)
+        self.machine = machine = WorkerMachine(
+            options, self.group_id, self.name, ordinal=self.ordinal
+        )
         self.store.patience = options.lease_s / 4  # renewals are due every third
         while True:
             op = self.next_op()
@@ -497,9 +501,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     store = CountingStore(open_store(str(args["storage"])))
     try:
         with scratch_dir("worker") as workdir:
-            return Worker(store, str(args["group"]), name, workdir).run()
+            return Worker(store, str(args["group"]), name, workdir, worker_ordinal()).run()
     finally:
         store.close()
+
+
+def worker_ordinal() -> int | None:
+    """This pod's completion index in an Indexed Job (``KINETIC_WORKER_INDEX``, from the
+    pod's ``batch.kubernetes.io/job-completion-index`` annotation), or None: a cluster
+    without Indexed Jobs (before Kubernetes 1.21) leaves the annotation out, and the
+    worker then starts in a region of its own choosing."""
+    value = os.environ.get("KINETIC_WORKER_INDEX", "")
+    return int(value) if value.isdigit() else None
 
 
 def _report_cpu() -> None:

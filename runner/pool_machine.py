@@ -161,6 +161,10 @@ class WorkerMachine:
         second, spread thinner in a pool of more than :data:`STOP_READS_PER_S` workers).
     :param idle_first: the first sleep of a worker with nothing to do (it doubles).
     :param wait_max: the longest sleep (idle, or waiting for a lease to end).
+    :param ordinal: this worker's number in the pool (an Indexed Job's completion
+        index), or None: worker ``k`` starts in region ``k``, where no other worker
+        starts, instead of one picked at random (where a third of the workers meet
+        another, and the losers walk the winner's chain of spans).
 
     The time constants are parameters so that a simulation can dilate time.
     """
@@ -174,8 +178,10 @@ class WorkerMachine:
         stop_every: float | None = None,
         idle_first: float = IDLE_FIRST,
         wait_max: float = LEASE_WAIT_MAX,
+        ordinal: int | None = None,
     ) -> None:
         self.book = PoolBook(options)
+        self.ordinal = ordinal
         self.options = options
         self.group_id = group_id
         self.worker = worker
@@ -217,6 +223,7 @@ class WorkerMachine:
         self._fresh_reads: set[tuple[int, int]] = set()  # claims read since the last sleep
         self._lapse_check = False
         self._steal_reads = 0  # claims read since the last sleep to walk other regions
+        self._renewing: tuple[int, float] | None = None  # (start, lease end) being renewed
         self._idle = idle_first  # the next sleep with nothing to do (doubles to wait_max)
 
     # -- the step ------------------------------------------------------------------------
@@ -247,6 +254,11 @@ class WorkerMachine:
         book = self.book
         if self._queue:
             return self._queue.pop(0)
+        renewing, self._renewing = self._renewing, None
+        if renewing is not None and wall >= renewing[1] and self.span is not None:
+            # The renewal landed after the lease it renewed had run out (a run of 429s
+            # delayed it): another worker may have taken the span over meanwhile.
+            return List(f"{self.claims_prefix}{renewing[0]:07d}.")
         if book.stop is None and mono - self._stop_read >= self.stop_every:
             self._stop_read = mono
             return Read(self.stop_key)
@@ -332,6 +344,7 @@ class WorkerMachine:
             self._lapse_check = True
             return List(f"{self.claims_prefix}{span.start:07d}.")
         self._lapse_check = False
+        self._renewing = (span.start, span.expires)
         self.span = replace(span, expires=wall + self.options.lease_s)
         if self.buffer is not None:
             self.buffer.span = self.span
@@ -431,6 +444,8 @@ class WorkerMachine:
 
     def _find_work(self, wall: float, pick: float) -> Op:
         book = self.book
+        if self.region is None and self.ordinal is not None:
+            self.region = self.ordinal % self.options.regions
         if self.region is not None:
             op = self._next_in(self.region, wall, pick)
             if op is not None:

@@ -278,6 +278,10 @@ def with_gcs_fuse(manifest: Mapping[str, Any], buckets: Iterable[str]) -> dict[s
     return out
 
 
+INDEX_FIELD = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+"""Where an Indexed Job's pod finds its completion index (the downward API)."""
+
+
 def pool_job_name(group_id: str) -> str:
     """The Kubernetes name of a pool batch's one Job: ``kinetic-{group_id}``."""
     return f"kinetic-{group_id}"
@@ -287,20 +291,27 @@ def pool_job_manifest(template: JobTemplate, *, group_id: str, workers: int) -> 
     """The one ``batch/v1`` Job of a batch run by a worker pool (:mod:`runner.pool`).
 
     ``parallelism`` is the number of workers, each pod with the batch's accelerator.
-    ``completions`` is left unset: Kubernetes' work-queue semantics, where the Job is
-    complete once a pod exited 0 and all have ended — a worker exits 0 only when no
-    input is left, and no new pod starts after the first did. A worker that dies is
-    replaced (``backoffLimit`` bounds how often), its claimed input taken over by
-    another once its lease expires. Each pod knows its own name (``KINETIC_WORKER``,
-    from the downward API): claims say which worker holds an input.
+    It is an Indexed Job of as many ``completions``: worker ``k`` (its completion index,
+    ``KINETIC_WORKER_INDEX``) starts on the ``k``-th region of the inputs, so the
+    workers' first claims never collide. The Job is complete once every index has a pod
+    that exited 0 — a worker exits 0 only when every input has an outcome or the batch
+    stopped. A worker that dies is replaced by a pod of the same index
+    (``backoffLimit`` bounds how often), its claimed inputs taken over by another once
+    its lease expires. Each pod knows its own name (``KINETIC_WORKER``, from the
+    downward API): claims say which worker holds an input.
+
+    A cluster without Indexed Jobs (Kubernetes before 1.21) drops ``completionMode``:
+    the Job then completes once ``completions`` pods exited 0, the annotation is
+    absent, ``KINETIC_WORKER_INDEX`` is empty, and each worker picks its first region
+    at random (the protocol does not depend on the index; it only collides less).
     """
     out = job_manifest(template, group_id)
     bucket = template.bucket
     out["metadata"]["name"] = pool_job_name(group_id)
     out["metadata"]["labels"][GROUP_ID_LABEL] = group_id
     spec = out["spec"]
-    del spec["completions"]
-    spec["parallelism"] = max(1, workers)
+    spec["completions"] = spec["parallelism"] = max(1, workers)
+    spec["completionMode"] = "Indexed"
     spec["backoffLimit"] = max(6, 2 * workers)
     pod_template = spec["template"]
     pod_template["metadata"]["labels"] = dict(out["metadata"]["labels"])
@@ -308,7 +319,8 @@ def pool_job_manifest(template: JobTemplate, *, group_id: str, workers: int) -> 
     container["command"] = [
         "python", "-m", "runner.pool", "--storage", f"gs://{bucket}", "--group", group_id,
     ]  # fmt: skip
-    container["env"].append(
-        {"name": "KINETIC_WORKER", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
-    )
+    container["env"] += [
+        {"name": "KINETIC_WORKER", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": "KINETIC_WORKER_INDEX", "valueFrom": {"fieldRef": {"fieldPath": INDEX_FIELD}}},
+    ]
     return out

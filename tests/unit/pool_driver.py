@@ -93,8 +93,10 @@ class Pool:
         self.last_write = self.now
         self._paused: dict[str, float] = {}
 
-    def start(self, name: str, at: float | None = None) -> WorkerMachine:
-        machine = WorkerMachine(self.options, GID, name)
+    def start(
+        self, name: str, at: float | None = None, ordinal: int | None = None
+    ) -> WorkerMachine:
+        machine = WorkerMachine(self.options, GID, name, ordinal=ordinal)
         self.machines[name] = machine
         self._at(self.now if at is None else at, name)
         return machine

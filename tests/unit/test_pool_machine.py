@@ -259,3 +259,30 @@ def test_the_books_free_counts_follow_what_it_learns() -> None:
             region = pick_region(book, rng.random())
             assert (region is None) == (sum(want) == 0)
             assert region is None or 2 * want[region] >= max(want) > 0
+
+
+def test_workers_with_ordinals_start_in_regions_of_their_own() -> None:
+    """An Indexed Job's workers (worker k starts on region k) never race for a first
+    claim: every first create wins and no claim is read to find a region's end."""
+    pool = Pool(options(2000, 8), fast)
+    for w in range(8):
+        pool.start(f"w{w}", ordinal=w)
+    pool.step_until(pool.now + 0.005)  # every worker's first claim, nothing else yet
+    firsts = [(start, number) for start, number, _, _ in claims(pool)]
+    assert firsts == [(r * 250, 0) for r in range(8)]
+    assert pool.store.requests["Read"] == 8  # the stop record, once each
+    pool.step_until()
+    assert sorted(pool.store.outcomes()) == list(range(2000))
+
+
+def test_a_pod_takes_its_ordinal_from_the_indexed_jobs_annotation(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from runner.pool import worker_ordinal
+
+    monkeypatch.setenv("KINETIC_WORKER_INDEX", "17")
+    assert worker_ordinal() == 17
+    monkeypatch.setenv("KINETIC_WORKER_INDEX", "")  # a cluster without Indexed Jobs
+    assert worker_ordinal() is None
+    monkeypatch.delenv("KINETIC_WORKER_INDEX")
+    assert worker_ordinal() is None

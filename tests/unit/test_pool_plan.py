@@ -372,7 +372,7 @@ def test_a_stop_is_reported_once_no_pod_runs() -> None:
 
 
 @pytest.mark.parametrize("workers", [1, 4])
-def test_pool_job_manifest_is_a_work_queue_of_workers(workers: int) -> None:
+def test_pool_job_manifest_is_an_indexed_job_of_workers(workers: int) -> None:
     template = k8s_spec.JobTemplate(
         namespace="ns",
         image="img:1",
@@ -384,12 +384,16 @@ def test_pool_job_manifest_is_a_work_queue_of_workers(workers: int) -> None:
     spec = job["spec"]
     assert job["metadata"]["name"] == "kinetic-grp-0123456789ab"
     assert job["metadata"]["labels"]["group-id"] == "grp-0123456789ab"
-    assert spec["parallelism"] == workers
-    assert "completions" not in spec
+    # An Indexed Job: worker k (its completion index) starts on the k-th region.
+    assert spec["parallelism"] == spec["completions"] == workers
+    assert spec["completionMode"] == "Indexed"
     assert spec["backoffLimit"] >= 6
     container = spec["template"]["spec"]["containers"][0]
     assert container["command"][:3] == ["python", "-m", "runner.pool"]
     assert spec["template"]["metadata"]["labels"]["group-id"] == "grp-0123456789ab"
     worker = [e for e in container["env"] if e["name"] == "KINETIC_WORKER"]
     assert worker[0]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    index = [e for e in container["env"] if e["name"] == "KINETIC_WORKER_INDEX"]
+    path = index[0]["valueFrom"]["fieldRef"]["fieldPath"]
+    assert path == "metadata.annotations['batch.kubernetes.io/job-completion-index']"
     assert spec["template"]["spec"]["restartPolicy"] == "Never"
