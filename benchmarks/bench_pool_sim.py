@@ -247,6 +247,7 @@ async def span_process(cfg: dict[str, Any]) -> WorkerStats:
             options,
             burst_s=options.burst_s * dilate,
             span_s=options.span_s * dilate,
+            claims_per_s=options.claims_per_s / dilate,
             **{k: v * dilate if k in TIMES else v for k, v in cfg["overrides"].items()},
         )
         machine = WorkerMachine(
@@ -255,6 +256,7 @@ async def span_process(cfg: dict[str, Any]) -> WorkerStats:
             name,
             idle_first=pool_machine.IDLE_FIRST * dilate,
             wait_max=pool_machine.LEASE_WAIT_MAX * dilate,
+            ordinal=int(name.removeprefix("sim-")),  # an Indexed Job's completion index
         )
         machine.stop_every *= dilate  # its default follows the pool's size
         chunks = Chunks(store, options.chunk_size, timeout)

@@ -72,6 +72,8 @@ class PoolOptions:
     :ivar reuse_process: run inputs in the worker's own process instead of a fork each.
     :ivar burst_max: outcomes per burst at most; :ivar burst_s: seconds a burst waits.
     :ivar span_s: seconds of work per span at most.
+    :ivar claims_per_s: claims (and bursts) a second the whole pool aims to stay under
+        (:data:`CLAIMS_PER_S`; a simulation that dilates time lowers it).
     """
 
     total: int
@@ -86,6 +88,7 @@ class PoolOptions:
     burst_max: int = BURST_MAX
     burst_s: float = BURST_SECONDS
     span_s: float = SPAN_SECONDS
+    claims_per_s: float = CLAIMS_PER_S
 
     @classmethod
     def from_manifest(cls, manifest: protocol.BatchManifest) -> PoolOptions:
@@ -110,21 +113,21 @@ class PoolOptions:
     @property
     def span_seconds(self) -> float:
         """Work a span holds at most: :attr:`span_s`, longer in a pool so large that its
-        spans would ask more than :data:`CLAIMS_PER_S` claims a second."""
-        return max(self.span_s, self.workers / CLAIMS_PER_S)
+        spans would ask more than :attr:`claims_per_s` claims a second."""
+        return max(self.span_s, self.workers / self.claims_per_s)
 
     @property
     def burst_seconds(self) -> float:
         """How long a burst waits at most: :attr:`burst_s`, longer in a pool so large
-        that its bursts would be more than :data:`CLAIMS_PER_S` writes a second."""
-        return max(self.burst_s, self.workers / CLAIMS_PER_S)
+        that its bursts would be more than :attr:`claims_per_s` writes a second."""
+        return max(self.burst_s, self.workers / self.claims_per_s)
 
     @property
     def large(self) -> bool:
         """A pool whose write rate binds: first spans are a share of their region, not
         :data:`FIRST_SPAN` (a thousand workers claiming again after 4 quick inputs would
         all meet the bucket's limit at once)."""
-        return self.workers / CLAIMS_PER_S > self.span_s
+        return self.workers / self.claims_per_s > self.span_s
 
     @property
     def regions(self) -> int:

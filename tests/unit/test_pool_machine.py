@@ -11,7 +11,7 @@ import pytest
 
 from runner import protocol
 from runner.pool_book import PoolOptions, parse_claim
-from runner.pool_machine import Create, Read, Run, WorkerMachine
+from runner.pool_machine import Create, Kill, List, Read, Run, Sleep, WorkerMachine, Write
 from tests.unit.pool_driver import GID, Pool, ok
 
 
@@ -286,3 +286,59 @@ def test_a_pod_takes_its_ordinal_from_the_indexed_jobs_annotation(
     assert worker_ordinal() is None
     monkeypatch.delenv("KINETIC_WORKER_INDEX")
     assert worker_ordinal() is None
+
+
+def test_a_renewal_that_landed_late_is_followed_by_a_look_for_a_takeover() -> None:
+    """A renewal held up (429s) until its lease had run out may land after another
+    worker took the span over: the worker looks, and drops the span it lost. (Monotonic
+    time stands still: only the leases' wall clock moves.)"""
+    opts = options(100, 1, lease_s=30.0)
+    machine = WorkerMachine(opts, GID, "w")
+    wall = 1_000.0
+    op = machine.next(wall=wall, mono=0.0, pick=0.0)
+    while not isinstance(op, Run):
+        if isinstance(op, Read):
+            machine.read(op.key, None)
+        elif isinstance(op, Create):
+            machine.created(op.key, True)
+        else:
+            machine.listed(op.prefix, [])  # type: ignore[union-attr]
+        op = machine.next(wall=wall, mono=0.0, pick=0.0)
+    assert machine.span is not None
+    start, number, expires = machine.span.start, machine.span.number, machine.span.expires
+    renew = machine.next(wall=expires - 15.0, mono=0.5, pick=0.0)  # half the lease gone
+    assert isinstance(renew, Write)
+    assert renew.key == protocol.group_claim_key(GID, start, number)
+    machine.written(renew.key)  # ... answered only after the old lease ended
+    look = machine.next(wall=expires + 1.0, mono=0.5, pick=0.0)
+    assert look == List(f"{protocol.group_claims_prefix(GID)}{start:07d}.")
+    taken = protocol.group_claim_key(GID, start, number + 1)
+    machine.listed(look.prefix, [renew.key, taken])
+    assert machine.span is None  # dropped with its buffer; its input is ended
+    assert machine.next(wall=expires + 1.0, mono=0.5, pick=0.0) == Kill(op.index)
+
+
+def test_a_renewal_that_landed_in_time_needs_no_look() -> None:
+    opts = options(100, 1, lease_s=30.0)
+    machine = WorkerMachine(opts, GID, "w")
+    op = machine.next(wall=1_000.0, mono=0.0, pick=0.0)
+    while not isinstance(op, Run):
+        if isinstance(op, Read):
+            machine.read(op.key, None)
+        elif isinstance(op, Create):
+            machine.created(op.key, True)
+        else:
+            machine.listed(op.prefix, [])  # type: ignore[union-attr]
+        op = machine.next(wall=1_000.0, mono=0.0, pick=0.0)
+    assert machine.span is not None
+    expires = machine.span.expires
+    renew = machine.next(wall=expires - 15.0, mono=0.5, pick=0.0)
+    assert isinstance(renew, Write)
+    machine.written(renew.key)
+    after = [machine.next(wall=expires - 14.0, mono=0.5, pick=0.0)]
+    if isinstance(after[0], List):  # a look for a cancel of the input (results/)
+        machine.listed(after[0].prefix, [])
+        after.append(machine.next(wall=expires - 14.0, mono=0.5, pick=0.0))
+    claims_prefix = protocol.group_claims_prefix(GID)
+    assert not any(isinstance(o, List) and o.prefix.startswith(claims_prefix) for o in after)
+    assert isinstance(after[-1], Sleep)
