@@ -177,3 +177,21 @@ class Pool:
         if name in self._running and not isinstance(op, Sleep):
             delay = min(delay, max(0.0, self._running[name][1] - self.now))
         self._at(self.now + delay, name)
+
+
+def running(
+    machine: WorkerMachine, wall: float = 1_000.0, pick: float = 0.0
+) -> tuple[WorkerMachine, Run]:
+    """Step a lone worker over an empty store until it runs its first input."""
+    op = machine.next(wall=wall, mono=0.0, pick=pick)
+    while not isinstance(op, Run):
+        if isinstance(op, Read):
+            machine.read(op.key, None)
+        elif isinstance(op, Create):
+            machine.created(op.key, True)
+        elif isinstance(op, List):
+            machine.listed(op.prefix, [])
+        else:
+            raise TypeError(f"unexpected {op!r}")
+        op = machine.next(wall=wall, mono=0.0, pick=pick)
+    return machine, op

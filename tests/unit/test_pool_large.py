@@ -9,8 +9,8 @@ from collections import Counter
 
 from runner import protocol
 from runner.pool_book import CLAIMS_PER_S, FIRST_SPAN, PoolOptions, span_size
-from runner.pool_machine import SAMPLE, WALK_READS, Create, List, Read, Run, Sleep, WorkerMachine
-from tests.unit.pool_driver import GID, ok
+from runner.pool_machine import SAMPLE, WALK_READS, Create, List, Read, Sleep, WorkerMachine
+from tests.unit.pool_driver import GID, ok, running
 
 WALL = 1_000_000.0
 
@@ -49,16 +49,7 @@ def test_a_large_pools_first_spans_are_spread_shares_of_their_regions() -> None:
 
 def test_a_large_pools_bursts_are_due_at_spread_times() -> None:
     def due_after(pick: float) -> float:
-        machine = WorkerMachine(opts(1000), GID, "w")
-        op = machine.next(wall=WALL, mono=0.0, pick=pick)
-        while not isinstance(op, Run):  # the stop record, the claims, a claim
-            if isinstance(op, Read):
-                machine.read(op.key, None)
-            elif isinstance(op, List):
-                machine.listed(op.prefix, [])
-            elif isinstance(op, Create):
-                machine.created(op.key, True)
-            op = machine.next(wall=WALL, mono=0.0, pick=pick)
+        machine, op = running(WorkerMachine(opts(1000), GID, "w"), WALL, pick)
         machine.ran(op.index, *ok(op.index))
         machine.next(wall=WALL, mono=0.0, pick=pick)  # the buffer's clock starts here
         assert machine.buffer is not None

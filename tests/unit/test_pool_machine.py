@@ -12,7 +12,7 @@ import pytest
 from runner import protocol
 from runner.pool_book import PoolOptions, parse_claim
 from runner.pool_machine import Create, Kill, List, Read, Run, Sleep, WorkerMachine, Write
-from tests.unit.pool_driver import GID, Pool, ok
+from tests.unit.pool_driver import GID, Pool, ok, running
 
 
 def options(total: int, workers: int, **kw: Any) -> PoolOptions:
@@ -292,18 +292,7 @@ def test_a_renewal_that_landed_late_is_followed_by_a_look_for_a_takeover() -> No
     """A renewal held up (429s) until its lease had run out may land after another
     worker took the span over: the worker looks, and drops the span it lost. (Monotonic
     time stands still: only the leases' wall clock moves.)"""
-    opts = options(100, 1, lease_s=30.0)
-    machine = WorkerMachine(opts, GID, "w")
-    wall = 1_000.0
-    op = machine.next(wall=wall, mono=0.0, pick=0.0)
-    while not isinstance(op, Run):
-        if isinstance(op, Read):
-            machine.read(op.key, None)
-        elif isinstance(op, Create):
-            machine.created(op.key, True)
-        else:
-            machine.listed(op.prefix, [])  # type: ignore[union-attr]
-        op = machine.next(wall=wall, mono=0.0, pick=0.0)
+    machine, op = running(WorkerMachine(options(100, 1, lease_s=30.0), GID, "w"))
     assert machine.span is not None
     start, number, expires = machine.span.start, machine.span.number, machine.span.expires
     renew = machine.next(wall=expires - 15.0, mono=0.5, pick=0.0)  # half the lease gone
@@ -319,17 +308,7 @@ def test_a_renewal_that_landed_late_is_followed_by_a_look_for_a_takeover() -> No
 
 
 def test_a_renewal_that_landed_in_time_needs_no_look() -> None:
-    opts = options(100, 1, lease_s=30.0)
-    machine = WorkerMachine(opts, GID, "w")
-    op = machine.next(wall=1_000.0, mono=0.0, pick=0.0)
-    while not isinstance(op, Run):
-        if isinstance(op, Read):
-            machine.read(op.key, None)
-        elif isinstance(op, Create):
-            machine.created(op.key, True)
-        else:
-            machine.listed(op.prefix, [])  # type: ignore[union-attr]
-        op = machine.next(wall=1_000.0, mono=0.0, pick=0.0)
+    machine, _ = running(WorkerMachine(options(100, 1, lease_s=30.0), GID, "w"))
     assert machine.span is not None
     expires = machine.span.expires
     renew = machine.next(wall=expires - 15.0, mono=0.5, pick=0.0)
