@@ -19,6 +19,7 @@ from runner.pool_machine import (
     Exit,
     Kill,
     List,
+    Op,
     Read,
     Run,
     Sleep,
@@ -133,13 +134,21 @@ class Pool:
 
     def _step(self, name: str) -> None:
         machine = self.machines[name]
+        self._perform(name, machine, self._next_op(name, machine))
+
+    def _next_op(self, name: str, machine: WorkerMachine) -> Op:
+        """Feed the machine the input that ended, if one did; its next operation."""
         running = self._running.get(name)
         if running is not None and self.now >= running[1]:
             index, _, seconds, record, payload = self._running.pop(name)
             machine.ran(index, record, payload, seconds=seconds)
         op = machine.next(wall=self.now, mono=self.now, pick=self.rng.random())
-        store, objects = self.store, self.store.objects
-        store.requests[type(op).__name__] += 1
+        self.store.requests[type(op).__name__] += 1
+        return op
+
+    def _perform(self, name: str, machine: WorkerMachine, op: Op) -> None:
+        """Perform ``op`` at once and schedule the worker's next step."""
+        objects = self.store.objects
         delay = self.io_s
         if isinstance(op, List):
             machine.listed(op.prefix, sorted(k for k in objects if k.startswith(op.prefix)))
@@ -169,12 +178,10 @@ class Pool:
             delay = 0.0
         elif isinstance(op, Sleep):
             delay = op.seconds
-            if running is not None and name in self._running:
-                delay = min(delay, max(0.0, self._running[name][1] - self.now))
         elif isinstance(op, Exit):
             self.exits[name] = op.reason
             return
-        if name in self._running and not isinstance(op, Sleep):
+        if name in self._running:  # an input that ends meanwhile is fed at once
             delay = min(delay, max(0.0, self._running[name][1] - self.now))
         self._at(self.now + delay, name)
 
