@@ -204,6 +204,15 @@ async def drive(
 
 TIMES = ("lease_s", "burst_s", "span_s")
 """The PoolOptions fields that are durations (dilated)."""
+RATES = ("claims_per_s",)
+"""The PoolOptions fields that are rates (divided by the dilation)."""
+
+
+def _dilated(field: str, value: float, dilate: float) -> float:
+    """An overridden PoolOptions field's value in dilated time."""
+    if field in TIMES:
+        return value * dilate
+    return value / dilate if field in RATES else value
 
 
 def dilated_client(dilate: float) -> dict[str, float]:
@@ -248,7 +257,7 @@ async def span_process(cfg: dict[str, Any]) -> WorkerStats:
             burst_s=options.burst_s * dilate,
             span_s=options.span_s * dilate,
             claims_per_s=options.claims_per_s / dilate,
-            **{k: v * dilate if k in TIMES else v for k, v in cfg["overrides"].items()},
+            **{k: _dilated(k, v, dilate) for k, v in cfg["overrides"].items()},
         )
         machine = WorkerMachine(
             options,
