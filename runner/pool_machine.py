@@ -162,9 +162,9 @@ class WorkerMachine:
     :param idle_first: the first sleep of a worker with nothing to do (it doubles).
     :param wait_max: the longest sleep (idle, or waiting for a lease to end).
     :param ordinal: this worker's number in the pool (an Indexed Job's completion
-        index), or None: worker ``k`` starts in region ``k``, where no other worker
-        starts, instead of one picked at random (where a third of the workers meet
-        another, and the losers walk the winner's chain of spans).
+        index): worker ``k`` starts in region ``k``, where no other worker starts.
+        None (no index known): it starts in a region picked at random, where a third
+        of the workers meet another and the losers walk the winner's chain of spans.
 
     The time constants are parameters so that a simulation can dilate time.
     """
@@ -222,7 +222,7 @@ class WorkerMachine:
         self._sampled = True
         self._fresh_reads: set[tuple[int, int]] = set()  # claims read since the last sleep
         self._lapse_check = False
-        self._steal_reads = 0  # claims read since the last sleep to walk other regions
+        self._walk_reads = 0  # claims read since the last sleep to walk other regions
         self._renewing: tuple[int, float] | None = None  # (start, lease end) being renewed
         self._idle = idle_first  # the next sleep with nothing to do (doubles to wait_max)
 
@@ -486,7 +486,7 @@ class WorkerMachine:
         soonest = min((s.expires for s in held), default=wall + self.wait_max)
         self._all_fresh = self._claims_fresh = False  # after the sleep: look again
         self._fresh_reads.clear()
-        self._steal_reads = 0
+        self._walk_reads = 0
         # Held spans end soon or never (their worker died: their lease tells when):
         # look again soon at first, then less and less often.
         idle, self._idle = self._idle, min(self.wait_max, self._idle * 2)
@@ -500,8 +500,8 @@ class WorkerMachine:
         at, unknown = self.book.frontier(region)
         if unknown is not None:
             if region != self.region:
-                self._steal_reads += 1
-                if self._steal_reads > max(SAMPLE, WALK_READS // self.options.workers):
+                self._walk_reads += 1
+                if self._walk_reads > max(SAMPLE, WALK_READS // self.options.workers):
                     return None
             return self._read_claim(unknown, self.book.listed[unknown])
         hi = self.options.region(region)[1]
