@@ -220,7 +220,11 @@ class WorkerMachine:
         self._claims_fresh = False  # claims listed since this worker last won a claim
         self._all_fresh = False  # claims, bursts and outcomes listed since the last sleep
         self._sampled = True
-        self._fresh_reads: set[tuple[int, int]] = set()  # claims read since the last sleep
+        # Claims read since the last sleep -> the wall time their read was sent: the
+        # content is at least that recent, and only a read sent after a lease ended can
+        # show that it ended (a read from before a renewal cannot).
+        self._fresh_reads: dict[tuple[int, int], float] = {}
+        self._read_wall = float("-inf")  # when the pending read was sent
         self._lapse_check = False
         self._walk_reads = 0  # claims read since the last sleep to walk other regions
         self._renewing: tuple[int, float] | None = None  # (start, lease end) being renewed
@@ -248,6 +252,8 @@ class WorkerMachine:
         self.counts[kind] = self.counts.get(kind, 0) + 1
         if isinstance(op, (List, Read, Create, Write)):
             self._pending = op
+            if isinstance(op, Read):
+                self._read_wall = wall
         return op
 
     def _decide(self, wall: float, mono: float, pick: float) -> Op:
@@ -468,8 +474,12 @@ class WorkerMachine:
             return List(self.bursts_prefix)
         if book.settled:
             return Exit("done")
-        # Take over only a claim read since the last sleep: it may have been renewed.
-        expired = [s for s in book.expired(wall) if (s.start, s.number) in self._fresh_reads]
+        # Take over only a claim whose read was sent after its lease ended (a read from
+        # before may predate a renewal), and since the last sleep.
+        fresh = self._fresh_reads
+        expired = [
+            s for s in book.expired(wall) if fresh.get((s.start, s.number), -1.0) >= s.expires
+        ]
         if expired:
             span = expired[min(len(expired) - 1, int(pick * len(expired)))]
             return self._take_over(span, wall)
@@ -598,7 +608,7 @@ class WorkerMachine:
             span = parse_claim(*parsed, data)
             if span is not None:
                 self.book.learn_span(span)
-                self._fresh_reads.add(parsed)
+                self._fresh_reads[parsed] = self._read_wall
 
     def created(self, key: str, won: bool) -> None:
         """The answer to :class:`Create`: whether the object was created (else one

@@ -321,3 +321,43 @@ def test_a_renewal_that_landed_in_time_needs_no_look() -> None:
     claims_prefix = protocol.group_claims_prefix(GID)
     assert not any(isinstance(o, List) and o.prefix.startswith(claims_prefix) for o in after)
     assert isinstance(after[-1], Sleep)
+
+
+def test_a_claim_read_before_its_lease_ended_is_not_taken_over_on_that_read() -> None:
+    """Worker b reads a's claim, then runs a span of its own without sleeping; a renews
+    meanwhile. Once b is idle past the lease b read, it reads the claim again rather than
+    take the span over on its old read (which predates the renewal): two workers would
+    then run the same inputs. Seen in the 1,000-worker model as inputs with two bursts."""
+    from runner.pool_book import Span, claim_record
+
+    store: dict[str, bytes] = {}
+    a_claim = protocol.group_claim_key(GID, 0, 0)
+    store[a_claim] = claim_record(Span(0, 0, "a", 1_010.0, 4, 0))
+    machine = WorkerMachine(options(8, 2, lease_s=30.0), GID, "b")  # regions [0, 4), [4, 8)
+    wall, ops = 1_000.0, []
+    for _ in range(200):
+        if wall >= 1_008.0:  # a renews its claim while b runs
+            store[a_claim] = claim_record(Span(0, 0, "a", 1_038.0, 4, 0))
+        op = machine.next(wall=wall, mono=wall, pick=0.0)
+        ops.append(op)
+        if isinstance(op, Read):
+            machine.read(op.key, store.get(op.key))
+        elif isinstance(op, List):
+            machine.listed(op.prefix, sorted(k for k in store if k.startswith(op.prefix)))
+        elif isinstance(op, Create):
+            won = op.key not in store
+            store.setdefault(op.key, op.data)
+            machine.created(op.key, won)
+        elif isinstance(op, Write):
+            store[op.key] = op.data
+            machine.written(op.key)
+        elif isinstance(op, Run):
+            wall += 3.0
+            machine.ran(op.index, *ok(op.index))
+        else:
+            break
+    assert isinstance(op, Sleep)
+    assert sum(isinstance(o, Run) for o in ops) == 4  # its own span, [4, 8)
+    assert protocol.group_claim_key(GID, 0, 1) not in store  # no takeover of a's span
+    reads = [o for o in ops if isinstance(o, Read) and o.key == a_claim]
+    assert len(reads) == 2  # once to walk the chain, once again after the lease it read
