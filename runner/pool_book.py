@@ -19,8 +19,15 @@ own (``results/{index}.res``). A span is *running* while its latest claim holds;
 that lease ran out (its worker died) the span is taken over by claim ``n + 1`` from its
 first input that is not done — unless that input already had ``max_claims`` claims:
 then it is failed, not run again (each claim counts the claims that ran its first
-input: ``tries``). Claims after the first flush after every outcome, so the input a
-worker died on is known exactly.
+input: ``tries``). A takeover writes its first outcome at once, so the input a worker
+died on is known exactly.
+
+A takeover of a long span runs only a part of it, ``[first, end')``, and its claim says
+where the span's link of the chain ended (``reach``): the rest, ``[end', reach)``, is a
+*hole* that other workers claim as spans of their own, a chain inside the chain. So the
+work of a dead worker is spread over the idle ones instead of waiting on one of them.
+Only a claim that was never cut is cut (a cut claim's takeover keeps its end), so a hole
+is bounded by a reach that every claim of its span states.
 
 Span sizes adapt (:func:`span_size`): short while inputs are slow or few remain, long
 while they are fast, so the tail does not wait on one worker.
@@ -154,7 +161,8 @@ class Span:
     """Claim ``number`` (0 first) of the span ``[start, end)``: ``worker`` runs its
     inputs from ``first`` on, and holds it until ``expires`` (wall clock); ``tries``
     claims, this one included, ran input ``first`` (a takeover counts the claims
-    whose workers died on it)."""
+    whose workers died on it). ``reach``: where the span's link of its region's chain
+    ends, when a takeover cut it (``end < reach``: the rest is a hole), else None."""
 
     start: int
     number: int
@@ -163,6 +171,12 @@ class Span:
     end: int
     first: int
     tries: int = 1
+    reach: int | None = None
+
+    @property
+    def link_end(self) -> int:
+        """Where the next span of the region's chain starts."""
+        return self.end if self.reach is None else self.reach
 
 
 class Intervals:
@@ -243,7 +257,8 @@ class PoolBook:
         self.stop: protocol.StopRecord | None = None
         self.changes = 0
         """How many facts were learned: a follower's measure of progress."""
-        self._frontier: dict[int, int] = {}  # region -> where its known chain of spans ends
+        # region -> where its known chain of spans ends, and the reaches open there
+        self._frontier: dict[int, tuple[int, tuple[int, ...]]] = {}
         self._starts: dict[int, list[int]] = {}  # region -> listed span starts, sorted
         # free_estimate of each region, kept up to date: a region's changes only when a
         # claim of it is listed or read (regions marked stale then), and an idle worker
@@ -279,10 +294,13 @@ class PoolBook:
         known = self.spans.get(span.start)
         if known is not None and (known.number, known.expires) >= (span.number, span.expires):
             return False
-        if known is not None and known.end != span.end:  # every claim of a span has its end
-            span = replace(span, end=known.end)
-        if known is None:
-            self._stale.add(self.options.region_of(span.start))  # its end is known now
+        if known is not None and known.number == span.number:  # a renewal: the same claim
+            span = replace(span, end=known.end, reach=known.reach)
+        if known is None or known.end != span.end:
+            region = self.options.region_of(span.start)
+            self._stale.add(region)  # its end is known now, or a takeover cut it
+            if span.end < span.link_end:
+                self._frontier.pop(region, None)  # a hole behind the known chain's end
         self.spans[span.start] = span
         self.changes += 1
         return True
@@ -291,6 +309,7 @@ class PoolBook:
         """Inputs ``[first, end)`` have outcomes (a burst's name); True when news."""
         end = min(end, self.options.total)
         if self.done.add(max(0, first), end):
+            self._stale.add(self.options.region_of(max(0, first)))  # its free inputs are fewer
             self.changes += 1
             return True
         return False
@@ -376,19 +395,36 @@ class PoolBook:
         i = bisect.bisect_right(starts, start)
         return starts[i] if i < len(starts) else None
 
-    def frontier(self, region: int) -> tuple[int, int | None]:
-        """Where the region's chain of spans ends as far as known: ``(at, None)``, or
-        ``(at, start)`` when the span starting at ``start`` must be read first (its end
-        is not known)."""
+    def frontier(self, region: int) -> tuple[int, int | None, int]:
+        """Where the region's chain of spans first has inputs no claim covers, as far as
+        known: ``(at, None, limit)`` — inputs ``[at, limit)`` are free (``at == hi``:
+        none) — or ``(at, start, limit)`` when the span starting at ``start`` must be
+        read first (its end is not known)."""
         lo, hi = self.options.region(region)
-        at = self._frontier.get(region, lo)
-        while at < hi and at in self.listed:
-            end = self.span_end(at)
-            if end is None:
-                return at, at
-            at = end
-        self._frontier[region] = at
-        return at, None
+        at, limits = self._frontier.get(region, (lo, ()))
+        reaches = list(limits)  # the reaches of the cut spans being walked, innermost last
+        while True:
+            limit = reaches[-1] if reaches else hi
+            if at >= limit:
+                if not reaches:
+                    break
+                reaches.pop()  # the end of a hole: the chain goes on
+                continue
+            if at not in self.listed:
+                break
+            span = self.spans.get(at)
+            if span is None:
+                end = self.span_end(at)
+                if end is None:
+                    return at, at, limit
+                at = end  # a listed start follows: every input between is claimed
+                continue
+            if span.end < span.link_end:
+                reaches.append(span.link_end)
+            at = span.end
+        if not reaches:
+            self._frontier[region] = (at, ())
+        return at, None, reaches[-1] if reaches else hi
 
     def suspects(self, wall: float) -> list[int]:
         """Starts of listed spans with inputs left whose lease may have run out: their
@@ -399,23 +435,24 @@ class PoolBook:
             if span is not None and span.number >= number and span.expires > wall:
                 continue  # a live claim, as last read
             end = self.span_end(start)
+            if end is None:  # it ends in its region: done with the region, it is done
+                end = self.options.region(self.options.region_of(start))[1]
             first = span.first if span is not None else start
-            if end is None or self.done.first_missing(first, end) < end:
+            if self.done.first_missing(first, end) < end:
                 out.append(start)
         return sorted(out)
 
     def free_estimate(self, region: int) -> int:
-        """Inputs of the region no claim covers (an upper bound while a span's end is
-        unknown: that span counts as one input)."""
+        """Inputs of the region that no known claim covers and have no outcome (an upper
+        bound while a span's end is unknown: that span counts as one input)."""
         if region in self._stale:
             self._stale.discard(region)
             self._update_free(region)
         return self._free[region]
 
     def _update_free(self, region: int) -> None:
-        at, unknown = self.frontier(region)
-        hi = self.options.region(region)[1]
-        free = max(0, hi - at - (1 if unknown is not None else 0))
+        at, unknown, limit = self.frontier(region)
+        free = max(0, self.done.missing(at, limit) - (1 if unknown is not None else 0))
         self._free_total += free - self._free[region]
         self._free[region] = free
 
@@ -440,7 +477,6 @@ def span_size(
     mean_s: float | None,
     free: int,
     region_left: int,
-    jitter: float = 0.5,
 ) -> int:
     """How many inputs a worker claims next (at least one).
 
@@ -448,18 +484,23 @@ def span_size(
     :param mean_s: seconds the worker's inputs took on average, or None (none yet).
     :param free: inputs no claim covers, as far as the worker knows (whole batch).
     :param region_left: inputs left in the region the span would start in.
-    :param jitter: a number in [0, 1): in a :attr:`~PoolOptions.large` pool, a first
-        span is between a quarter and three quarters of what its region has left, so
-        that the workers' first spans do not all end (and claim again) at once.
+    In a :attr:`~PoolOptions.large` pool a worker's first span is its whole region: a
+    thousand workers claiming again after a few quick inputs would all meet the
+    bucket's write limit at once (and a 429 costs a worker a second or more).
     """
     if mean_s is None and options.large:
-        ramp = max(ramp, math.ceil(region_left * (1 + 2 * jitter) / 4))
+        return max(1, region_left)
     size = min(ramp, MAX_SPAN, region_left)
     if mean_s is not None and mean_s > 0:
         size = min(size, int(options.span_seconds / mean_s))
     # Guided self-scheduling: never more than a share of what is left, so the last
     # spans are short and every worker finishes near the same time.
-    size = min(size, -(-free // (2 * options.workers)))
+    share = -(-free // (2 * options.workers))
+    if options.large and mean_s is not None and mean_s > 0:
+        # ... but in a large pool not so short that the spans left would be claimed
+        # faster than its claim rate: ``free / size`` claims in ``size * mean_s`` s.
+        share = max(share, math.ceil(math.sqrt(free / (options.claims_per_s * mean_s))))
+    size = min(size, share)
     return max(1, min(size, region_left))
 
 
@@ -481,14 +522,20 @@ def pick_region(book: PoolBook, pick: float, avoid: int | None = None) -> int | 
     return choices[min(len(choices) - 1, int(pick * len(choices)))]
 
 
-def take_over(span: Span, first: int, worker: str, expires: float) -> Span:
+def take_over(span: Span, first: int, worker: str, expires: float, end: int | None = None) -> Span:
     """Claim ``number + 1`` of an expired claim's span, from ``first`` (its first input
     without an outcome). Its ``tries``: when the dead worker died on its own first
-    input, one more than its; else two (that worker ran ``first`` too: claims after the
-    first write each outcome at once, so it died on it — claim 0 maybe later, counted
-    all the same)."""
+    input, one more than its; else two (that worker ran ``first`` too: a takeover
+    writes its first outcome at once, so it died on a later one — claim 0 maybe on an
+    earlier one, counted all the same).
+
+    :param end: run only ``[first, end)``, leaving the rest of the span a hole that
+        others claim (module docstring); ignored unless the claim was never cut.
+    """
     tries = span.tries + 1 if first == span.first else 2
-    return Span(span.start, span.number + 1, worker, expires, span.end, first, tries)
+    if end is None or span.reach is not None or not first < end < span.end:
+        return Span(span.start, span.number + 1, worker, expires, span.end, first, tries, span.reach)
+    return Span(span.start, span.number + 1, worker, expires, end, first, tries, span.end)
 
 
 def claim_record(span: Span) -> bytes:
@@ -500,6 +547,8 @@ def claim_record(span: Span) -> bytes:
         "first": span.first,
         "tries": span.tries,
     }
+    if span.reach is not None:
+        record["reach"] = span.reach
     return protocol.dump_json(record)
 
 
@@ -512,7 +561,9 @@ def parse_claim(start: int, number: int, data: bytes) -> Span | None:
         end = int(record.get("end", start + 1))
         first = int(record.get("first", start))
         tries = int(record.get("tries", number + 1))
+        reach = record.get("reach")
+        reach = None if reach is None or int(reach) <= end else int(reach)
         worker, expires = str(record["worker"]), float(record["expires"])
-        return Span(start, number, worker, expires, end, first, tries)
+        return Span(start, number, worker, expires, end, first, tries, reach)
     except (ValueError, KeyError, TypeError, AttributeError):
         return None

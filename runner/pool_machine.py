@@ -33,7 +33,7 @@ What a worker does (the protocol is in :mod:`runner.pool_book`):
 2. run the span's inputs in order (retries in place), buffering their outcomes; write
    them as one burst when ``burst_max`` are buffered, ``burst_s`` after the first, at
    the span's end, and before waiting or exiting — an outcome is never visible before
-   its burst is durable, and a claim after the first writes each outcome at once;
+   its burst is durable, and a takeover writes its first outcome at once;
 3. renew the claim every third of the lease; end the running input when the batch
    stops (cancel, ``cancel_running_on_fail``) or the input was cancelled alone; a claim
    found taken over (this worker stalled past its lease) is dropped with its buffer;
@@ -82,6 +82,17 @@ learn where a region's chain of spans ends): a worker reads ``WALK_READS / worke
 per look, at least :data:`SAMPLE`, then sleeps. At a batch's tail a thousand idle
 workers would otherwise each walk every region's chain while the work left is a few
 spans, past the bucket's 5,000 reads a second."""
+IDLE_READS_PER_S = 2000
+"""Reads a second (a listing costs one per page of :data:`PAGE` names) that the pool's
+idle workers make at most together: two fifths of what a bucket takes at first. An idle
+worker sleeps ``workers x its look's reads / IDLE_READS_PER_S`` (at most
+:data:`~runner.pool_book.LEASE_WAIT_MAX`): at a large batch's tail, hundreds of idle
+workers looking every quarter second would starve the reads of the workers still
+running, and a 429 stalls those for a second or more. A dead worker's span is still
+found soon: each look reads a few claims that may have expired (:data:`SAMPLE`), and
+with hundreds of idle workers one of them looks every few milliseconds."""
+PAGE = 1000
+"""Names in a page of a listing (the storage's)."""
 IDLE_FIRST = 0.25
 """Seconds a worker with nothing to do first sleeps before it looks again (doubling)."""
 OUTPUT_TAIL = 64 * 1024
@@ -220,13 +231,19 @@ class WorkerMachine:
         self._claims_fresh = False  # claims listed since this worker last won a claim
         self._all_fresh = False  # claims, bursts and outcomes listed since the last sleep
         self._sampled = True
+        self._look_reads = 0  # reads (listing pages included) since the last sleep
         # Claims read since the last sleep -> the wall time their read was sent: the
         # content is at least that recent, and only a read sent after a lease ended can
         # show that it ended (a read from before a renewal cannot).
         self._fresh_reads: dict[tuple[int, int], float] = {}
-        self._read_wall = float("-inf")  # when the pending read was sent
+        self._read_wall = float("-inf")  # when the pending read or listing was sent
+        # Bursts listings since the last sleep, by prefix -> the wall time each was sent:
+        # a span is taken over only once a listing of its bursts sent after its lease
+        # ended shows inputs left (its holder's last burst may postdate an older one).
+        self._bursts_walls: dict[str, float] = {}
         self._lapse_check = False
         self._walk_reads = 0  # claims read since the last sleep to walk other regions
+        self._walking: int | None = None  # the region whose chain is being walked
         self._renewing: tuple[int, float] | None = None  # (start, lease end) being renewed
         self._idle = idle_first  # the next sleep with nothing to do (doubles to wait_max)
 
@@ -252,7 +269,7 @@ class WorkerMachine:
         self.counts[kind] = self.counts.get(kind, 0) + 1
         if isinstance(op, (List, Read, Create, Write)):
             self._pending = op
-            if isinstance(op, Read):
+            if isinstance(op, (Read, List)):
                 self._read_wall = wall
         return op
 
@@ -282,7 +299,8 @@ class WorkerMachine:
         if buffer is not None and (
             len(buffer.records) >= self.options.burst_max
             or mono - (buffer.since or mono) >= buffer.wait
-            or buffer.span.number > 0  # a takeover: each outcome at once (module docstring)
+            # a takeover: its first outcome at once (runner.pool_book's docstring)
+            or (buffer.span.number > 0 and buffer.first == buffer.span.first)
             or span is None
             or self.cursor >= span.end
             or self.stop_to_write is not None  # the failure is durable before the stop
@@ -306,7 +324,7 @@ class WorkerMachine:
                 return Run(index, 0)
             self.span = None  # every input of the span has an outcome (its burst is out)
             self.ramp = min(MAX_SPAN, self.ramp * 4)
-        return self._find_work(wall, pick)
+        return self._find_work(wall, mono, pick)
 
     # -- while an input runs --------------------------------------------------------------
 
@@ -448,7 +466,7 @@ class WorkerMachine:
 
     # -- finding work ---------------------------------------------------------------------
 
-    def _find_work(self, wall: float, pick: float) -> Op:
+    def _find_work(self, wall: float, mono: float, pick: float) -> Op:
         book = self.book
         if self.region is None and self.ordinal is not None:
             self.region = self.ordinal % self.options.regions
@@ -459,10 +477,17 @@ class WorkerMachine:
         if not self._claims_fresh:  # moving to another region: look where others are
             self._claims_fresh = True
             return List(self.claims_prefix)
-        region = pick_region(book, pick, avoid=self.region)
+        # Walk one region's chain to its end before picking another (each step's pick
+        # differs: a walk spread over many regions would end none).
+        region = self._walking
+        if region is None or self.book.free_estimate(region) <= 0:
+            region = pick_region(book, pick, avoid=self.region)
+        self._walking = None
         if region is not None:
             op = self._next_in(region, wall, pick)
             if op is not None:
+                if isinstance(op, Read):
+                    self._walking = region
                 return op
         if not self._all_fresh:
             # Nothing left to claim: list bursts and outcomes (which spans have inputs
@@ -475,13 +500,18 @@ class WorkerMachine:
         if book.settled:
             return Exit("done")
         # Take over only a claim whose read was sent after its lease ended (a read from
-        # before may predate a renewal), and since the last sleep.
+        # before may predate a renewal), and only once a listing of its bursts sent after
+        # then shows inputs left (its holder's last burst may postdate an older one).
         fresh = self._fresh_reads
         expired = [
             s for s in book.expired(wall) if fresh.get((s.start, s.number), -1.0) >= s.expires
         ]
         if expired:
             span = expired[min(len(expired) - 1, int(pick * len(expired)))]
+            prefix = self._span_bursts_prefix(span)
+            walls = self._bursts_walls
+            if max(walls.get(prefix, -1.0), walls.get(self.bursts_prefix, -1.0)) < span.expires:
+                return List(prefix)
             return self._take_over(span, wall)
         if not self._sampled:
             self._sampled = True
@@ -496,26 +526,32 @@ class WorkerMachine:
         soonest = min((s.expires for s in held), default=wall + self.wait_max)
         self._all_fresh = self._claims_fresh = False  # after the sleep: look again
         self._fresh_reads.clear()
+        self._bursts_walls.clear()
         self._walk_reads = 0
         # Held spans end soon or never (their worker died: their lease tells when):
-        # look again soon at first, then less and less often.
+        # look again soon at first, then less and less often — but no more often than
+        # the pool's share of reads allows (IDLE_READS_PER_S), spread by ``pick``.
         idle, self._idle = self._idle, min(self.wait_max, self._idle * 2)
-        return Sleep(max(0.05, min(idle, soonest - wall)))
+        rationed = self.options.workers * self._look_reads / IDLE_READS_PER_S
+        self._look_reads = 0
+        rationed = min(rationed, self.wait_max) * (0.5 + pick)  # after the cap: spread
+        return Sleep(max(0.05, rationed, min(idle, soonest - wall)))
 
     def _next_in(self, region: int, wall: float, pick: float) -> Op | None:
         """Claim the next span of ``region`` (reading the claim that ends its known
         chain first, when its end is unknown); None when the region is all claimed, or
         when another region's chain would need more reads than a look may spend
         (:data:`WALK_READS`)."""
-        at, unknown = self.book.frontier(region)
+        at, unknown, limit = self.book.frontier(region)
         if unknown is not None:
-            if region != self.region:
+            # A hole (a dead worker's rest, limit < the region's end) is where the work
+            # left is: walking its chain is not rationed.
+            if region != self.region and limit == self.options.region(region)[1]:
                 self._walk_reads += 1
                 if self._walk_reads > max(SAMPLE, WALK_READS // self.options.workers):
                     return None
             return self._read_claim(unknown, self.book.listed[unknown])
-        hi = self.options.region(region)[1]
-        if at >= hi:
+        if at >= limit:
             return None
         self.region = region
         size = span_size(
@@ -523,17 +559,35 @@ class WorkerMachine:
             ramp=self.ramp,
             mean_s=self.mean_s,
             free=self.book.free_total(),
-            region_left=hi - at,
-            jitter=pick,
+            region_left=limit - at,
         )
         return self._create_claim(
             Span(at, 0, self.worker, wall + self.options.lease_s, at + size, at)
         )
 
+    def _span_bursts_prefix(self, span: Span) -> str:
+        """A prefix of burst names that covers the bursts of ``span``'s inputs left (the
+        digits its first and last input share: a listing of a few names, not all)."""
+        a, b = f"{self.book.next_undone(span):07d}", f"{span.end - 1:07d}"
+        common = 0
+        while common < len(a) and a[common] == b[common]:
+            common += 1
+        return self.bursts_prefix + a[:common]
+
     def _take_over(self, span: Span, wall: float) -> Op:
+        """Take over ``span`` from its first input without an outcome — only a part of
+        it, sized as a fresh span would be, when the rest is long: others claim that."""
         first = self.book.next_undone(span)
         self._took_from[span.start] = span.worker
-        return self._create_claim(take_over(span, first, self.worker, wall + self.options.lease_s))
+        size = span_size(
+            self.options,
+            ramp=self.ramp,
+            mean_s=self.mean_s,
+            free=self.book.free_total() + span.end - first,
+            region_left=span.end - first,
+        )
+        claim = take_over(span, first, self.worker, wall + self.options.lease_s, first + size)
+        return self._create_claim(claim)
 
     def _create_claim(self, span: Span) -> Create:
         key = self._claim_key(span.start, span.number)
@@ -563,6 +617,7 @@ class WorkerMachine:
         if not isinstance(pending, List) or pending.prefix != prefix:
             raise RuntimeError(f"answer for list {prefix!r} but {pending!r} was asked")
         self._pending = None
+        self._look_reads += 1 + len(keys) // PAGE
         book = self.book
         if prefix.startswith(self.claims_prefix):
             for key in keys:
@@ -573,9 +628,10 @@ class WorkerMachine:
             taken = span is not None and book.listed.get(span.start, -1) > span.number
             if prefix != self.claims_prefix and taken:
                 self._lose_span()
-        elif prefix == self.bursts_prefix:
+        elif prefix.startswith(self.bursts_prefix):
+            self._bursts_walls[prefix] = self._read_wall
             for key in keys:
-                burst = protocol.parse_burst_name(key.removeprefix(prefix))
+                burst = protocol.parse_burst_name(key.removeprefix(self.bursts_prefix))
                 if burst is not None:
                     book.learn_burst(burst[0], burst[1])
         elif prefix == self.results_prefix:
@@ -598,6 +654,7 @@ class WorkerMachine:
     def read(self, key: str, data: bytes | None) -> None:
         """The answer to :class:`Read`: the object's bytes, or None when it is missing."""
         self._answer(Read, key)
+        self._look_reads += 1
         if key == self.stop_key:
             if data is not None:
                 with contextlib.suppress(ValueError):  # being written: read again later

@@ -600,6 +600,10 @@ class ClaimRecord(TypedDict):
     tries: NotRequired[int]
     """How many claims of the span ran input ``first``, this one included; past
     ``max_claims`` it is failed instead (absent: ``number + 1``)."""
+    reach: NotRequired[int]
+    """Where the span's link of its region's chain ends (absent: ``end``). A takeover
+    that runs only part of a dead worker's span has ``end < reach``: inputs
+    ``[end, reach)`` are then claimed afresh, as spans of their own."""
 
 
 def batch_engine(manifest: BatchManifest) -> BatchEngine:

@@ -1,6 +1,6 @@
 """A pool so large that the bucket's write and read rates bind (runner.pool_book,
-runner.pool_machine): its timers stretch with its size, its first spans and bursts are
-spread, and its idle workers walk other regions' chains a few claims a look. Pure: the
+runner.pool_machine): its timers stretch with its size, its first span is its region,
+its last spans are bounded by its claim rate, its bursts are spread, and its idle workers walk other regions' chains a few claims a look. Pure: the
 machines over the in-memory store of tests/unit/pool_driver.py, no loop, no IO."""
 
 from __future__ import annotations
@@ -30,21 +30,27 @@ def test_a_pool_stretches_spans_and_bursts_only_when_its_writes_would_bind() -> 
     assert opts(10_000).span_seconds == 25.0
 
 
-def test_a_large_pools_first_spans_are_spread_shares_of_their_regions() -> None:
-    size = {
-        jitter: span_size(opts(1000), ramp=FIRST_SPAN, mean_s=None, free=1_000_000,
-                          region_left=100, jitter=jitter)
-        for jitter in (0.0, 0.5, 0.999)
-    }  # fmt: skip
-    assert size == {0.0: 25, 0.5: 50, 0.999: 75}  # a quarter to three quarters
-    # ... and never more than the guided share of what is left (100 = 2 x 1,000 x 50).
-    assert span_size(opts(1000), ramp=FIRST_SPAN, mean_s=None, free=100_000,
-                     region_left=100, jitter=0.999) == 50  # fmt: skip
+def test_a_large_pools_first_span_is_its_whole_region() -> None:
+    # A thousand workers claiming again after a few inputs would meet the bucket's write
+    # limit at once: each claims its region (an Indexed Job gives each one of its own).
+    first = span_size(opts(1000), ramp=FIRST_SPAN, mean_s=None, free=100_000, region_left=100)
+    assert first == 100
     # Once the speed is known, the span holds span_seconds of work (the ramp allowing).
-    assert span_size(opts(1000), ramp=4096, mean_s=0.05, free=100_000, region_left=100) == 50
-    # A small pool still starts with FIRST_SPAN inputs, whatever the jitter.
+    assert span_size(opts(1000), ramp=4096, mean_s=0.05, free=100_000, region_left=400) == 50
+    # A small pool still starts with FIRST_SPAN inputs.
     small = span_size(opts(100), ramp=FIRST_SPAN, mean_s=None, free=100_000, region_left=1000)
     assert small == FIRST_SPAN
+
+
+def test_a_large_pools_last_spans_stay_long_enough_for_its_claim_rate() -> None:
+    # 7,500 inputs of 50 ms left to 1,000 workers: the guided share (4) would be 1,875
+    # claims in 0.2 s; a span of sqrt(7,500 / (400 x 0.05)) = 20 keeps them near 400/s.
+    size = span_size(opts(1000), ramp=4096, mean_s=0.05, free=7_500, region_left=100)
+    assert size == 20
+    assert (7_500 / size) / (size * 0.05) <= CLAIMS_PER_S
+    # The last few inputs still go one by one, and a small pool keeps the guided share.
+    assert span_size(opts(1000), ramp=4096, mean_s=0.05, free=10, region_left=10) == 1
+    assert span_size(opts(100), ramp=4096, mean_s=0.05, free=7_500, region_left=100) == 38
 
 
 def test_a_large_pools_bursts_are_due_at_spread_times() -> None:

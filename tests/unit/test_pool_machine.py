@@ -89,9 +89,17 @@ def test_a_dead_workers_span_is_taken_over_from_its_first_input_without_an_outco
     assert sorted(found) == list(range(400))
     assert all(len(v) == 1 for v in found.values())
     taken = [c for c in claims(pool) if c[1] == 1]
-    assert taken == [(span.start, 1, max(done) + 1, span.end)]
+    assert [c[:3] for c in taken] == [(span.start, 1, max(done) + 1)]
     assert found[max(done) + 1][0]["worker"] == "heir"
     assert found[max(done) + 1][0]["claim"] == 1
+    # The heir ran a part of the dead span; the rest was claimed afresh, span by span.
+    cut = taken[0][3]
+    assert max(done) + 1 < cut < span.end
+    pieces = [c for c in claims(pool) if cut <= c[0] < span.end]
+    assert [c[1] for c in pieces] == [0] * len(pieces)
+    starts = [c[0] for c in pieces]
+    assert starts == [cut] + [c[3] for c in pieces[:-1]]  # each starts where the last ended
+    assert pieces[-1][3] == span.end  # the hole ends where the dead span did
 
 
 def test_a_stalled_worker_that_lost_its_span_writes_nothing_of_it() -> None:
@@ -236,13 +244,13 @@ def test_the_books_free_counts_follow_what_it_learns() -> None:
     rng = random.Random(5)
 
     def from_scratch(region: int) -> int:
-        at, unknown = book.frontier(region)
-        return max(0, opts.region(region)[1] - at - (1 if unknown is not None else 0))
+        at, unknown, limit = book.frontier(region)
+        return max(0, limit - at - (1 if unknown is not None else 0))
 
     for step in range(400):
         region = rng.randrange(opts.regions)
         hi = opts.region(region)[1]
-        at, unknown = book.frontier(region)
+        at, unknown, _ = book.frontier(region)
         if unknown is not None and rng.random() < 0.7:  # read the claim that ends the chain
             end = min(hi, unknown + rng.randint(1, 8))
             book.learn_span(Span(unknown, book.listed[unknown], "w", 1.0, end, unknown))

@@ -100,7 +100,7 @@ def test_book_classifies_done_running_expired_and_free() -> None:
     assert not b.learn_outcome(99, "succeeded")  # out of range
     assert b.running(WALL) == [1]  # span [0, 3): input 0 is done, its worker runs 1
     assert [s.start for s in b.expired(WALL)] == [5]
-    assert b.frontier(0) == (3, None)
+    assert b.frontier(0) == (3, None, 5)
     assert b.free_estimate(0) == 2
     assert b.free_estimate(1) == 3
     b.learn_burst(1, 3)
@@ -126,6 +126,38 @@ def test_a_takeover_counts_the_claims_that_ran_its_first_input() -> None:
     assert (moved.number, moved.first, moved.tries) == (3, 6, 2)
 
 
+def test_a_takeover_of_part_of_a_span_leaves_the_rest_a_hole_for_others() -> None:
+    dead = Span(0, 0, "a", WALL - 1, 10, 0)
+    cut = take_over(dead, 3, "b", WALL + 30, end=5)
+    assert (cut.first, cut.end, cut.reach, cut.link_end) == (3, 5, 10, 10)
+    assert parse_claim(0, 1, claim_record(cut)) == cut  # the reach is stored
+    # A cut claim's own takeover keeps its end: a hole is bounded by one reach.
+    again = take_over(cut, 4, "c", WALL + 30, end=4)
+    assert (again.end, again.reach) == (5, 10)
+    # An end past the span's, or at its first input, cuts nothing.
+    assert take_over(dead, 3, "b", WALL, end=12).reach is None
+    assert take_over(dead, 3, "b", WALL, end=3).reach is None
+
+    b = book(total=20, workers=2)  # regions [0, 10) and [10, 20)
+    b.learn_span(span(0, 10, expires=WALL - 1))
+    assert b.frontier(0) == (10, None, 10)  # all claimed
+    b.learn_listed(0, 1)  # a stale claim 0 says nothing of a hole: none is claimed
+    assert b.frontier(0) == (10, None, 10)
+    b.learn_span(cut)
+    assert b.frontier(0) == (5, None, 10)  # the hole [5, 10), bounded by the reach
+    assert b.free_estimate(0) == 5
+    b.learn_span(span(5, 7))  # a worker claimed the hole's first part
+    assert b.frontier(0) == (7, None, 10)
+    b.learn_span(take_over(span(5, 7, expires=WALL - 1), 5, "d", WALL + 30, end=6))
+    assert b.frontier(0) == (6, None, 7)  # a hole in the hole, bounded by its own reach
+    b.learn_span(span(6, 7))
+    assert b.frontier(0) == (7, None, 10)  # past it, the outer hole goes on
+    b.learn_span(span(7, 10))
+    assert b.frontier(0) == (10, None, 10)
+    assert b.free_estimate(0) == 0
+    assert pool_plan.span_of(b, 5) == b.spans[5]  # the piece holds its inputs, not the cut span
+
+
 def test_a_listed_span_ends_where_the_next_of_its_region_starts() -> None:
     b = book(total=20, workers=2)  # regions [0, 10) and [10, 20)
     b.learn_listed(0, 0)
@@ -133,10 +165,10 @@ def test_a_listed_span_ends_where_the_next_of_its_region_starts() -> None:
     b.learn_listed(10, 0)
     assert b.span_end(0) == 4  # spans of a region are contiguous
     assert b.span_end(4) is None  # the last one: its claim must be read
-    assert b.frontier(0) == (4, 4)
+    assert b.frontier(0) == (4, 4, 10)
     assert b.unread() == [(0, 0), (4, 0), (10, 0)]
     b.learn_span(span(4, 7))
-    assert b.frontier(0) == (7, None)
+    assert b.frontier(0) == (7, None, 10)
     assert b.free_estimate(0) == 3
     assert b.free_estimate(1) == 9  # the span at 10 counts as one input until read
     assert b.suspects(WALL) == [0, 10]  # never read; 4 holds
