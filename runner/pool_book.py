@@ -534,7 +534,9 @@ def take_over(span: Span, first: int, worker: str, expires: float, end: int | No
     """
     tries = span.tries + 1 if first == span.first else 2
     if end is None or span.reach is not None or not first < end < span.end:
-        return Span(span.start, span.number + 1, worker, expires, span.end, first, tries, span.reach)
+        return Span(
+            span.start, span.number + 1, worker, expires, span.end, first, tries, span.reach
+        )
     return Span(span.start, span.number + 1, worker, expires, end, first, tries, span.end)
 
 
