@@ -8,8 +8,18 @@ from __future__ import annotations
 from collections import Counter
 
 from runner import protocol
-from runner.pool_book import CLAIMS_PER_S, FIRST_SPAN, PoolOptions, span_size
-from runner.pool_machine import SAMPLE, WALK_READS, Create, List, Read, Sleep, WorkerMachine
+from runner.pool_book import CLAIMS_PER_S, FIRST_SPAN, LEASE_WAIT_MAX, PoolOptions, span_size
+from runner.pool_machine import (
+    IDLE_READS_PER_S,
+    PAGE,
+    SAMPLE,
+    WALK_READS,
+    Create,
+    List,
+    Read,
+    Sleep,
+    WorkerMachine,
+)
 from tests.unit.pool_driver import GID, ok, running
 
 WALL = 1_000_000.0
@@ -75,12 +85,15 @@ def test_idle_workers_of_a_large_pool_read_few_claims_a_look() -> None:
     # Every region has one span listed, of unknown end (its claim was never read).
     names = [f"{prefix}{start:07d}.000" for start in range(0, 4000, 2)]
     reads: Counter[str] = Counter()
+    lists = 0
     for _ in range(200):
         op = machine.next(wall=WALL, mono=0.0, pick=0.5)
         if isinstance(op, Sleep):
             break
         if isinstance(op, List):
-            machine.listed(op.prefix, names if op.prefix == prefix else [])
+            listed = names if op.prefix == prefix else []
+            lists += 1 + len(listed) // PAGE
+            machine.listed(op.prefix, listed)
         elif isinstance(op, Read):
             reads[op.key.split("/")[-2]] += 1
             machine.read(op.key, None)  # unread as far as the worker is concerned
@@ -89,3 +102,7 @@ def test_idle_workers_of_a_large_pool_read_few_claims_a_look() -> None:
     else:
         raise AssertionError("the worker never slept")
     assert reads["claims"] <= max(SAMPLE, WALK_READS // workers) + SAMPLE  # walks + samples
+    # ... and sleeps as long as the pool's share of reads asks: 2,000 idle workers
+    # looking like this one make at most IDLE_READS_PER_S reads a second (pick 0.5: x1).
+    looked = sum(reads.values()) + lists
+    assert op.seconds >= min(workers * looked / IDLE_READS_PER_S, LEASE_WAIT_MAX) - 1e-9

@@ -11,7 +11,7 @@ import pytest
 
 from runner import protocol
 from runner.pool_book import PoolOptions, parse_claim
-from runner.pool_machine import Create, Kill, List, Read, Run, Sleep, WorkerMachine, Write
+from runner.pool_machine import Create, Exit, Kill, List, Read, Run, Sleep, WorkerMachine, Write
 from tests.unit.pool_driver import GID, Pool, ok, running
 
 
@@ -369,3 +369,44 @@ def test_a_claim_read_before_its_lease_ended_is_not_taken_over_on_that_read() ->
     assert protocol.group_claim_key(GID, 0, 1) not in store  # no takeover of a's span
     reads = [o for o in ops if isinstance(o, Read) and o.key == a_claim]
     assert len(reads) == 2  # once to walk the chain, once again after the lease it read
+
+
+def test_a_span_is_not_taken_over_on_a_bursts_listing_older_than_its_lease() -> None:
+    """Worker b lists the bursts, then (its listing of claims held up by 429s) reads a's
+    claim after a's lease ended. a had finished the span meanwhile and written its last
+    burst after b's listing: b lists that span's bursts again before taking it over, and
+    finds them. Seen in the 1,000-worker model as inputs with two bursts."""
+    from runner.pool_book import Span, claim_record
+
+    store: dict[str, bytes] = {}
+    a_claim = protocol.group_claim_key(GID, 0, 0)
+    store[a_claim] = claim_record(Span(0, 0, "a", 1_010.0, 4, 0))
+    a_burst = protocol.group_bursts_prefix(GID) + protocol.burst_name(0, 4, 0, 0)
+    machine = WorkerMachine(options(8, 2, lease_s=30.0), GID, "b")  # regions [0, 4), [4, 8)
+    wall, ops = 1_000.0, []
+    for _ in range(200):
+        op = machine.next(wall=wall, mono=wall, pick=0.0)
+        ops.append(op)
+        if isinstance(op, Read):
+            machine.read(op.key, store.get(op.key))
+        elif isinstance(op, List):
+            machine.listed(op.prefix, sorted(k for k in store if k.startswith(op.prefix)))
+            if op.prefix == protocol.group_bursts_prefix(GID) and a_burst not in store:
+                store[a_burst] = protocol.encode_burst(b"")  # a's last burst, just after
+                wall = 1_011.0  # ... and b's next steps come after a's lease ended
+        elif isinstance(op, Create):
+            won = op.key not in store
+            store.setdefault(op.key, op.data)
+            machine.created(op.key, won)
+        elif isinstance(op, Write):
+            store[op.key] = op.data
+            machine.written(op.key)
+        elif isinstance(op, Run):
+            machine.ran(op.index, *ok(op.index))
+        else:
+            break
+    assert isinstance(op, (Sleep, Exit))
+    assert protocol.group_claim_key(GID, 0, 1) not in store  # no takeover of a's span
+    narrow = [o for o in ops if isinstance(o, List) and o.prefix.endswith("bursts/000000")]
+    assert narrow  # the span's own bursts, listed after its lease ended
+

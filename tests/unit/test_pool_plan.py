@@ -172,6 +172,11 @@ def test_a_listed_span_ends_where_the_next_of_its_region_starts() -> None:
     assert b.free_estimate(0) == 3
     assert b.free_estimate(1) == 9  # the span at 10 counts as one input until read
     assert b.suspects(WALL) == [0, 10]  # never read; 4 holds
+    # Once every input of its region has an outcome, a span never read is done: not a
+    # suspect (at a tail, the few that are left are), and nothing there is free.
+    b.learn_burst(10, 20)
+    assert b.suspects(WALL) == [0]
+    assert b.free_estimate(1) == 0
 
 
 def test_changes_count_every_new_fact() -> None:
