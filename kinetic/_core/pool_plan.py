@@ -12,7 +12,8 @@ known of the batch lives in storage, as objects whose names say almost everythin
   A span is **running** while its latest claim holds; once that lease ran out (its
   worker died) claim ``n + 1`` takes it over from its first input without an outcome,
   unless that input already had ``max_claims`` claims — then it is **failed** (its
-  runs keep killing their workers);
+  runs keep killing their workers). A takeover of a long span runs only a part of it:
+  the rest is claimed afresh, span by span, by the idle workers;
 * ``bursts/{a}-{b}.{start}.{n}``: the outcomes of inputs ``[a, b)``, written together
   by the worker that holds the span: those inputs are **done** (the states are in the
   burst's records, read by followers; workers only list the names);
