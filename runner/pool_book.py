@@ -23,11 +23,14 @@ input: ``tries``). A takeover writes its first outcome at once, so the input a w
 died on is known exactly.
 
 A takeover of a long span runs only a part of it, ``[first, end')``, and its claim says
-where the span's link of the chain ended (``reach``): the rest, ``[end', reach)``, is a
-*hole* that other workers claim as spans of their own, a chain inside the chain. So the
-work of a dead worker is spread over the idle ones instead of waiting on one of them.
-Only a claim that was never cut is cut (a cut claim's takeover keeps its end), so a hole
-is bounded by a reach that every claim of its span states.
+where the span's link of the chain ended (``reach``) and how long that part is
+(``slot``): the rest, ``[end', reach)``, is a *hole* cut into slots of that size,
+``[end' + i × slot, end' + (i + 1) × slot)``, each claimed as a span of its own. So the
+work of a dead worker is spread over the idle ones instead of waiting on one of them,
+and those that join pick slots at random rather than race for the hole's first one. A
+slot's end is known from its start: no claim in a hole is read to learn it. Only a
+claim that was never cut is cut (a cut claim's takeover keeps its end and slots), so a
+hole is bounded by a reach that every claim of its span states.
 
 Span sizes adapt (:func:`span_size`): short while inputs are slow or few remain, long
 while they are fast, so the tail does not wait on one worker.
@@ -162,7 +165,8 @@ class Span:
     inputs from ``first`` on, and holds it until ``expires`` (wall clock); ``tries``
     claims, this one included, ran input ``first`` (a takeover counts the claims
     whose workers died on it). ``reach``: where the span's link of its region's chain
-    ends, when a takeover cut it (``end < reach``: the rest is a hole), else None."""
+    ends, when a takeover cut it (``end < reach``: the rest is a hole, claimed in
+    ``slot`` s of that many inputs), else None."""
 
     start: int
     number: int
@@ -172,6 +176,7 @@ class Span:
     first: int
     tries: int = 1
     reach: int | None = None
+    slot: int = 0
 
     @property
     def link_end(self) -> int:
@@ -257,6 +262,7 @@ class PoolBook:
         self.stop: protocol.StopRecord | None = None
         self.changes = 0
         """How many facts were learned: a follower's measure of progress."""
+        self._cuts: dict[int, dict[int, Span]] = {}  # region -> cut spans, by start
         # region -> where its known chain of spans ends, and the reaches open there
         self._frontier: dict[int, tuple[int, tuple[int, ...]]] = {}
         self._starts: dict[int, list[int]] = {}  # region -> listed span starts, sorted
@@ -279,9 +285,12 @@ class PoolBook:
         return True
 
     def _list(self, start: int, number: int) -> None:
+        region = self.options.region_of(start)
         if start not in self.listed:
-            region = self.options.region_of(start)
             bisect.insort(self._starts.setdefault(region, []), start)
+            self._stale.add(region)
+        elif number > 0:
+            self._frontier.pop(region, None)  # a takeover: it may have cut the span
             self._stale.add(region)
         self.listed[start] = number
 
@@ -295,12 +304,13 @@ class PoolBook:
         if known is not None and (known.number, known.expires) >= (span.number, span.expires):
             return False
         if known is not None and known.number == span.number:  # a renewal: the same claim
-            span = replace(span, end=known.end, reach=known.reach)
+            span = replace(span, end=known.end, reach=known.reach, slot=known.slot)
         if known is None or known.end != span.end:
             region = self.options.region_of(span.start)
             self._stale.add(region)  # its end is known now, or a takeover cut it
             if span.end < span.link_end:
                 self._frontier.pop(region, None)  # a hole behind the known chain's end
+                self._cuts.setdefault(region, {})[span.start] = span
         self.spans[span.start] = span
         self.changes += 1
         return True
@@ -386,14 +396,43 @@ class PoolBook:
         )
 
     def span_end(self, start: int) -> int | None:
-        """The end of the span starting at ``start``: its claim's, else the next listed
-        start of its region (spans of a region are contiguous), else None."""
+        """The end of the span starting at ``start``: its claim's, else its slot's in a
+        hole, else the next listed start of its region (spans of a region are
+        contiguous), else None."""
         span = self.spans.get(start)
         if span is not None:
             return span.end
+        slot = self.hole_slot(start)
+        if slot is not None:
+            return slot[1]
         starts = self._starts.get(self.options.region_of(start), [])
         i = bisect.bisect_right(starts, start)
         return starts[i] if i < len(starts) else None
+
+    def hole_slot(self, index: int) -> tuple[int, int] | None:
+        """The slot ``[lo, hi)`` of the innermost known hole that holds ``index``."""
+        best: Span | None = None
+        for cut in self._cuts.get(self.options.region_of(index), {}).values():
+            if cut.end <= index < cut.link_end and (best is None or cut.end > best.end):
+                best = cut
+        if best is None:
+            return None
+        size = max(1, best.slot)
+        lo = best.end + (index - best.end) // size * size
+        return lo, min(best.link_end, lo + size)
+
+    def free_slots(self, at: int, limit: int) -> list[tuple[int, int]]:
+        """The slots of the hole that holds ``at``, from ``at`` to ``limit``, that no known
+        claim covers."""
+        out = []
+        while at < limit:
+            slot = self.hole_slot(at)
+            if slot is None:
+                break
+            if slot[0] not in self.listed and self.done.missing(*slot):
+                out.append(slot)
+            at = slot[1]
+        return out
 
     def frontier(self, region: int) -> tuple[int, int | None, int]:
         """Where the region's chain of spans first has inputs no claim covers, as far as
@@ -413,6 +452,15 @@ class PoolBook:
             if at not in self.listed:
                 break
             span = self.spans.get(at)
+            number = self.listed[at]
+            if number > 0 and (span is None or span.number < number):
+                # A takeover not read yet may have cut the span: the spans in its hole
+                # are slots, not a chain, and only its claim tells where they lie.
+                bound = span.link_end if span is not None else limit
+                if self.done.first_missing(at, bound) < bound:
+                    return at, at, limit
+                at = bound
+                continue
             if span is None:
                 end = self.span_end(at)
                 if end is None:
@@ -534,10 +582,12 @@ def take_over(span: Span, first: int, worker: str, expires: float, end: int | No
     """
     tries = span.tries + 1 if first == span.first else 2
     if end is None or span.reach is not None or not first < end < span.end:
-        return Span(
-            span.start, span.number + 1, worker, expires, span.end, first, tries, span.reach
+        return replace(
+            span, number=span.number + 1, worker=worker, expires=expires, first=first, tries=tries
         )
-    return Span(span.start, span.number + 1, worker, expires, end, first, tries, span.end)
+    return Span(
+        span.start, span.number + 1, worker, expires, end, first, tries, span.end, end - first
+    )
 
 
 def claim_record(span: Span) -> bytes:
@@ -551,6 +601,7 @@ def claim_record(span: Span) -> bytes:
     }
     if span.reach is not None:
         record["reach"] = span.reach
+        record["slot"] = span.slot
     return protocol.dump_json(record)
 
 
@@ -565,7 +616,8 @@ def parse_claim(start: int, number: int, data: bytes) -> Span | None:
         tries = int(record.get("tries", number + 1))
         reach = record.get("reach")
         reach = None if reach is None or int(reach) <= end else int(reach)
+        slot = max(1, int(record.get("slot", 1))) if reach is not None else 0
         worker, expires = str(record["worker"]), float(record["expires"])
-        return Span(start, number, worker, expires, end, first, tries, reach)
+        return Span(start, number, worker, expires, end, first, tries, reach, slot)
     except (ValueError, KeyError, TypeError, AttributeError):
         return None

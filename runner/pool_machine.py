@@ -553,6 +553,15 @@ class WorkerMachine:
             return self._read_claim(unknown, self.book.listed[unknown])
         if at >= limit:
             return None
+        if self.book.hole_slot(at) is not None:
+            # In a hole: a slot picked at random, so that the workers who join it do not
+            # all race for its first one.
+            slots = self.book.free_slots(at, limit)
+            if not slots:
+                return None
+            lo, hi = slots[min(len(slots) - 1, int(pick * len(slots)))]
+            self.region = region
+            return self._create_claim(Span(lo, 0, self.worker, wall + self.options.lease_s, hi, lo))
         self.region = region
         size = span_size(
             self.options,
@@ -581,7 +590,7 @@ class WorkerMachine:
         self._took_from[span.start] = span.worker
         size = span_size(
             self.options,
-            ramp=self.ramp,
+            ramp=MAX_SPAN,  # the hole's slots are this size: not this worker's ramp
             mean_s=self.mean_s,
             free=self.book.free_total() + span.end - first,
             region_left=span.end - first,

@@ -604,6 +604,8 @@ class ClaimRecord(TypedDict):
     """Where the span's link of its region's chain ends (absent: ``end``). A takeover
     that runs only part of a dead worker's span has ``end < reach``: inputs
     ``[end, reach)`` are then claimed afresh, as spans of their own."""
+    slot: NotRequired[int]
+    """With ``reach``: the size of the spans the rest is cut into, from ``end`` on."""
 
 
 def batch_engine(manifest: BatchManifest) -> BatchEngine:

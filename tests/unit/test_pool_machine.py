@@ -409,4 +409,3 @@ def test_a_span_is_not_taken_over_on_a_bursts_listing_older_than_its_lease() -> 
     assert protocol.group_claim_key(GID, 0, 1) not in store  # no takeover of a's span
     narrow = [o for o in ops if isinstance(o, List) and o.prefix.endswith("bursts/000000")]
     assert narrow  # the span's own bursts, listed after its lease ended
-

@@ -138,14 +138,22 @@ def test_a_takeover_of_part_of_a_span_leaves_the_rest_a_hole_for_others() -> Non
     assert take_over(dead, 3, "b", WALL, end=12).reach is None
     assert take_over(dead, 3, "b", WALL, end=3).reach is None
 
+    assert cut.slot == 2  # the rest is claimed in spans of the takeover's size
+
     b = book(total=20, workers=2)  # regions [0, 10) and [10, 20)
     b.learn_span(span(0, 10, expires=WALL - 1))
     assert b.frontier(0) == (10, None, 10)  # all claimed
-    b.learn_listed(0, 1)  # a stale claim 0 says nothing of a hole: none is claimed
-    assert b.frontier(0) == (10, None, 10)
+    b.learn_listed(0, 1)  # a takeover not read yet: it may have cut the span
+    assert b.frontier(0) == (0, 0, 10)  # ... so its claim is read before walking past
     b.learn_span(cut)
     assert b.frontier(0) == (5, None, 10)  # the hole [5, 10), bounded by the reach
     assert b.free_estimate(0) == 5
+    # Its slots: [5, 7), [7, 9), [9, 10). A slot's end is known from its start, and a
+    # slot claimed out of order leaves the ones before it free (not "up to the next").
+    assert b.free_slots(5, 10) == [(5, 7), (7, 9), (9, 10)]
+    b.learn_listed(9, 0)
+    assert b.span_end(9) == 10
+    assert b.free_slots(5, 10) == [(5, 7), (7, 9)]
     b.learn_span(span(5, 7))  # a worker claimed the hole's first part
     assert b.frontier(0) == (7, None, 10)
     b.learn_span(take_over(span(5, 7, expires=WALL - 1), 5, "d", WALL + 30, end=6))
