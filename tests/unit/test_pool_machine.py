@@ -19,6 +19,24 @@ def options(total: int, workers: int, **kw: Any) -> PoolOptions:
     return PoolOptions(total=total, chunk_size=64, workers=workers, **{"lease_s": 30.0, **kw})
 
 
+def answer(machine: WorkerMachine, store: dict[str, bytes], op: object) -> bool:
+    """Answer a storage operation over ``store``; False for any other operation."""
+    if isinstance(op, Read):
+        machine.read(op.key, store.get(op.key))
+    elif isinstance(op, List):
+        machine.listed(op.prefix, sorted(k for k in store if k.startswith(op.prefix)))
+    elif isinstance(op, Create):
+        won = op.key not in store
+        store.setdefault(op.key, op.data)
+        machine.created(op.key, won)
+    elif isinstance(op, Write):
+        store[op.key] = op.data
+        machine.written(op.key)
+    else:
+        return False
+    return True
+
+
 def fast(index: int, attempt: int) -> tuple[float, protocol.FinalRecord, bytes]:
     return (0.01, *ok(index))
 
@@ -348,18 +366,9 @@ def test_a_claim_read_before_its_lease_ended_is_not_taken_over_on_that_read() ->
             store[a_claim] = claim_record(Span(0, 0, "a", 1_038.0, 4, 0))
         op = machine.next(wall=wall, mono=wall, pick=0.0)
         ops.append(op)
-        if isinstance(op, Read):
-            machine.read(op.key, store.get(op.key))
-        elif isinstance(op, List):
-            machine.listed(op.prefix, sorted(k for k in store if k.startswith(op.prefix)))
-        elif isinstance(op, Create):
-            won = op.key not in store
-            store.setdefault(op.key, op.data)
-            machine.created(op.key, won)
-        elif isinstance(op, Write):
-            store[op.key] = op.data
-            machine.written(op.key)
-        elif isinstance(op, Run):
+        if answer(machine, store, op):
+            continue
+        if isinstance(op, Run):
             wall += 3.0
             machine.ran(op.index, *ok(op.index))
         else:
@@ -387,20 +396,11 @@ def test_a_span_is_not_taken_over_on_a_bursts_listing_older_than_its_lease() -> 
     for _ in range(200):
         op = machine.next(wall=wall, mono=wall, pick=0.0)
         ops.append(op)
-        if isinstance(op, Read):
-            machine.read(op.key, store.get(op.key))
-        elif isinstance(op, List):
-            machine.listed(op.prefix, sorted(k for k in store if k.startswith(op.prefix)))
-            if op.prefix == protocol.group_bursts_prefix(GID) and a_burst not in store:
+        if answer(machine, store, op):
+            bursts = isinstance(op, List) and op.prefix == protocol.group_bursts_prefix(GID)
+            if bursts and a_burst not in store:
                 store[a_burst] = protocol.encode_burst(b"")  # a's last burst, just after
                 wall = 1_011.0  # ... and b's next steps come after a's lease ended
-        elif isinstance(op, Create):
-            won = op.key not in store
-            store.setdefault(op.key, op.data)
-            machine.created(op.key, won)
-        elif isinstance(op, Write):
-            store[op.key] = op.data
-            machine.written(op.key)
         elif isinstance(op, Run):
             machine.ran(op.index, *ok(op.index))
         else:
