@@ -31,10 +31,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from runner.pool_book import PoolOptions
-from runner.pool_machine import Create, List, Op, Read, WorkerMachine, Write
+from runner.pool_machine import PAGE, Create, List, Op, Read, WorkerMachine, Write
 from tests.unit.pool_driver import GID, Pool, ok
 
-BUCKET_WRITES, BUCKET_READS, PAGE = 1000.0, 5000.0, 1000
+BUCKET_WRITES, BUCKET_READS = 1000.0, 5000.0
 
 
 class TokenBucket:

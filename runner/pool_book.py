@@ -532,6 +532,7 @@ def span_size(
     :param mean_s: seconds the worker's inputs took on average, or None (none yet).
     :param free: inputs no claim covers, as far as the worker knows (whole batch).
     :param region_left: inputs left in the region the span would start in.
+
     In a :attr:`~PoolOptions.large` pool a worker's first span is its whole region: a
     thousand workers claiming again after a few quick inputs would all meet the
     bucket's write limit at once (and a 429 costs a worker a second or more).

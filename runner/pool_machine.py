@@ -85,8 +85,9 @@ spans, past the bucket's 5,000 reads a second."""
 IDLE_READS_PER_S = 2000
 """Reads a second (a listing costs one per page of :data:`PAGE` names) that the pool's
 idle workers make at most together: two fifths of what a bucket takes at first. An idle
-worker sleeps ``workers x its look's reads / IDLE_READS_PER_S`` (at most
-:data:`~runner.pool_book.LEASE_WAIT_MAX`): at a large batch's tail, hundreds of idle
+worker sleeps ``workers x its reads since it last slept idle / IDLE_READS_PER_S`` (at
+most :data:`~runner.pool_book.LEASE_WAIT_MAX`; a worker just out of work counts its
+spans' upkeep reads too, so its first idle sleep is the longer): at a large batch's tail, hundreds of idle
 workers looking every quarter second would starve the reads of the workers still
 running, and a 429 stalls those for a second or more. A dead worker's span is still
 found soon: each look reads a few claims that may have expired (:data:`SAMPLE`), and
@@ -231,7 +232,7 @@ class WorkerMachine:
         self._claims_fresh = False  # claims listed since this worker last won a claim
         self._all_fresh = False  # claims, bursts and outcomes listed since the last sleep
         self._sampled = True
-        self._look_reads = 0  # reads (listing pages included) since the last sleep
+        self._look_reads = 0  # reads (listing pages included) since the last idle sleep
         # Claims read since the last sleep -> the wall time their read was sent: the
         # content is at least that recent, and only a read sent after a lease ended can
         # show that it ended (a read from before a renewal cannot).
