@@ -47,6 +47,7 @@ What a worker does (the protocol is in :mod:`runner.pool_book`):
 from __future__ import annotations
 
 import contextlib
+import os
 from dataclasses import dataclass, replace
 
 from runner import protocol, results_log
@@ -87,9 +88,9 @@ IDLE_READS_PER_S = 2000
 idle workers make at most together: two fifths of what a bucket takes at first. An idle
 worker sleeps ``workers x its reads since it last slept idle / IDLE_READS_PER_S`` (at
 most :data:`~runner.pool_book.LEASE_WAIT_MAX`; a worker just out of work counts its
-spans' upkeep reads too, so its first idle sleep is the longer): at a large batch's tail, hundreds of idle
-workers looking every quarter second would starve the reads of the workers still
-running, and a 429 stalls those for a second or more. A dead worker's span is still
+spans' upkeep reads too, so its first idle sleep is the longer): at a large batch's
+tail, hundreds of idle workers looking every quarter second would starve the reads of
+the workers still running, and a 429 stalls those for a second or more. A dead worker's span is still
 found soon: each look reads a few claims that may have expired (:data:`SAMPLE`), and
 with hundreds of idle workers one of them looks every few milliseconds."""
 PAGE = 1000
@@ -561,28 +562,23 @@ class WorkerMachine:
             if not slots:
                 return None
             lo, hi = slots[min(len(slots) - 1, int(pick * len(slots)))]
-            self.region = region
-            return self._create_claim(Span(lo, 0, self.worker, wall + self.options.lease_s, hi, lo))
+        else:
+            size = span_size(
+                self.options,
+                ramp=self.ramp,
+                mean_s=self.mean_s,
+                free=self.book.free_total(),
+                region_left=limit - at,
+            )
+            lo, hi = at, at + size
         self.region = region
-        size = span_size(
-            self.options,
-            ramp=self.ramp,
-            mean_s=self.mean_s,
-            free=self.book.free_total(),
-            region_left=limit - at,
-        )
-        return self._create_claim(
-            Span(at, 0, self.worker, wall + self.options.lease_s, at + size, at)
-        )
+        return self._create_claim(Span(lo, 0, self.worker, wall + self.options.lease_s, hi, lo))
 
     def _span_bursts_prefix(self, span: Span) -> str:
         """A prefix of burst names that covers the bursts of ``span``'s inputs left (the
         digits its first and last input share: a listing of a few names, not all)."""
-        a, b = f"{self.book.next_undone(span):07d}", f"{span.end - 1:07d}"
-        common = 0
-        while common < len(a) and a[common] == b[common]:
-            common += 1
-        return self.bursts_prefix + a[:common]
+        first, last = f"{self.book.next_undone(span):07d}", f"{span.end - 1:07d}"
+        return self.bursts_prefix + os.path.commonprefix([first, last])
 
     def _take_over(self, span: Span, wall: float) -> Op:
         """Take over ``span`` from its first input without an outcome — only a part of
