@@ -263,6 +263,7 @@ class PoolBook:
         self.changes = 0
         """How many facts were learned: a follower's measure of progress."""
         self._cuts: dict[int, dict[int, Span]] = {}  # region -> cut spans, by start
+        self._taken: set[int] = set()  # starts of spans with a takeover listed
         # region -> where its known chain of spans ends, and the reaches open there
         self._frontier: dict[int, tuple[int, tuple[int, ...]]] = {}
         self._starts: dict[int, list[int]] = {}  # region -> listed span starts, sorted
@@ -292,6 +293,8 @@ class PoolBook:
         elif number > 0:
             self._frontier.pop(region, None)  # a takeover: it may have cut the span
             self._stale.add(region)
+        if number > 0:
+            self._taken.add(start)
         self.listed[start] = number
 
     def learn_span(self, span: Span) -> bool:
@@ -312,6 +315,24 @@ class PoolBook:
                 self._frontier.pop(region, None)  # a hole behind the known chain's end
                 self._cuts.setdefault(region, {})[span.start] = span
         self.spans[span.start] = span
+        self.changes += 1
+        return True
+
+    def learn_cut(self, start: int, number: int, end: int, reach: int, slot: int) -> bool:
+        """Claim ``number`` of the span at ``start`` cut it at ``end`` (its hole's name,
+        :func:`runner.protocol.hole_name`): the hole's slots are known before that claim
+        is read. True when news."""
+        if not 0 <= start <= end < reach <= self.options.total or slot <= 0:
+            return False
+        region = self.options.region_of(start)
+        cuts = self._cuts.setdefault(region, {})
+        if start in cuts:
+            return False
+        self.learn_listed(start, number)
+        # Only its hole's shape is known (what hole_slot reads), not its lease.
+        cuts[start] = Span(start, number, "", float("-inf"), end, end, 1, reach, slot)
+        self._frontier.pop(region, None)
+        self._stale.add(region)
         self.changes += 1
         return True
 
@@ -434,6 +455,14 @@ class PoolBook:
             at = slot[1]
         return out
 
+    def open_holes(self) -> list[Span]:
+        """Cut claims whose holes have slots that no known claim covers, by start."""
+        cuts = [cut for by_start in self._cuts.values() for cut in by_start.values()]
+        return sorted(
+            (cut for cut in cuts if self.free_slots(cut.end, cut.link_end)),
+            key=lambda cut: cut.start,
+        )
+
     def frontier(self, region: int) -> tuple[int, int | None, int]:
         """Where the region's chain of spans first has inputs no claim covers, as far as
         known: ``(at, None, limit)`` — inputs ``[at, limit)`` are free (``at == hi``:
@@ -504,6 +533,12 @@ class PoolBook:
         self._free_total += free - self._free[region]
         self._free[region] = free
 
+    def taken_regions(self) -> list[int]:
+        """Regions where a takeover was listed and inputs are free, in order: a dead
+        worker's rest, which the takeover's hole (or its claim, not read yet) offers."""
+        regions = {self.options.region_of(start) for start in self._taken}
+        return sorted(r for r in regions if self.free_estimate(r) > 0)
+
     def free_by_region(self) -> list[int]:
         """:meth:`free_estimate` of every region, in order (do not mutate the list)."""
         while self._stale:
@@ -559,7 +594,15 @@ def pick_region(book: PoolBook, pick: float, avoid: int | None = None) -> int | 
 
     Taking from the fullest region is work stealing: a worker that ran out of its own
     work joins the region with the most left, where its span is a small share.
+
+    A region where a takeover left work comes first (:meth:`PoolBook.taken_regions`):
+    that is a dead worker's rest, which waits for idle workers to claim its slots. At a
+    large batch's tail every region whose claim was never read looks as full as it
+    would be free, and a worker that walked those would rarely meet the hole.
     """
+    taken = [r for r in book.taken_regions() if r != avoid]
+    if taken:
+        return taken[min(len(taken) - 1, int(pick * len(taken)))]
     free = book.free_by_region()
     best = max((f for r, f in enumerate(free) if r != avoid), default=0)
     if best <= 0:
@@ -619,6 +662,8 @@ def parse_claim(start: int, number: int, data: bytes) -> Span | None:
         reach = None if reach is None or int(reach) <= end else int(reach)
         slot = max(1, int(record.get("slot", 1))) if reach is not None else 0
         worker, expires = str(record["worker"]), float(record["expires"])
+        if not start <= first < end:  # no span of ours: walking it would go nowhere
+            return None
         return Span(start, number, worker, expires, end, first, tries, reach, slot)
     except (ValueError, KeyError, TypeError, AttributeError):
         return None

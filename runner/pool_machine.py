@@ -95,6 +95,18 @@ found soon: each look reads a few claims that may have expired (:data:`SAMPLE`),
 with hundreds of idle workers one of them looks every few milliseconds."""
 PAGE = 1000
 """Names in a page of a listing (the storage's)."""
+QUICK_VISITS = 1
+"""Holes whose claims an idle worker of a :attr:`~runner.pool_book.PoolOptions.large`
+pool lists in a *quick* look. Such a worker lists every claim, burst and outcome (a
+*full* look, which also reads :data:`SAMPLE` claims that may have expired) only as
+often as half of :data:`IDLE_READS_PER_S` allows. In between it makes quick looks,
+rationed by the other half: a listing of the cut takeovers (``holes/``, a few names
+that tell each hole's slots), then the claims of one hole with slots not known to be
+claimed and a claim of one of its free slots, else :data:`QUICK_SAMPLE` claims that
+may have expired. A look that cheap comes several times as often as a full one: a dead
+worker's rest is joined within a second, and its expired claim found as soon."""
+QUICK_SAMPLE = 1
+"""Claims that may have expired read in a quick look."""
 IDLE_FIRST = 0.25
 """Seconds a worker with nothing to do first sleeps before it looks again (doubling)."""
 OUTPUT_TAIL = 64 * 1024
@@ -207,6 +219,7 @@ class WorkerMachine:
         self.wait_max = wait_max
         self.claims_prefix = protocol.group_claims_prefix(group_id)
         self.bursts_prefix = protocol.group_bursts_prefix(group_id)
+        self.holes_prefix = protocol.group_holes_prefix(group_id)
         self.results_prefix = protocol.group_results_prefix(group_id)
         self.stop_key = protocol.group_stop_key(group_id)
         self.span: Span | None = None
@@ -232,8 +245,19 @@ class WorkerMachine:
         self._singles_read = float("-inf")
         self._claims_fresh = False  # claims listed since this worker last won a claim
         self._all_fresh = False  # claims, bursts and outcomes listed since the last sleep
+        self._slept = False  # slept with nothing to claim, and not looked since
         self._sampled = True
+        self._quick = False  # the look under way lists only the holes
+        self._hole: Span | None = None  # the hole a quick look joins
+        self._visits = 0  # holes whose claims were listed since the last sleep
+        self._looked = float("-inf")  # when this worker last listed everything (mono)
+        # Claims listings since the last sleep, by prefix -> the wall time each was sent
+        # (a hole's slots are claimed after a listing of its claims: a quick look does
+        # not list them all).
+        self._claims_walls: dict[str, float] = {}
         self._look_reads = 0  # reads (listing pages included) since the last idle sleep
+        self._full_pages = 0  # of which the pages of a full look's listings
+        self._full_every = 0.0  # seconds from a full look to the next (a large pool's)
         # Claims read since the last sleep -> the wall time their read was sent: the
         # content is at least that recent, and only a read sent after a lease ended can
         # show that it ended (a read from before a renewal cannot).
@@ -477,8 +501,13 @@ class WorkerMachine:
             if op is not None:
                 return op
         if not self._claims_fresh:  # moving to another region: look where others are
+            if self._slept:  # nothing was left to claim before: the whole look at once
+                return self._look(mono)
             self._claims_fresh = True
             return List(self.claims_prefix)
+        if self._quick:
+            op = self._join_hole(wall, pick) or self._sample(wall, pick, QUICK_SAMPLE)
+            return op if op is not None else self._idle_sleep(wall, pick)
         # Walk one region's chain to its end before picking another (each step's pick
         # differs: a walk spread over many regions would end none).
         region = self._walking
@@ -492,13 +521,7 @@ class WorkerMachine:
                     self._walking = region
                 return op
         if not self._all_fresh:
-            # Nothing left to claim: list bursts and outcomes (which spans have inputs
-            # left; is everything done), then the claims (a burst written after the
-            # claims were listed is seen: it lies in a claimed span).
-            self._all_fresh = self._claims_fresh = True
-            self._sampled = False
-            self._queue.extend([List(self.results_prefix), List(self.claims_prefix)])
-            return List(self.bursts_prefix)
+            return self._look(mono)
         if book.settled:
             return Exit("done")
         # Take over only a claim whose read was sent after its lease ended (a read from
@@ -515,29 +538,62 @@ class WorkerMachine:
             if max(walls.get(prefix, -1.0), walls.get(self.bursts_prefix, -1.0)) < span.expires:
                 return List(prefix)
             return self._take_over(span, wall)
-        if not self._sampled:
-            self._sampled = True
-            suspects = book.suspects(wall)
-            if suspects:
-                at = int(pick * len(suspects))
-                for i in range(min(SAMPLE, len(suspects))):
-                    start = suspects[(at + i) % len(suspects)]
-                    self._queue.append(self._read_claim(start, book.listed[start]))
-                return self._queue.pop(0)
-        held = book.held(wall)
+        return self._sample(wall, pick, SAMPLE) or self._idle_sleep(wall, pick)
+
+    def _sample(self, wall: float, pick: float, count: int) -> Op | None:
+        """Read ``count`` claims that may have expired, once a look (None: done)."""
+        if self._sampled:
+            return None
+        self._sampled = True
+        suspects = self.book.suspects(wall)
+        if not suspects:
+            return None
+        at = int(pick * len(suspects))
+        for i in range(min(count, len(suspects))):
+            start = suspects[(at + i) % len(suspects)]
+            self._queue.append(self._read_claim(start, self.book.listed[start]))
+        return self._queue.pop(0)
+
+    def _idle_sleep(self, wall: float, pick: float) -> Sleep:
+        held = self.book.held(wall)
         soonest = min((s.expires for s in held), default=wall + self.wait_max)
         self._all_fresh = self._claims_fresh = False  # after the sleep: look again
+        self._quick, self._hole, self._visits = False, None, 0
+        self._slept = True
         self._fresh_reads.clear()
         self._bursts_walls.clear()
+        self._claims_walls.clear()
         self._walk_reads = 0
         # Held spans end soon or never (their worker died: their lease tells when):
         # look again soon at first, then less and less often — but no more often than
         # the pool's share of reads allows (IDLE_READS_PER_S), spread by ``pick``.
         idle, self._idle = self._idle, min(self.wait_max, self._idle * 2)
-        rationed = self.options.workers * self._look_reads / IDLE_READS_PER_S
-        self._look_reads = 0
+        workers, reads, full = self.options.workers, self._look_reads, self._full_pages
+        if self.options.large:  # full looks and quick ones, half of the reads each
+            budget = IDLE_READS_PER_S / 2
+            rationed = workers * reads / budget
+            if full:  # the next full look waits for the whole of this one's reads
+                self._full_every, rationed = max(self.wait_max, rationed), 0.0
+        else:
+            rationed = workers * reads / IDLE_READS_PER_S
+        self._look_reads = self._full_pages = 0
         rationed = min(rationed, self.wait_max) * (0.5 + pick)  # after the cap: spread
         return Sleep(max(0.05, rationed, min(idle, soonest - wall)))
+
+    def _look(self, mono: float) -> Op:
+        """List bursts and outcomes (which spans have inputs left; is everything done),
+        then the claims (a burst written after the claims were listed is seen: it lies
+        in a claimed span) — or, in a large pool after an idle sleep while the last such
+        look is recent, only the cut takeovers (:data:`QUICK_VISITS`)."""
+        self._all_fresh = self._claims_fresh = True
+        self._sampled = False
+        quick, self._slept = self._slept and mono - self._looked < self._full_every, False
+        if quick:
+            self._quick = True
+            return List(self.holes_prefix)
+        self._looked = mono
+        self._queue.extend([List(self.results_prefix), List(self.claims_prefix)])
+        return List(self.bursts_prefix)
 
     def _next_in(self, region: int, wall: float, pick: float) -> Op | None:
         """Claim the next span of ``region`` (reading the claim that ends its known
@@ -557,7 +613,12 @@ class WorkerMachine:
             return None
         if self.book.hole_slot(at) is not None:
             # In a hole: a slot picked at random, so that the workers who join it do not
-            # all race for its first one.
+            # all race for its first one — after a listing of the hole's claims, unless
+            # every claim was listed since the last sleep (a quick look lists none).
+            walls = self._claims_walls
+            prefix = self.claims_prefix + self._common_prefix(at, limit - 1)
+            if self.claims_prefix not in walls and prefix not in walls:
+                return List(prefix)
             slots = self.book.free_slots(at, limit)
             if not slots:
                 return None
@@ -574,11 +635,38 @@ class WorkerMachine:
         self.region = region
         return self._create_claim(Span(lo, 0, self.worker, wall + self.options.lease_s, hi, lo))
 
+    def _join_hole(self, wall: float, pick: float) -> Op | None:
+        """A quick look's step: list the claims of a hole not known to be full (one,
+        :data:`QUICK_VISITS`), then claim one of its free slots at random; None when
+        there is none."""
+        book = self.book
+        cut = self._hole
+        if cut is None or not book.free_slots(cut.end, cut.link_end):
+            holes = book.open_holes()
+            if not holes:
+                return None
+            self._hole = cut = holes[min(len(holes) - 1, int(pick * len(holes)))]
+        prefix = self.claims_prefix + self._common_prefix(cut.end, cut.link_end - 1)
+        if prefix not in self._claims_walls:
+            if self._visits >= QUICK_VISITS:
+                return None
+            self._visits += 1
+            return List(prefix)
+        slots = book.free_slots(cut.end, cut.link_end)
+        if not slots:
+            return None
+        lo, hi = slots[min(len(slots) - 1, int(pick * len(slots)))]
+        return self._create_claim(Span(lo, 0, self.worker, wall + self.options.lease_s, hi, lo))
+
     def _span_bursts_prefix(self, span: Span) -> str:
         """A prefix of burst names that covers the bursts of ``span``'s inputs left (the
         digits its first and last input share: a listing of a few names, not all)."""
-        first, last = f"{self.book.next_undone(span):07d}", f"{span.end - 1:07d}"
-        return self.bursts_prefix + os.path.commonprefix([first, last])
+        return self.bursts_prefix + self._common_prefix(self.book.next_undone(span), span.end - 1)
+
+    @staticmethod
+    def _common_prefix(first: int, last: int) -> str:
+        """The digits that the names of inputs ``first`` to ``last`` share."""
+        return os.path.commonprefix([f"{first:07d}", f"{last:07d}"])
 
     def _take_over(self, span: Span, wall: float) -> Op:
         """Take over ``span`` from its first input without an outcome — only a part of
@@ -623,9 +711,13 @@ class WorkerMachine:
         if not isinstance(pending, List) or pending.prefix != prefix:
             raise RuntimeError(f"answer for list {prefix!r} but {pending!r} was asked")
         self._pending = None
-        self._look_reads += 1 + len(keys) // PAGE
+        pages = 1 + len(keys) // PAGE
+        self._look_reads += pages
+        if prefix in (self.claims_prefix, self.bursts_prefix, self.results_prefix):
+            self._full_pages += pages
         book = self.book
         if prefix.startswith(self.claims_prefix):
+            self._claims_walls[prefix] = self._read_wall
             for key in keys:
                 parsed = protocol.parse_claim_name(key.removeprefix(self.claims_prefix))
                 if parsed is not None:
@@ -640,6 +732,11 @@ class WorkerMachine:
                 burst = protocol.parse_burst_name(key.removeprefix(self.bursts_prefix))
                 if burst is not None:
                     book.learn_burst(burst[0], burst[1])
+        elif prefix == self.holes_prefix:
+            for key in keys:
+                hole = protocol.parse_hole_name(key.removeprefix(prefix))
+                if hole is not None:
+                    book.learn_cut(*hole)
         elif prefix == self.results_prefix:
             for key in keys:
                 index = protocol.parse_outcome_name(key.removeprefix(prefix))
@@ -681,11 +778,16 @@ class WorkerMachine:
         if span is None:
             return
         if won:
+            if span.number > 0 and span.reach is not None:  # a cut: announce the hole
+                name = protocol.hole_name(span.start, span.number, span.end, span.reach, span.slot)
+                self._queue.append(Create(self.holes_prefix + name, b""))
+            self._quick = False
             self._idle = self.idle_first
             self.book.learn_span(span)
             self.span, self.cursor = span, span.first
             self.region = self.options.region_of(span.start)
-            self._claims_fresh = self._all_fresh = False
+            self._claims_fresh = self._all_fresh = self._slept = False
+            self._claims_walls.clear()  # its next slot in a hole: list the hole again
         else:
             self.book.learn_listed(span.start, span.number)
             self._queue.append(self._read_claim(span.start, span.number))

@@ -431,6 +431,12 @@ def group_prefix(group_id: str) -> str:
     return f"_groups/{group_id}/"
 
 
+GROUP_WORK_AREAS: Final = ("inputs/", "results/", "logs/", "claims/", "bursts/", "holes/")
+"""What a batch's cleanup deletes under :func:`group_prefix` (the manifest, the recording
+and the summary stay): its inputs, its outcomes (objects of their own, or a pool's
+bursts), its logs, and a pool's claims and hole announcements."""
+
+
 def group_manifest_key(group_id: str) -> str:
     return f"_groups/{group_id}/manifest.json"
 
@@ -623,6 +629,28 @@ def group_claims_prefix(group_id: str) -> str:
 def group_claim_key(group_id: str, start: int, number: int) -> str:
     """Claim ``number`` (0 first) of the span that starts at input ``start``."""
     return f"_groups/{group_id}/claims/{start:07d}.{number:03d}"
+
+
+def group_holes_prefix(group_id: str) -> str:
+    """Where a pool's cut takeovers are announced (:func:`hole_name`): a listing of a
+    few names, which idle workers make often, instead of every claim."""
+    return f"_groups/{group_id}/holes/"
+
+
+def hole_name(start: int, number: int, end: int, reach: int, slot: int) -> str:
+    """The name (relative to :func:`group_holes_prefix`) of an empty object that
+    announces claim ``number`` of the span at ``start``, which cut it: it runs up to
+    ``end``, and inputs ``[end, reach)`` are a hole claimed in slots of ``slot``."""
+    return f"{start:07d}.{number:03d}.{end:07d}.{reach:07d}.{slot:07d}"
+
+
+def parse_hole_name(name: str) -> tuple[int, int, int, int, int] | None:
+    """``(start, number, end, reach, slot)`` of a hole's name (see :func:`hole_name`)."""
+    parts = name.split(".")
+    if len(parts) != 5 or not all(p.isascii() and p.isdigit() for p in parts):
+        return None
+    start, number, end, reach, slot = (int(p) for p in parts)
+    return (start, number, end, reach, slot) if start <= end < reach and slot > 0 else None
 
 
 def group_bursts_prefix(group_id: str) -> str:

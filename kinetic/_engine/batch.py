@@ -554,7 +554,8 @@ class BatchHandle:
             await self.cleanup(k8s=True, gcs=True)
 
     async def cleanup(self, k8s: bool = True, gcs: bool = True) -> None:
-        """Stop what still runs (``k8s``) and delete inputs, results and logs (``gcs``).
+        """Stop what still runs (``k8s``) and delete inputs, results and logs (``gcs``;
+        a pool's claims and bursts too: :data:`runner.protocol.GROUP_WORK_AREAS`).
 
         The manifest and a summary of each input's state are kept.
         """
@@ -569,7 +570,7 @@ class BatchHandle:
         summary["cleaned_at"] = self._cleaned_at = utcnow_iso()
         storage = self._backend.storage
         await storage.write(protocol.group_summary_key(self.group_id), protocol.dump_json(summary))
-        for prefix in ("inputs/", "results/", "logs/"):
+        for prefix in protocol.GROUP_WORK_AREAS:
             await storage.delete_prefix(protocol.group_prefix(self.group_id) + prefix)
         await storage.delete(protocol.group_payload_key(self.group_id))
         self._mark_cleaned()

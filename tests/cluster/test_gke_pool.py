@@ -126,6 +126,9 @@ def test_a_killed_worker_pods_inputs_run_again_nothing_lost_or_doubled(gke: GKET
     assert taken_over, "the killed worker's span was never taken over"
     assert batch.status_counts() == {"SUCCEEDED": n}
     batch.cleanup()
+    # Nothing of the run is left but the record of it: claims and bursts went too.
+    left = {k.removeprefix(group).split("/")[0] for k in gke.object_names(group)}
+    assert left <= {"manifest.json", "recording.json", "summary.json", "stop.json"}, left
 
 
 def test_the_batch_runs_with_no_client_and_attach_collects_it(gke: GKETarget) -> None:

@@ -12,6 +12,7 @@ from runner.pool_book import CLAIMS_PER_S, FIRST_SPAN, LEASE_WAIT_MAX, PoolOptio
 from runner.pool_machine import (
     IDLE_READS_PER_S,
     PAGE,
+    QUICK_SAMPLE,
     SAMPLE,
     WALK_READS,
     Create,
@@ -102,7 +103,79 @@ def test_idle_workers_of_a_large_pool_read_few_claims_a_look() -> None:
     else:
         raise AssertionError("the worker never slept")
     assert reads["claims"] <= max(SAMPLE, WALK_READS // workers) + SAMPLE  # walks + samples
-    # ... and sleeps as long as the pool's share of reads asks: 2,000 idle workers
-    # looking like this one make at most IDLE_READS_PER_S reads a second (pick 0.5: x1).
+    # ... and looks that way again only when the pool's share of reads allows: 2,000
+    # idle workers looking like this one make at most half of IDLE_READS_PER_S reads a
+    # second. In between, quick looks: the holes' names and a claim read, also rationed.
     looked = sum(reads.values()) + lists
-    assert op.seconds >= min(workers * looked / IDLE_READS_PER_S, LEASE_WAIT_MAX) - 1e-9
+    budget = IDLE_READS_PER_S / 2
+    mono = op.seconds
+    for _ in range(200):
+        quick = sampled = 0
+        while not isinstance(op := machine.next(wall=WALL, mono=mono, pick=0.5), Sleep):
+            if isinstance(op, List):
+                if op.prefix != protocol.group_holes_prefix(GID):
+                    assert mono >= workers * looked / budget  # the next full look
+                    return
+                machine.listed(op.prefix, [])
+            else:
+                assert isinstance(op, Read)
+                machine.read(op.key, None)
+                sampled += op.key.startswith(protocol.group_claims_prefix(GID))
+            quick += 1
+        assert sampled <= QUICK_SAMPLE  # besides the holes' names and the stop record
+        assert op.seconds >= min(workers * quick / budget, LEASE_WAIT_MAX) - 1e-9
+        mono += op.seconds
+    raise AssertionError("no full look again")
+
+
+def test_idle_workers_of_a_large_pool_join_a_hole_from_a_quick_look() -> None:
+    """Between two full looks (every claim, burst and outcome listed) an idle worker of
+    a large pool lists only the holes' names, then the claims of one hole, and claims
+    one of its free slots: two reads, not a full look's pages."""
+    from runner.pool_book import Span, claim_record
+
+    workers, total = 1000, 4000  # regions of 4 inputs
+    store: dict[str, bytes] = {}
+    claims, bursts = protocol.group_claims_prefix(GID), protocol.group_bursts_prefix(GID)
+    store[claims + "0000000.000"] = claim_record(Span(0, 0, "a", WALL + 30, 4, 0))
+    for start in range(4, total, 4):  # every other region ran and is done
+        store[claims + f"{start:07d}.000"] = claim_record(Span(start, 0, "o", WALL - 9, start + 4, start))
+    store[bursts + protocol.burst_name(4, total, 4, 0)] = protocol.encode_burst(b"")
+    machine = WorkerMachine(opts(workers, total), GID, "w")
+    mono = 0.0
+
+    def step_until_sleep() -> tuple[list[object], Sleep]:
+        ops: list[object] = []
+        for _ in range(100):
+            op = machine.next(wall=WALL, mono=mono, pick=0.5)
+            if isinstance(op, Sleep):
+                return ops, op
+            ops.append(op)
+            if isinstance(op, List):
+                machine.listed(op.prefix, sorted(k for k in store if k.startswith(op.prefix)))
+            elif isinstance(op, Read):
+                machine.read(op.key, store.get(op.key))
+            elif isinstance(op, Create):
+                won = op.key not in store
+                store.setdefault(op.key, op.data)
+                machine.created(op.key, won)
+                if won and op.key.startswith(claims):
+                    return ops, Sleep(0.0)  # it holds a slot now
+            else:
+                raise AssertionError(op)
+        raise AssertionError("the worker never slept")
+
+    ops, sleep = step_until_sleep()  # a full look: nothing to do, worker a's span holds
+    assert {o.prefix for o in ops if isinstance(o, List)} >= {claims, bursts}
+    # a dies; b takes its span over, runs [0, 1) and leaves [1, 4) in slots of one.
+    cut = Span(0, 1, "b", WALL + 30, 1, 0, 2, 4, 1)
+    store[claims + "0000000.001"] = claim_record(cut)
+    store[protocol.group_holes_prefix(GID) + protocol.hole_name(0, 1, 1, 4, 1)] = b""
+    mono += sleep.seconds
+    ops, _ = step_until_sleep()
+    lists = [o.prefix for o in ops if isinstance(o, List)]
+    assert lists == [protocol.group_holes_prefix(GID), claims + "000000"]
+    assert not [o for o in ops if isinstance(o, Read) and o.key.startswith(claims)]
+    created = [o.key for o in ops if isinstance(o, Create)]
+    assert created and created[-1].removeprefix(claims) in {"0000001.000", "0000002.000", "0000003.000"}
+    assert machine.span is not None and machine.span.end == machine.span.start + 1

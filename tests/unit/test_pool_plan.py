@@ -166,6 +166,44 @@ def test_a_takeover_of_part_of_a_span_leaves_the_rest_a_hole_for_others() -> Non
     assert pool_plan.span_of(b, 5) == b.spans[5]  # the piece holds its inputs, not the cut span
 
 
+def test_a_holes_name_tells_its_slots_before_its_claim_is_read() -> None:
+    # An idle worker of a large pool lists only the holes' names between full looks:
+    # the name of a cut takeover's announcement carries the hole's shape.
+    name = protocol.hole_name(0, 1, 5, 10, 2)
+    assert protocol.parse_hole_name(name) == (0, 1, 5, 10, 2)
+    for bad in ("0000000.001", "x.1.5.10.2", "0.1.5.5.2", "0.1.5.10.0", "0.1.6.5.2"):
+        assert protocol.parse_hole_name(bad) is None
+    b = book(total=20, workers=2)  # regions [0, 10) and [10, 20)
+    assert b.open_holes() == []
+    assert b.learn_cut(0, 1, 5, 10, 2)
+    assert not b.learn_cut(0, 1, 5, 10, 2)  # no news
+    assert not b.learn_cut(0, 2, 9, 30, 2)  # past the batch: not ours
+    assert b.listed[0] == 1  # the takeover is known listed; its claim still to be read
+    assert b.free_slots(5, 10) == [(5, 7), (7, 9), (9, 10)]
+    assert [c.start for c in b.open_holes()] == [0]
+    b.learn_listed(5, 0)
+    b.learn_listed(7, 0)
+    b.learn_burst(9, 10)  # a slot whose inputs have outcomes is not free either
+    assert b.open_holes() == []  # every slot is claimed or done: not worth a visit
+    # The claim, read later, agrees with its name.
+    b.learn_span(take_over(span(0, 10, expires=WALL - 1), 3, "b", WALL + 30, end=5))
+    assert b.hole_slot(6) == (5, 7)
+
+
+def test_a_region_where_a_takeover_left_work_is_picked_first() -> None:
+    # At a large batch's tail every region whose claim was never read looks free; the
+    # one with a takeover listed is where a dead worker's rest waits.
+    b = book(total=40, workers=4)  # regions of 10
+    for start in (0, 10, 20, 30):
+        b.learn_listed(start, 0)
+    assert {pick_region(b, p / 10) for p in range(10)} == {0, 1, 2, 3}
+    b.learn_listed(20, 1)
+    assert {pick_region(b, p / 10) for p in range(10)} == {2}
+    assert pick_region(b, 0.5, avoid=2) != 2
+    b.learn_span(span(20, 30, number=1))  # read: it ran the whole rest, nothing is free
+    assert {pick_region(b, p / 10) for p in range(10)} == {0, 1, 3}
+
+
 def test_a_listed_span_ends_where_the_next_of_its_region_starts() -> None:
     b = book(total=20, workers=2)  # regions [0, 10) and [10, 20)
     b.learn_listed(0, 0)
