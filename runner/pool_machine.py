@@ -39,8 +39,10 @@ What a worker does (the protocol is in :mod:`runner.pool_book`):
    found taken over (this worker stalled past its lease) is dropped with its buffer;
 4. with no span left: list, read a few claims that may have expired, take one over from
    its first input without an outcome (or fail that input once it had ``max_claims``
-   claims), else sleep until a lease may end; exit once every input has an outcome or
-   the batch stopped. After a final failure with ``fail_fast``: write the burst, then
+   claims; a takeover that cuts a long span announces its hole in ``holes/``), else
+   sleep until a lease may end, rationed; in a large pool, look between two such full
+   looks only at the holes, and join one (:data:`QUICK_VISITS`); exit once every input
+   has an outcome or the batch stopped. After a final failure with ``fail_fast``: write the burst, then
    the stop record.
 """
 
@@ -506,7 +508,11 @@ class WorkerMachine:
             self._claims_fresh = True
             return List(self.claims_prefix)
         if self._quick:
-            op = self._join_hole(wall, pick) or self._sample(wall, pick, QUICK_SAMPLE)
+            op = (
+                self._join_hole(wall, pick)
+                or self._take_over_expired(wall, pick)
+                or self._sample(wall, pick, QUICK_SAMPLE)
+            )
             return op if op is not None else self._idle_sleep(wall, pick)
         # Walk one region's chain to its end before picking another (each step's pick
         # differs: a walk spread over many regions would end none).
@@ -524,12 +530,17 @@ class WorkerMachine:
             return self._look(mono)
         if book.settled:
             return Exit("done")
+        op = self._take_over_expired(wall, pick) or self._sample(wall, pick, SAMPLE)
+        return op if op is not None else self._idle_sleep(wall, pick)
+
+    def _take_over_expired(self, wall: float, pick: float) -> Op | None:
+        """Take over a claim whose lease ran out, if one is known (None: none is)."""
         # Take over only a claim whose read was sent after its lease ended (a read from
         # before may predate a renewal), and only once a listing of its bursts sent after
         # then shows inputs left (its holder's last burst may postdate an older one).
         fresh = self._fresh_reads
         expired = [
-            s for s in book.expired(wall) if fresh.get((s.start, s.number), -1.0) >= s.expires
+            s for s in self.book.expired(wall) if fresh.get((s.start, s.number), -1.0) >= s.expires
         ]
         if expired:
             span = expired[min(len(expired) - 1, int(pick * len(expired)))]
@@ -538,7 +549,7 @@ class WorkerMachine:
             if max(walls.get(prefix, -1.0), walls.get(self.bursts_prefix, -1.0)) < span.expires:
                 return List(prefix)
             return self._take_over(span, wall)
-        return self._sample(wall, pick, SAMPLE) or self._idle_sleep(wall, pick)
+        return None
 
     def _sample(self, wall: float, pick: float, count: int) -> Op | None:
         """Read ``count`` claims that may have expired, once a look (None: done)."""

@@ -65,6 +65,25 @@ class Store:
         return found
 
 
+def answer(machine: WorkerMachine, objects: dict[str, bytes], op: object) -> bool:
+    """Answer a storage operation over ``objects`` at once; False for any other
+    operation."""
+    if isinstance(op, List):
+        machine.listed(op.prefix, sorted(k for k in objects if k.startswith(op.prefix)))
+    elif isinstance(op, Read):
+        machine.read(op.key, objects.get(op.key))
+    elif isinstance(op, Create):
+        won = op.key not in objects
+        objects.setdefault(op.key, op.data)
+        machine.created(op.key, won)
+    elif isinstance(op, Write):
+        objects[op.key] = op.data
+        machine.written(op.key)
+    else:
+        return False
+    return True
+
+
 Runner = Callable[[int, int], tuple[float, protocol.FinalRecord, bytes]]
 """``(index, attempt) -> (seconds, record, payload)``."""
 
@@ -148,21 +167,10 @@ class Pool:
 
     def _perform(self, name: str, machine: WorkerMachine, op: Op) -> None:
         """Perform ``op`` at once and schedule the worker's next step."""
-        objects = self.store.objects
         delay = self.io_s
-        if isinstance(op, List):
-            machine.listed(op.prefix, sorted(k for k in objects if k.startswith(op.prefix)))
-        elif isinstance(op, Read):
-            machine.read(op.key, objects.get(op.key))
-        elif isinstance(op, Create):
-            won = op.key not in objects
-            if won:
-                objects[op.key] = op.data
-            machine.created(op.key, won)
-        elif isinstance(op, Write):
-            objects[op.key] = op.data
-            self.last_write = self.now
-            machine.written(op.key)
+        if answer(machine, self.store.objects, op):
+            if isinstance(op, Write):
+                self.last_write = self.now
         elif isinstance(op, Run):
             self.runs[op.index] += 1
             if op.index in self.doom:

@@ -21,7 +21,7 @@ from runner.pool_machine import (
     Sleep,
     WorkerMachine,
 )
-from tests.unit.pool_driver import GID, ok, running
+from tests.unit.pool_driver import GID, answer, ok, running
 
 WALL = 1_000_000.0
 
@@ -128,54 +128,77 @@ def test_idle_workers_of_a_large_pool_read_few_claims_a_look() -> None:
     raise AssertionError("no full look again")
 
 
+class Tail:
+    """A large pool's tail, as one idle worker sees it: worker a holds region 0 (inputs
+    [0, 4)); every other region ran and is done."""
+
+    def __init__(self) -> None:
+        from runner.pool_book import Span, claim_record
+
+        self.total = 4000  # regions of 4 inputs
+        self.claims = protocol.group_claims_prefix(GID)
+        self.bursts = protocol.group_bursts_prefix(GID)
+        self.store: dict[str, bytes] = {}
+        self.store[self.claims + "0000000.000"] = claim_record(Span(0, 0, "a", WALL + 30, 4, 0))
+        for start in range(4, self.total, 4):
+            done = Span(start, 0, "o", WALL - 9, start + 4, start)
+            self.store[self.claims + f"{start:07d}.000"] = claim_record(done)
+        self.store[self.bursts + protocol.burst_name(4, self.total, 4, 0)] = b""
+        self.machine = WorkerMachine(opts(1000, self.total), GID, "w")
+        self.wall, self.mono = WALL, 0.0
+
+    def until_sleep(self) -> tuple[list[object], Sleep]:
+        """Step the worker until it sleeps (or wins a claim: Sleep(0))."""
+        machine, store, ops = self.machine, self.store, []
+        for _ in range(100):
+            op = machine.next(wall=self.wall, mono=self.mono, pick=0.5)
+            if isinstance(op, Sleep):
+                return ops, op
+            ops.append(op)
+            if not answer(machine, store, op):
+                raise TypeError(op)
+            if machine.span is not None:  # it won a claim
+                return ops, Sleep(0.0)
+        raise AssertionError("the worker never slept")
+
+
 def test_idle_workers_of_a_large_pool_join_a_hole_from_a_quick_look() -> None:
     """Between two full looks (every claim, burst and outcome listed) an idle worker of
     a large pool lists only the holes' names, then the claims of one hole, and claims
     one of its free slots: two reads, not a full look's pages."""
     from runner.pool_book import Span, claim_record
 
-    workers, total = 1000, 4000  # regions of 4 inputs
-    store: dict[str, bytes] = {}
-    claims, bursts = protocol.group_claims_prefix(GID), protocol.group_bursts_prefix(GID)
-    store[claims + "0000000.000"] = claim_record(Span(0, 0, "a", WALL + 30, 4, 0))
-    for start in range(4, total, 4):  # every other region ran and is done
-        store[claims + f"{start:07d}.000"] = claim_record(Span(start, 0, "o", WALL - 9, start + 4, start))
-    store[bursts + protocol.burst_name(4, total, 4, 0)] = protocol.encode_burst(b"")
-    machine = WorkerMachine(opts(workers, total), GID, "w")
-    mono = 0.0
-
-    def step_until_sleep() -> tuple[list[object], Sleep]:
-        ops: list[object] = []
-        for _ in range(100):
-            op = machine.next(wall=WALL, mono=mono, pick=0.5)
-            if isinstance(op, Sleep):
-                return ops, op
-            ops.append(op)
-            if isinstance(op, List):
-                machine.listed(op.prefix, sorted(k for k in store if k.startswith(op.prefix)))
-            elif isinstance(op, Read):
-                machine.read(op.key, store.get(op.key))
-            elif isinstance(op, Create):
-                won = op.key not in store
-                store.setdefault(op.key, op.data)
-                machine.created(op.key, won)
-                if won and op.key.startswith(claims):
-                    return ops, Sleep(0.0)  # it holds a slot now
-            else:
-                raise AssertionError(op)
-        raise AssertionError("the worker never slept")
-
-    ops, sleep = step_until_sleep()  # a full look: nothing to do, worker a's span holds
-    assert {o.prefix for o in ops if isinstance(o, List)} >= {claims, bursts}
+    tail = Tail()
+    claims = tail.claims
+    ops, sleep = tail.until_sleep()  # a full look: nothing to do, worker a's span holds
+    assert {o.prefix for o in ops if isinstance(o, List)} >= {claims, tail.bursts}
     # a dies; b takes its span over, runs [0, 1) and leaves [1, 4) in slots of one.
     cut = Span(0, 1, "b", WALL + 30, 1, 0, 2, 4, 1)
-    store[claims + "0000000.001"] = claim_record(cut)
-    store[protocol.group_holes_prefix(GID) + protocol.hole_name(0, 1, 1, 4, 1)] = b""
-    mono += sleep.seconds
-    ops, _ = step_until_sleep()
+    tail.store[claims + "0000000.001"] = claim_record(cut)
+    tail.store[protocol.group_holes_prefix(GID) + protocol.hole_name(0, 1, 1, 4, 1)] = b""
+    tail.mono += sleep.seconds
+    ops, _ = tail.until_sleep()
     lists = [o.prefix for o in ops if isinstance(o, List)]
     assert lists == [protocol.group_holes_prefix(GID), claims + "000000"]
     assert not [o for o in ops if isinstance(o, Read) and o.key.startswith(claims)]
-    created = [o.key for o in ops if isinstance(o, Create)]
-    assert created and created[-1].removeprefix(claims) in {"0000001.000", "0000002.000", "0000003.000"}
-    assert machine.span is not None and machine.span.end == machine.span.start + 1
+    created = [o.key.removeprefix(claims) for o in ops if isinstance(o, Create)]
+    assert created
+    assert created[-1] in {"0000001.000", "0000002.000", "0000003.000"}
+    machine = tail.machine
+    assert machine.span is not None
+    assert machine.span.end == machine.span.start + 1
+
+
+def test_a_quick_look_takes_over_the_expired_claim_it_reads() -> None:
+    tail = Tail()
+    _, sleep = tail.until_sleep()  # a full look: worker a's span holds
+    tail.mono += sleep.seconds
+    tail.wall += 31  # a died: its lease ran out
+    ops, _ = tail.until_sleep()
+    assert [o.prefix for o in ops if isinstance(o, List)] == [
+        protocol.group_holes_prefix(GID),  # the quick look
+        tail.bursts + "000000",  # the span's own bursts, after the lease ended
+    ]
+    assert [o.key for o in ops if isinstance(o, Read)][-1] == tail.claims + "0000000.000"
+    taken = [o.key for o in ops if isinstance(o, Create)]
+    assert taken[0] == tail.claims + "0000000.001"  # the quick look's read found it dead

@@ -12,29 +12,11 @@ import pytest
 from runner import protocol
 from runner.pool_book import PoolOptions, parse_claim
 from runner.pool_machine import Create, Exit, Kill, List, Read, Run, Sleep, WorkerMachine, Write
-from tests.unit.pool_driver import GID, Pool, ok, running
+from tests.unit.pool_driver import GID, Pool, answer, ok, running
 
 
 def options(total: int, workers: int, **kw: Any) -> PoolOptions:
     return PoolOptions(total=total, chunk_size=64, workers=workers, **{"lease_s": 30.0, **kw})
-
-
-def answer(machine: WorkerMachine, store: dict[str, bytes], op: object) -> bool:
-    """Answer a storage operation over ``store``; False for any other operation."""
-    if isinstance(op, Read):
-        machine.read(op.key, store.get(op.key))
-    elif isinstance(op, List):
-        machine.listed(op.prefix, sorted(k for k in store if k.startswith(op.prefix)))
-    elif isinstance(op, Create):
-        won = op.key not in store
-        store.setdefault(op.key, op.data)
-        machine.created(op.key, won)
-    elif isinstance(op, Write):
-        store[op.key] = op.data
-        machine.written(op.key)
-    else:
-        return False
-    return True
 
 
 def fast(index: int, attempt: int) -> tuple[float, protocol.FinalRecord, bytes]:
