@@ -42,8 +42,8 @@ What a worker does (the protocol is in :mod:`runner.pool_book`):
    claims; a takeover that cuts a long span announces its hole in ``holes/``), else
    sleep until a lease may end, rationed; in a large pool, look between two such full
    looks only at the holes, and join one (:data:`QUICK_VISITS`); exit once every input
-   has an outcome or the batch stopped. After a final failure with ``fail_fast``: write the burst, then
-   the stop record.
+   has an outcome or the batch stopped. After a final failure with ``fail_fast``: write
+   the burst, then the stop record.
 """
 
 from __future__ import annotations
@@ -258,7 +258,7 @@ class WorkerMachine:
         # not list them all).
         self._claims_walls: dict[str, float] = {}
         self._look_reads = 0  # reads (listing pages included) since the last idle sleep
-        self._full_pages = 0  # of which the pages of a full look's listings
+        self._full = False  # the look before the next idle sleep listed everything
         self._full_every = 0.0  # seconds from a full look to the next (a large pool's)
         # Claims read since the last sleep -> the wall time their read was sent: the
         # content is at least that recent, and only a read sent after a lease ended can
@@ -579,15 +579,14 @@ class WorkerMachine:
         # look again soon at first, then less and less often — but no more often than
         # the pool's share of reads allows (IDLE_READS_PER_S), spread by ``pick``.
         idle, self._idle = self._idle, min(self.wait_max, self._idle * 2)
-        workers, reads, full = self.options.workers, self._look_reads, self._full_pages
+        workers, reads = self.options.workers, self._look_reads
         if self.options.large:  # full looks and quick ones, half of the reads each
-            budget = IDLE_READS_PER_S / 2
-            rationed = workers * reads / budget
-            if full:  # the next full look waits for the whole of this one's reads
+            rationed = workers * reads / (IDLE_READS_PER_S / 2)
+            if self._full:  # the next full look waits for the whole of this one's reads
                 self._full_every, rationed = max(self.wait_max, rationed), 0.0
         else:
             rationed = workers * reads / IDLE_READS_PER_S
-        self._look_reads = self._full_pages = 0
+        self._look_reads, self._full = 0, False
         rationed = min(rationed, self.wait_max) * (0.5 + pick)  # after the cap: spread
         return Sleep(max(0.05, rationed, min(idle, soonest - wall)))
 
@@ -602,7 +601,7 @@ class WorkerMachine:
         if quick:
             self._quick = True
             return List(self.holes_prefix)
-        self._looked = mono
+        self._looked, self._full = mono, True
         self._queue.extend([List(self.results_prefix), List(self.claims_prefix)])
         return List(self.bursts_prefix)
 
@@ -722,10 +721,7 @@ class WorkerMachine:
         if not isinstance(pending, List) or pending.prefix != prefix:
             raise RuntimeError(f"answer for list {prefix!r} but {pending!r} was asked")
         self._pending = None
-        pages = 1 + len(keys) // PAGE
-        self._look_reads += pages
-        if prefix in (self.claims_prefix, self.bursts_prefix, self.results_prefix):
-            self._full_pages += pages
+        self._look_reads += 1 + len(keys) // PAGE
         book = self.book
         if prefix.startswith(self.claims_prefix):
             self._claims_walls[prefix] = self._read_wall
