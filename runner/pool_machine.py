@@ -622,51 +622,54 @@ class WorkerMachine:
         if at >= limit:
             return None
         if self.book.hole_slot(at) is not None:
-            # In a hole: a slot picked at random, so that the workers who join it do not
-            # all race for its first one — after a listing of the hole's claims, unless
-            # every claim was listed since the last sleep (a quick look lists none).
-            walls = self._claims_walls
-            prefix = self.claims_prefix + self._common_prefix(at, limit - 1)
-            if self.claims_prefix not in walls and prefix not in walls:
-                return List(prefix)
-            slots = self.book.free_slots(at, limit)
-            if not slots:
-                return None
-            lo, hi = slots[min(len(slots) - 1, int(pick * len(slots)))]
-        else:
-            size = span_size(
-                self.options,
-                ramp=self.ramp,
-                mean_s=self.mean_s,
-                free=self.book.free_total(),
-                region_left=limit - at,
-            )
-            lo, hi = at, at + size
+            op = self._claim_slot(at, limit, wall, pick, rationed=False)
+            if isinstance(op, Create):
+                self.region = region
+            return op
+        size = span_size(
+            self.options,
+            ramp=self.ramp,
+            mean_s=self.mean_s,
+            free=self.book.free_total(),
+            region_left=limit - at,
+        )
         self.region = region
-        return self._create_claim(Span(lo, 0, self.worker, wall + self.options.lease_s, hi, lo))
+        return self._create_claim(
+            Span(at, 0, self.worker, wall + self.options.lease_s, at + size, at)
+        )
 
-    def _join_hole(self, wall: float, pick: float) -> Op | None:
-        """A quick look's step: list the claims of a hole not known to be full (one,
-        :data:`QUICK_VISITS`), then claim one of its free slots at random; None when
-        there is none."""
-        book = self.book
-        cut = self._hole
-        if cut is None or not book.free_slots(cut.end, cut.link_end):
-            holes = book.open_holes()
-            if not holes:
-                return None
-            self._hole = cut = holes[min(len(holes) - 1, int(pick * len(holes)))]
-        prefix = self.claims_prefix + self._common_prefix(cut.end, cut.link_end - 1)
-        if prefix not in self._claims_walls:
-            if self._visits >= QUICK_VISITS:
-                return None
-            self._visits += 1
+    def _claim_slot(
+        self, at: int, limit: int, wall: float, pick: float, *, rationed: bool
+    ) -> Op | None:
+        """Claim a free slot of the hole ``[at, limit)``, picked at random so that the
+        workers who join it do not all race for its first one — after a listing of the
+        hole's claims, unless every claim was listed since the last sleep (a quick look
+        lists none; ``rationed``: at most :data:`QUICK_VISITS` such listings a look).
+        None when no slot is free, or the listing is past the ration."""
+        walls = self._claims_walls
+        prefix = self.claims_prefix + self._common_prefix(at, limit - 1)
+        if self.claims_prefix not in walls and prefix not in walls:
+            if rationed:
+                if self._visits >= QUICK_VISITS:
+                    return None
+                self._visits += 1
             return List(prefix)
-        slots = book.free_slots(cut.end, cut.link_end)
+        slots = self.book.free_slots(at, limit)
         if not slots:
             return None
         lo, hi = slots[min(len(slots) - 1, int(pick * len(slots)))]
         return self._create_claim(Span(lo, 0, self.worker, wall + self.options.lease_s, hi, lo))
+
+    def _join_hole(self, wall: float, pick: float) -> Op | None:
+        """A quick look's step: claim a free slot of a hole not known to be full (its
+        claims listed first, :meth:`_claim_slot`); None when there is none."""
+        cut = self._hole
+        if cut is None or not self.book.free_slots(cut.end, cut.link_end):
+            holes = self.book.open_holes()
+            if not holes:
+                return None
+            self._hole = cut = holes[min(len(holes) - 1, int(pick * len(holes)))]
+        return self._claim_slot(cut.end, cut.link_end, wall, pick, rationed=True)
 
     def _span_bursts_prefix(self, span: Span) -> str:
         """A prefix of burst names that covers the bursts of ``span``'s inputs left (the
