@@ -265,6 +265,7 @@ async def span_process(cfg: dict[str, Any]) -> WorkerStats:
             name,
             idle_first=pool_machine.IDLE_FIRST * dilate,
             wait_max=pool_machine.LEASE_WAIT_MAX * dilate,
+            idle_reads_per_s=pool_machine.IDLE_READS_PER_S / dilate,
             ordinal=int(name.removeprefix("sim-")),  # an Indexed Job's completion index
         )
         machine.stop_every *= dilate  # its default follows the pool's size

@@ -184,16 +184,20 @@ class WorkerMachine:
 
     :param options: the batch's options (:meth:`PoolOptions.from_manifest`).
     :param group_id: the batch; :param worker: this worker's name (its pod's).
-    :param stop_every: seconds between reads of the stop record (default: one read a
+    :param stop_every: seconds between reads of the stop record on average (spread
+        from half to one and a half times; default: one read a
         second, spread thinner in a pool of more than :data:`STOP_READS_PER_S` workers).
     :param idle_first: the first sleep of a worker with nothing to do (it doubles).
     :param wait_max: the longest sleep (idle, or waiting for a lease to end).
+    :param idle_reads_per_s: the reads a second the pool's idle workers make at most
+        together (:data:`IDLE_READS_PER_S`).
     :param ordinal: this worker's number in the pool (an Indexed Job's completion
         index): worker ``k`` starts in region ``k``, where no other worker starts.
         None (no index known): it starts in a region picked at random, where a third
         of the workers meet another and the losers walk the winner's chain of spans.
 
-    The time constants are parameters so that a simulation can dilate time.
+    The time constants and the rate are parameters so that a simulation can dilate
+    time.
     """
 
     def __init__(
@@ -205,6 +209,7 @@ class WorkerMachine:
         stop_every: float | None = None,
         idle_first: float = IDLE_FIRST,
         wait_max: float = LEASE_WAIT_MAX,
+        idle_reads_per_s: float = IDLE_READS_PER_S,
         ordinal: int | None = None,
     ) -> None:
         self.book = PoolBook(options)
@@ -219,6 +224,7 @@ class WorkerMachine:
         )
         self.idle_first = idle_first
         self.wait_max = wait_max
+        self.idle_reads_per_s = idle_reads_per_s
         self.claims_prefix = protocol.group_claims_prefix(group_id)
         self.bursts_prefix = protocol.group_bursts_prefix(group_id)
         self.holes_prefix = protocol.group_holes_prefix(group_id)
@@ -243,7 +249,7 @@ class WorkerMachine:
         self._pending: List | Read | Create | Write | None = None
         self._claiming: dict[str, Span] = {}  # claim keys being created -> their spans
         self._took_from: dict[int, str] = {}  # span start -> the worker of its last claim
-        self._stop_read = float("-inf")
+        self._stop_due = float("-inf")  # when the stop record is next read (mono)
         self._singles_read = float("-inf")
         self._claims_fresh = False  # claims listed since this worker last won a claim
         self._all_fresh = False  # claims, bursts and outcomes listed since the last sleep
@@ -270,6 +276,8 @@ class WorkerMachine:
         # ended shows inputs left (its holder's last burst may postdate an older one).
         self._bursts_walls: dict[str, float] = {}
         self._lapse_check = False
+        self._settled = False  # every input has an outcome: seen, or announced in holes/
+        self._taking: int | None = None  # the start of the expired span being taken over
         self._walk_reads = 0  # claims read since the last sleep to walk other regions
         self._walking: int | None = None  # the region whose chain is being walked
         self._renewing: tuple[int, float] | None = None  # (start, lease end) being renewed
@@ -309,9 +317,13 @@ class WorkerMachine:
         if renewing is not None and wall >= renewing[1] and self.span is not None:
             # The renewal landed after the lease it renewed had run out (a run of 429s
             # delayed it): another worker may have taken the span over meanwhile.
-            return List(f"{self.claims_prefix}{renewing[0]:07d}.")
-        if book.stop is None and mono - self._stop_read >= self.stop_every:
-            self._stop_read = mono
+            return List(self._span_claims_prefix(renewing[0]))
+        if book.stop is None and mono >= self._stop_due:
+            # Spread, as bursts are: workers that started together, or woke together,
+            # would otherwise read it in the same instant every time (a thousand reads in
+            # a fraction of a second meet the bucket's read limit, and a 429 stalls a
+            # running worker a second or more).
+            self._stop_due = mono + self.stop_every * (0.5 + pick)
             return Read(self.stop_key)
         if self.running is not None:
             return self._upkeep(wall, mono)
@@ -336,7 +348,7 @@ class WorkerMachine:
             return self._flush(wall)
         if self.stop_to_write is not None:
             record, self.stop_to_write = self.stop_to_write, None
-            self._stop_read = float("-inf")  # then read back whichever stop stood
+            self._stop_due = float("-inf")  # then read back whichever stop stood
             return Create(self.stop_key, protocol.dump_json(record))
         if span is not None:
             renew = self._renew(wall)
@@ -378,7 +390,7 @@ class WorkerMachine:
         if buffer is not None and mono - (buffer.since or mono) >= buffer.wait:
             return self._flush(wall)
         due = [
-            self.stop_every - (mono - self._stop_read) if book.stop is None else self.wait_max,
+            self._stop_due - mono if book.stop is None else self.wait_max,
             self.span.expires - 2 * third - wall,
             third - (mono - self._singles_read),
         ]
@@ -394,7 +406,7 @@ class WorkerMachine:
             return None
         if wall >= span.expires and not self._lapse_check:
             self._lapse_check = True
-            return List(f"{self.claims_prefix}{span.start:07d}.")
+            return List(self._span_claims_prefix(span.start))
         self._lapse_check = False
         self._renewing = (span.start, span.expires)
         self.span = replace(span, expires=wall + self.options.lease_s)
@@ -485,7 +497,7 @@ class WorkerMachine:
         span = buffer.span
         if wall >= span.expires and self.span is span and not self._lapse_check:
             self._lapse_check = True
-            return List(f"{self.claims_prefix}{span.start:07d}.")
+            return List(self._span_claims_prefix(span.start))
         self._lapse_check = False
         self.buffer = None
         name = protocol.burst_name(buffer.first, buffer.end, span.start, span.number)
@@ -496,6 +508,8 @@ class WorkerMachine:
 
     def _find_work(self, wall: float, mono: float, pick: float) -> Op:
         book = self.book
+        if self._settled:
+            return Exit("done")
         if self.region is None and self.ordinal is not None:
             self.region = self.ordinal % self.options.regions
         if self.region is not None:
@@ -529,6 +543,11 @@ class WorkerMachine:
         if not self._all_fresh:
             return self._look(mono)
         if book.settled:
+            if not self._settled and self.options.large:
+                # Tell the idle workers: their quick looks list only holes/ (a full look
+                # comes every 15 s or so at 1,000 workers).
+                self._settled = True
+                return Create(self.holes_prefix + protocol.POOL_SETTLED_NAME, b"")
             return Exit("done")
         op = self._take_over_expired(wall, pick) or self._sample(wall, pick, SAMPLE)
         return op if op is not None else self._idle_sleep(wall, pick)
@@ -543,11 +562,25 @@ class WorkerMachine:
             s for s in self.book.expired(wall) if fresh.get((s.start, s.number), -1.0) >= s.expires
         ]
         if expired:
-            span = expired[min(len(expired) - 1, int(pick * len(expired)))]
+            # The one picked first, until it is taken over (each step's pick differs: a
+            # worker hopping between spans would list each one's bursts and claims).
+            span = (
+                next((s for s in expired if s.start == self._taking), None)
+                or expired[min(len(expired) - 1, int(pick * len(expired)))]
+            )
+            self._taking = span.start
             prefix = self._span_bursts_prefix(span)
             walls = self._bursts_walls
             if max(walls.get(prefix, -1.0), walls.get(self.bursts_prefix, -1.0)) < span.expires:
                 return List(prefix)
+            # Idle workers that read the claim about when its lease ended all find it
+            # expired, and at a large pool's tail that is dozens: a listing of the span's
+            # claims sent since the read shows the takeover of those before (a read, where
+            # a create that loses its race costs a write; the bucket takes five times
+            # fewer writes, and a 429 stalls its worker a second or more).
+            claims = self._span_claims_prefix(span.start)
+            if self._claims_walls.get(claims, -1.0) < fresh[(span.start, span.number)]:
+                return List(claims)
             return self._take_over(span, wall)
         return None
 
@@ -574,6 +607,7 @@ class WorkerMachine:
         self._fresh_reads.clear()
         self._bursts_walls.clear()
         self._claims_walls.clear()
+        self._taking = None
         self._walk_reads = 0
         # Held spans end soon or never (their worker died: their lease tells when):
         # look again soon at first, then less and less often — but no more often than
@@ -581,11 +615,11 @@ class WorkerMachine:
         idle, self._idle = self._idle, min(self.wait_max, self._idle * 2)
         workers, reads = self.options.workers, self._look_reads
         if self.options.large:  # full looks and quick ones, half of the reads each
-            rationed = workers * reads / (IDLE_READS_PER_S / 2)
+            rationed = workers * reads / (self.idle_reads_per_s / 2)
             if self._full:  # the next full look waits for the whole of this one's reads
                 self._full_every, rationed = max(self.wait_max, rationed), 0.0
         else:
-            rationed = workers * reads / IDLE_READS_PER_S
+            rationed = workers * reads / self.idle_reads_per_s
         self._look_reads, self._full = 0, False
         rationed = min(rationed, self.wait_max) * (0.5 + pick)  # after the cap: spread
         return Sleep(max(0.05, rationed, min(idle, soonest - wall)))
@@ -676,6 +710,10 @@ class WorkerMachine:
         digits its first and last input share: a listing of a few names, not all)."""
         return self.bursts_prefix + self._common_prefix(self.book.next_undone(span), span.end - 1)
 
+    def _span_claims_prefix(self, start: int) -> str:
+        """The prefix of the names of every claim of the span at ``start``."""
+        return f"{self.claims_prefix}{start:07d}."
+
     @staticmethod
     def _common_prefix(first: int, last: int) -> str:
         """The digits that the names of inputs ``first`` to ``last`` share."""
@@ -744,6 +782,8 @@ class WorkerMachine:
                     book.learn_burst(burst[0], burst[1])
         elif prefix == self.holes_prefix:
             for key in keys:
+                if key.removeprefix(prefix) == protocol.POOL_SETTLED_NAME:
+                    self._settled = True  # every input has an outcome
                 hole = protocol.parse_hole_name(key.removeprefix(prefix))
                 if hole is not None:
                     book.learn_cut(*hole)
@@ -800,7 +840,14 @@ class WorkerMachine:
             self._claims_walls.clear()  # its next slot in a hole: list the hole again
         else:
             self.book.learn_listed(span.start, span.number)
-            self._queue.append(self._read_claim(span.start, span.number))
+            if span.number == 0 and self.book.hole_slot(span.start) is not None:
+                # A hole's slot: its extent is known, and its holder's lease is fresh, so
+                # its claim is not read. Others are joining the hole: its claims are
+                # listed again before this worker claims another slot (a listing is a
+                # read; a create that loses is a write, five times as dear).
+                self._claims_walls.clear()
+            else:
+                self._queue.append(self._read_claim(span.start, span.number))
 
     def written(self, key: str) -> None:
         """The answer to :class:`Write`."""

@@ -571,6 +571,10 @@ def decode_outcome(data: bytes) -> tuple[OutcomeHeader, bytes]:
 #   _groups/{group_id}/results/{index:07d}.res      one input's own outcome (a cancel of
 #                                                   that input, or a large result); it
 #                                                   stands over any burst's record of it
+#   _groups/{group_id}/holes/{start:07d}.{n:03d}.{end:07d}.{reach:07d}.{slot:07d}
+#                                                   claim n cut the span: [end, reach)
+#                                                   is claimed in slots (hole_name)
+#   _groups/{group_id}/holes/settled                every input has an outcome
 #
 # Claim 0 of a span is its first run. A claim whose lease expired (its worker died) is
 # taken over by creating claim n + 1 of the same span: of racing workers exactly one
@@ -635,6 +639,12 @@ def group_holes_prefix(group_id: str) -> str:
     """Where a pool's cut takeovers are announced (:func:`hole_name`): a listing of a
     few names, which idle workers make often, instead of every claim."""
     return f"_groups/{group_id}/holes/"
+
+
+POOL_SETTLED_NAME: Final = "settled"
+"""An empty object in a pool's :func:`group_holes_prefix`, created by the first worker
+that saw every input with an outcome: idle workers list that folder often (every claim
+and burst seldom), and exit once they see it."""
 
 
 def hole_name(start: int, number: int, end: int, reach: int, slot: int) -> str:

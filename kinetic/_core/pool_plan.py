@@ -16,7 +16,8 @@ known of the batch lives in storage, as objects whose names say almost everythin
   the rest is claimed afresh, span by span, by the idle workers;
 * ``holes/{start}.{n}.{end}.{reach}.{slot}``: claim ``n`` of the span at ``start`` cut
   it at ``end``: inputs ``[end, reach)`` are claimed in slots of ``slot`` inputs (an
-  announcement idle workers list often, instead of every claim);
+  announcement idle workers list often, instead of every claim); ``holes/settled``:
+  every input has an outcome (the first worker that saw it tells the idle ones);
 * ``bursts/{a}-{b}.{start}.{n}``: the outcomes of inputs ``[a, b)``, written together
   by the worker that holds the span: those inputs are **done** (the states are in the
   burst's records, read by followers; workers only list the names);

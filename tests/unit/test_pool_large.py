@@ -6,9 +6,17 @@ machines over the in-memory store of tests/unit/pool_driver.py, no loop, no IO."
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 
 from runner import protocol
-from runner.pool_book import CLAIMS_PER_S, FIRST_SPAN, LEASE_WAIT_MAX, PoolOptions, span_size
+from runner.pool_book import (
+    CLAIMS_PER_S,
+    FIRST_SPAN,
+    LEASE_WAIT_MAX,
+    PoolOptions,
+    parse_claim,
+    span_size,
+)
 from runner.pool_machine import (
     IDLE_READS_PER_S,
     PAGE,
@@ -16,6 +24,7 @@ from runner.pool_machine import (
     SAMPLE,
     WALK_READS,
     Create,
+    Exit,
     List,
     Read,
     Sleep,
@@ -147,14 +156,19 @@ class Tail:
         self.machine = WorkerMachine(opts(1000, self.total), GID, "w")
         self.wall, self.mono = WALL, 0.0
 
-    def until_sleep(self) -> tuple[list[object], Sleep]:
-        """Step the worker until it sleeps (or wins a claim: Sleep(0))."""
+    def until_sleep(
+        self, before: Callable[[object], None] | None = None, pick: float = 0.5
+    ) -> tuple[list[object], Sleep]:
+        """Step the worker until it sleeps (or wins a claim: Sleep(0)); ``before`` sees
+        each storage operation before it is answered (another worker's doing)."""
         machine, store, ops = self.machine, self.store, []
         for _ in range(100):
-            op = machine.next(wall=self.wall, mono=self.mono, pick=0.5)
+            op = machine.next(wall=self.wall, mono=self.mono, pick=pick)
             if isinstance(op, Sleep):
                 return ops, op
             ops.append(op)
+            if before is not None:
+                before(op)
             if not answer(machine, store, op):
                 raise TypeError(op)
             if machine.span is not None:  # it won a claim
@@ -198,7 +212,129 @@ def test_a_quick_look_takes_over_the_expired_claim_it_reads() -> None:
     assert [o.prefix for o in ops if isinstance(o, List)] == [
         protocol.group_holes_prefix(GID),  # the quick look
         tail.bursts + "000000",  # the span's own bursts, after the lease ended
+        tail.claims + "0000000.",  # its claims, since the read: not taken over meanwhile
     ]
     assert [o.key for o in ops if isinstance(o, Read)][-1] == tail.claims + "0000000.000"
     taken = [o.key for o in ops if isinstance(o, Create)]
     assert taken[0] == tail.claims + "0000000.001"  # the quick look's read found it dead
+
+
+def test_a_takeover_made_since_the_claim_was_read_is_seen_before_a_create() -> None:
+    """Dozens of idle workers read a dead worker's claim about when its lease ends. One
+    takes the span over while another still lists the span's bursts: that one lists
+    the span's claims before its create, sees the takeover, and creates nothing (a create
+    that loses its race is a write; at the tail, dozens of them met the bucket's limit)."""
+    from runner.pool_book import Span, claim_record
+
+    tail = Tail()
+    _, sleep = tail.until_sleep()  # a full look: worker a's span holds
+    tail.mono += sleep.seconds
+    tail.wall += 31  # a died: its lease ran out
+    taken = tail.claims + "0000000.001"
+
+    def rival(op: object) -> None:
+        if isinstance(op, List) and op.prefix == tail.bursts + "000000":
+            tail.store[taken] = claim_record(Span(0, 1, "b", tail.wall + 30, 4, 0, 2))
+
+    ops, _ = tail.until_sleep(rival)
+    assert tail.claims + "0000000." in [o.prefix for o in ops if isinstance(o, List)]
+    assert not [o for o in ops if isinstance(o, Create)]
+    assert tail.machine.span is None
+    assert parse_claim(0, 1, tail.store[taken]) == Span(0, 1, "b", tail.wall + 30, 4, 0, 2)
+
+
+def test_a_worker_that_loses_a_slots_race_lists_the_hole_again_before_another() -> None:
+    """Idle workers join a hole at once, and two may pick the same slot. The loser does
+    not read the winner's claim (a slot's end is known, its lease fresh), and does not
+    claim another slot on its listing of the hole's claims, which the race showed to be
+    out of date: it lists them again first."""
+    from runner.pool_book import Span, claim_record
+
+    tail = Tail()
+    claims, holes = tail.claims, protocol.group_holes_prefix(GID)
+    _, sleep = tail.until_sleep()
+    tail.store[claims + "0000000.001"] = claim_record(Span(0, 1, "b", WALL + 30, 1, 0, 2, 4, 1))
+    tail.store[holes + protocol.hole_name(0, 1, 1, 4, 1)] = b""
+    tail.mono += sleep.seconds
+    lost: list[str] = []
+
+    def rival(op: object) -> None:  # c claims the slot this worker tries, just before
+        if isinstance(op, Create) and op.key.startswith(claims) and not lost:
+            lost.append(op.key)
+            tail.store[op.key] = op.data.replace(b'"w"', b'"c"')
+
+    ops, sleep = tail.until_sleep(rival, pick=0.0)  # the first free slot, the first suspect
+    assert lost == [claims + "0000001.000"]
+    assert lost[0] not in [o.key for o in ops if isinstance(o, Read)]  # not read
+    after = ops[[getattr(o, "key", None) for o in ops].index(lost[0]) + 1 :]
+    assert not [o for o in after if isinstance(o, Create)]  # the quick look's one visit
+    tail.mono += sleep.seconds
+    ops, _ = tail.until_sleep(pick=0.0)
+    kinds = [(type(o).__name__, getattr(o, "prefix", None)) for o in ops]
+    listing = kinds.index(("List", claims + "000000"))
+    created = [i for i, o in enumerate(ops) if isinstance(o, Create)]
+    assert created
+    assert listing < created[0]  # the hole's claims listed again, then a slot
+    assert ops[created[0]].key != lost[0]  # type: ignore[attr-defined]
+    assert tail.machine.span is not None
+
+
+def test_a_worker_that_found_two_expired_claims_takes_over_one_without_hopping() -> None:
+    """Each step's pick differs: a worker that picked anew among the expired claims it
+    read would list each one's bursts and claims before it created any takeover."""
+    from runner.pool_book import Span, claim_record
+
+    tail = Tail()
+    tail.store.pop(tail.bursts + protocol.burst_name(4, tail.total, 4, 0))
+    tail.store[tail.bursts + protocol.burst_name(8, tail.total, 8, 0)] = b""
+    tail.store[tail.claims + "0000004.000"] = claim_record(Span(4, 0, "b", WALL + 30, 8, 4))
+    _, sleep = tail.until_sleep()  # a full look: a's and b's spans hold
+    tail.mono += 10 * sleep.seconds + 1_000  # past the next full look's time
+    tail.wall += 31  # a and b died
+    machine, ops = tail.machine, []
+    for step in range(100):
+        op = machine.next(wall=tail.wall, mono=tail.mono, pick=(0.0, 0.99)[step % 2])
+        assert not isinstance(op, Sleep)
+        ops.append(op)
+        answer(machine, tail.store, op)
+        if isinstance(op, Create):
+            break
+    spans = [o.prefix for o in ops if isinstance(o, List) and o.prefix.endswith(".")]
+    taken = ops[-1].key.removeprefix(tail.claims)  # type: ignore[attr-defined]
+    assert taken in {"0000000.001", "0000004.001"}
+    assert spans == [tail.claims + taken[:8]]  # the one span's claims, listed once
+
+
+def test_the_first_worker_to_see_every_outcome_tells_the_idle_ones_in_holes() -> None:
+    """Idle workers of a large pool list every burst only every 15 s or so: they would
+    idle that long after the batch's last outcome. The first worker to see every input
+    with an outcome creates ``holes/settled``; the others' next quick look lists it,
+    and they exit at once."""
+    settled = protocol.group_holes_prefix(GID) + protocol.POOL_SETTLED_NAME
+    tail = Tail()
+    _, sleep = tail.until_sleep()  # a full look: worker a's span holds
+    tail.mono += sleep.seconds
+    tail.store[settled] = b""  # a finished, and another worker saw it
+    ops, last = [], None
+    for _ in range(10):
+        last = tail.machine.next(wall=tail.wall, mono=tail.mono, pick=0.5)
+        if isinstance(last, (Exit, Sleep)):
+            break
+        ops.append(last)
+        answer(tail.machine, tail.store, last)
+    assert last == Exit("done")
+    assert [o.prefix for o in ops if isinstance(o, List)] == [protocol.group_holes_prefix(GID)]
+
+    tail = Tail()  # a's span is done: a full look sees every outcome
+    tail.store[tail.bursts + protocol.burst_name(0, 4, 0, 0)] = b""
+    ops = []
+    for _ in range(100):
+        last = tail.machine.next(wall=tail.wall, mono=tail.mono, pick=0.5)
+        if isinstance(last, (Exit, Sleep)):
+            break
+        ops.append(last)
+        answer(tail.machine, tail.store, last)
+    assert last == Exit("done")
+    assert isinstance(ops[-1], Create)
+    assert ops[-1].key == settled
+    assert settled in tail.store

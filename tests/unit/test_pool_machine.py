@@ -304,33 +304,34 @@ def test_a_pod_takes_its_ordinal_from_the_indexed_jobs_annotation(
 def test_a_renewal_that_landed_late_is_followed_by_a_look_for_a_takeover() -> None:
     """A renewal held up (429s) until its lease had run out may land after another
     worker took the span over: the worker looks, and drops the span it lost. (Monotonic
-    time stands still: only the leases' wall clock moves.)"""
+    time stands still, short of the next read of the stop record: only the leases'
+    wall clock moves.)"""
     machine, op = running(WorkerMachine(options(100, 1, lease_s=30.0), GID, "w"))
     assert machine.span is not None
     start, number, expires = machine.span.start, machine.span.number, machine.span.expires
-    renew = machine.next(wall=expires - 15.0, mono=0.5, pick=0.0)  # half the lease gone
+    renew = machine.next(wall=expires - 15.0, mono=0.25, pick=0.0)  # half the lease gone
     assert isinstance(renew, Write)
     assert renew.key == protocol.group_claim_key(GID, start, number)
     machine.written(renew.key)  # ... answered only after the old lease ended
-    look = machine.next(wall=expires + 1.0, mono=0.5, pick=0.0)
+    look = machine.next(wall=expires + 1.0, mono=0.25, pick=0.0)
     assert look == List(f"{protocol.group_claims_prefix(GID)}{start:07d}.")
     taken = protocol.group_claim_key(GID, start, number + 1)
     machine.listed(look.prefix, [renew.key, taken])
     assert machine.span is None  # dropped with its buffer; its input is ended
-    assert machine.next(wall=expires + 1.0, mono=0.5, pick=0.0) == Kill(op.index)
+    assert machine.next(wall=expires + 1.0, mono=0.25, pick=0.0) == Kill(op.index)
 
 
 def test_a_renewal_that_landed_in_time_needs_no_look() -> None:
     machine, _ = running(WorkerMachine(options(100, 1, lease_s=30.0), GID, "w"))
     assert machine.span is not None
     expires = machine.span.expires
-    renew = machine.next(wall=expires - 15.0, mono=0.5, pick=0.0)
+    renew = machine.next(wall=expires - 15.0, mono=0.25, pick=0.0)
     assert isinstance(renew, Write)
     machine.written(renew.key)
-    after = [machine.next(wall=expires - 14.0, mono=0.5, pick=0.0)]
+    after = [machine.next(wall=expires - 14.0, mono=0.25, pick=0.0)]
     if isinstance(after[0], List):  # a look for a cancel of the input (results/)
         machine.listed(after[0].prefix, [])
-        after.append(machine.next(wall=expires - 14.0, mono=0.5, pick=0.0))
+        after.append(machine.next(wall=expires - 14.0, mono=0.25, pick=0.0))
     claims_prefix = protocol.group_claims_prefix(GID)
     assert not any(isinstance(o, List) and o.prefix.startswith(claims_prefix) for o in after)
     assert isinstance(after[-1], Sleep)
@@ -396,3 +397,23 @@ def test_a_span_is_not_taken_over_on_a_bursts_listing_older_than_its_lease() -> 
     assert protocol.group_claim_key(GID, 0, 1) not in store  # no takeover of a's span
     narrow = [o for o in ops if isinstance(o, List) and o.prefix.endswith("bursts/000000")]
     assert narrow  # the span's own bursts, listed after its lease ended
+
+
+def test_workers_that_start_together_read_the_stop_record_at_spread_times() -> None:
+    """A thousand workers that read the stop record in the same instant, and again a
+    second later each time, would meet the bucket's read limit every second; a 429
+    stalls a running worker a second or more. Each reads it again after half to one
+    and a half times its period, as its random pick says: on average, once a period."""
+    dues = []
+    for pick in (0.0, 0.5, 0.9):
+        machine, _ = running(WorkerMachine(options(100, 1), GID, "w"), pick=pick)
+        op = machine.next(wall=1000.0, mono=0.0, pick=pick)
+        while isinstance(op, List):  # a look for a cancel of the input (results/)
+            machine.listed(op.prefix, [])
+            op = machine.next(wall=1000.0, mono=0.0, pick=pick)
+        assert isinstance(op, Sleep)
+        dues.append(op.seconds)
+        assert machine.next(wall=1000.0, mono=op.seconds, pick=pick) == Read(
+            protocol.group_stop_key(GID)
+        )
+    assert dues == pytest.approx([0.5, 1.0, 1.4])  # stop_every is 1 s in a small pool
