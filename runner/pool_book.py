@@ -318,10 +318,19 @@ class PoolBook:
         self.changes += 1
         return True
 
-    def learn_cut(self, start: int, number: int, end: int, reach: int, slot: int) -> bool:
+    def learn_cut(
+        self,
+        start: int,
+        number: int,
+        end: int,
+        reach: int,
+        slot: int,
+        expires: float = float("-inf"),
+    ) -> bool:
         """Claim ``number`` of the span at ``start`` cut it at ``end`` (its hole's name,
         :func:`runner.protocol.hole_name`): the hole's slots are known before that claim
-        is read. True when news."""
+        is read, and when its first lease ended (``expires``: how recent the hole is,
+        :meth:`open_holes`). True when news."""
         if not 0 <= start <= end < reach <= self.options.total or slot <= 0:
             return False
         region = self.options.region_of(start)
@@ -329,8 +338,9 @@ class PoolBook:
         if start in cuts:
             return False
         self.learn_listed(start, number)
-        # Only its hole's shape is known (what hole_slot reads), not its lease.
-        cuts[start] = Span(start, number, "", float("-inf"), end, end, 1, reach, slot)
+        # Its hole's shape (what hole_slot reads) and its first lease's end: not a lease
+        # (cuts are not what expired() reads), the hole's age.
+        cuts[start] = Span(start, number, "", expires, end, end, 1, reach, slot)
         self._frontier.pop(region, None)
         self._stale.add(region)
         self.changes += 1
@@ -456,11 +466,13 @@ class PoolBook:
         return out
 
     def open_holes(self) -> list[Span]:
-        """Cut claims whose holes have slots that no known claim covers, by start."""
+        """Cut claims whose holes have slots that no known claim covers, the newest cut
+        first (its lease ended last: a hole cut long ago is likely full by now, though
+        the claims of its slots are not known here)."""
         cuts = [cut for by_start in self._cuts.values() for cut in by_start.values()]
         return sorted(
             (cut for cut in cuts if self.free_slots(cut.end, cut.link_end)),
-            key=lambda cut: cut.start,
+            key=lambda cut: (-cut.expires, cut.start),
         )
 
     def frontier(self, region: int) -> tuple[int, int | None, int]:

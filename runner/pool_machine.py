@@ -104,7 +104,7 @@ pool lists in a *quick* look. Such a worker lists every claim, burst and outcome
 often as half of :data:`IDLE_READS_PER_S` allows. In between it makes quick looks,
 rationed by the other half: a listing of the cut takeovers (``holes/``, a few names
 that tell each hole's slots), then the claims of one hole with slots not known to be
-claimed and a claim of one of its free slots, else :data:`QUICK_SAMPLE` claims that
+claimed (the newest mostly) and a claim of one of its free slots, else :data:`QUICK_SAMPLE` claims that
 may have expired. A look that cheap comes several times as often as a full one: a dead
 worker's rest is joined within a second, and its expired claim found as soon."""
 QUICK_SAMPLE = 1
@@ -702,7 +702,11 @@ class WorkerMachine:
             holes = self.book.open_holes()
             if not holes:
                 return None
-            self._hole = cut = holes[min(len(holes) - 1, int(pick * len(holes)))]
+            # The newest mostly (pick cubed: half the picks among the eighth newest): an
+            # old hole is likely full by now (its slots claimed by others, unknown to
+            # this worker until it lists them), and a quick look that lists a full hole's
+            # claims joins none. Not the newest alone: its slots would be fought over.
+            self._hole = cut = holes[min(len(holes) - 1, int(pick**3 * len(holes)))]
         return self._claim_slot(cut.end, cut.link_end, wall, pick, rationed=True)
 
     def _span_bursts_prefix(self, span: Span) -> str:
@@ -829,7 +833,9 @@ class WorkerMachine:
             return
         if won:
             if span.number > 0 and span.reach is not None:  # a cut: announce the hole
-                name = protocol.hole_name(span.start, span.number, span.end, span.reach, span.slot)
+                name = protocol.hole_name(
+                    span.start, span.number, span.end, span.reach, span.slot, span.expires
+                )
                 self._queue.append(Create(self.holes_prefix + name, b""))
             self._quick = False
             self._idle = self.idle_first

@@ -571,7 +571,7 @@ def decode_outcome(data: bytes) -> tuple[OutcomeHeader, bytes]:
 #   _groups/{group_id}/results/{index:07d}.res      one input's own outcome (a cancel of
 #                                                   that input, or a large result); it
 #                                                   stands over any burst's record of it
-#   _groups/{group_id}/holes/{start:07d}.{n:03d}.{end:07d}.{reach:07d}.{slot:07d}
+#   _groups/{group_id}/holes/{start:07d}.{n:03d}.{end:07d}.{reach:07d}.{slot:07d}.{ms:013d}
 #                                                   claim n cut the span: [end, reach)
 #                                                   is claimed in slots (hole_name)
 #   _groups/{group_id}/holes/settled                every input has an outcome
@@ -647,20 +647,26 @@ that saw every input with an outcome: idle workers list that folder often (every
 and burst seldom), and exit once they see it."""
 
 
-def hole_name(start: int, number: int, end: int, reach: int, slot: int) -> str:
+def hole_name(start: int, number: int, end: int, reach: int, slot: int, expires: float) -> str:
     """The name (relative to :func:`group_holes_prefix`) of an empty object that
     announces claim ``number`` of the span at ``start``, which cut it: it runs up to
-    ``end``, and inputs ``[end, reach)`` are a hole claimed in slots of ``slot``."""
-    return f"{start:07d}.{number:03d}.{end:07d}.{reach:07d}.{slot:07d}"
+    ``end``, and inputs ``[end, reach)`` are a hole claimed in slots of ``slot``; the
+    claim's first lease ended at ``expires`` (wall-clock seconds, kept to the
+    millisecond: how recent the hole is, whose slots are then likely free)."""
+    ms = round(expires * 1000)
+    return f"{start:07d}.{number:03d}.{end:07d}.{reach:07d}.{slot:07d}.{ms:013d}"
 
 
-def parse_hole_name(name: str) -> tuple[int, int, int, int, int] | None:
-    """``(start, number, end, reach, slot)`` of a hole's name (see :func:`hole_name`)."""
+def parse_hole_name(name: str) -> tuple[int, int, int, int, int, float] | None:
+    """``(start, number, end, reach, slot, expires)`` of a hole's name (see
+    :func:`hole_name`)."""
     parts = name.split(".")
-    if len(parts) != 5 or not all(p.isascii() and p.isdigit() for p in parts):
+    if len(parts) != 6 or not all(p.isascii() and p.isdigit() for p in parts):
         return None
-    start, number, end, reach, slot = (int(p) for p in parts)
-    return (start, number, end, reach, slot) if start <= end < reach and slot > 0 else None
+    start, number, end, reach, slot, ms = (int(p) for p in parts)
+    if not (start <= end < reach and slot > 0):
+        return None
+    return start, number, end, reach, slot, ms / 1000
 
 
 def group_bursts_prefix(group_id: str) -> str:

@@ -14,8 +14,9 @@ known of the batch lives in storage, as objects whose names say almost everythin
   unless that input already had ``max_claims`` claims — then it is **failed** (its
   runs keep killing their workers). A takeover of a long span runs only a part of it:
   the rest is claimed afresh, span by span, by the idle workers;
-* ``holes/{start}.{n}.{end}.{reach}.{slot}``: claim ``n`` of the span at ``start`` cut
-  it at ``end``: inputs ``[end, reach)`` are claimed in slots of ``slot`` inputs (an
+* ``holes/{start}.{n}.{end}.{reach}.{slot}.{ms}``: claim ``n`` of the span at ``start``
+  cut it at ``end`` (its first lease ending at ``ms``): inputs ``[end, reach)`` are
+  claimed in slots of ``slot`` inputs (an
   announcement idle workers list often, instead of every claim); ``holes/settled``:
   every input has an outcome (the first worker that saw it tells the idle ones);
 * ``bursts/{a}-{b}.{start}.{n}``: the outcomes of inputs ``[a, b)``, written together

@@ -189,7 +189,9 @@ def test_idle_workers_of_a_large_pool_join_a_hole_from_a_quick_look() -> None:
     # a dies; b takes its span over, runs [0, 1) and leaves [1, 4) in slots of one.
     cut = Span(0, 1, "b", WALL + 30, 1, 0, 2, 4, 1)
     tail.store[claims + "0000000.001"] = claim_record(cut)
-    tail.store[protocol.group_holes_prefix(GID) + protocol.hole_name(0, 1, 1, 4, 1)] = b""
+    tail.store[protocol.group_holes_prefix(GID) + protocol.hole_name(0, 1, 1, 4, 1, WALL + 30)] = (
+        b""
+    )
     tail.mono += sleep.seconds
     ops, _ = tail.until_sleep()
     lists = [o.prefix for o in ops if isinstance(o, List)]
@@ -254,7 +256,7 @@ def test_a_worker_that_loses_a_slots_race_lists_the_hole_again_before_another() 
     claims, holes = tail.claims, protocol.group_holes_prefix(GID)
     _, sleep = tail.until_sleep()
     tail.store[claims + "0000000.001"] = claim_record(Span(0, 1, "b", WALL + 30, 1, 0, 2, 4, 1))
-    tail.store[holes + protocol.hole_name(0, 1, 1, 4, 1)] = b""
+    tail.store[holes + protocol.hole_name(0, 1, 1, 4, 1, WALL + 30)] = b""
     tail.mono += sleep.seconds
     lost: list[str] = []
 
@@ -338,3 +340,41 @@ def test_the_first_worker_to_see_every_outcome_tells_the_idle_ones_in_holes() ->
     assert isinstance(ops[-1], Create)
     assert ops[-1].key == settled
     assert settled in tail.store
+
+
+def test_a_quick_look_joins_a_new_hole_rather_than_one_likely_full() -> None:
+    """At a large pool's tail a hundred holes may be known, most of them full by now
+    (their slots claimed by others, which a worker learns only by listing each one's
+    claims). A quick look lists the claims of one hole, the newest mostly (a hole's
+    name tells when it was cut), where free slots are likely."""
+    from runner.pool_book import Span, claim_record
+
+    tail = Tail()
+    claims, holes = tail.claims, protocol.group_holes_prefix(GID)
+    tail.store.pop(tail.bursts + protocol.burst_name(4, tail.total, 4, 0))
+    for first, end in ((4, 400), (404, 800), (804, tail.total)):  # regions 0, 100, 200 run
+        tail.store[tail.bursts + protocol.burst_name(first, end, first, 0)] = b""
+    for start in (400, 800):
+        span = Span(start, 0, "b", WALL + 30, start + 4, start)
+        tail.store[claims + f"{start:07d}.000"] = claim_record(span)
+    _, sleep = tail.until_sleep()  # a full look: the three regions are held
+
+    def cut(start: int) -> None:  # the region's worker died; x took over its first input
+        taken = Span(start, 1, "x", WALL + 30, start + 1, start, 2, start + 4, 1)
+        tail.store[claims + f"{start:07d}.001"] = claim_record(taken)
+        name = protocol.hole_name(start, 1, start + 1, start + 4, 1, WALL + 30 + start / 100)
+        tail.store[holes + name] = b""
+
+    cut(0)
+    cut(400)
+    for slot in (401, 402, 403):  # the hole at 400 is full already
+        span = Span(slot, 0, "y", WALL + 30, slot + 1, slot)
+        tail.store[claims + f"{slot:07d}.000"] = claim_record(span)
+    tail.mono += sleep.seconds
+    ops, sleep = tail.until_sleep(pick=0.5)  # lists the hole at 400's claims: full
+    assert not [o for o in ops if isinstance(o, Create)]
+    cut(800)  # a new hole
+    tail.mono += sleep.seconds
+    ops, _ = tail.until_sleep(pick=0.0)  # by pick alone: the hole at 0, seen before
+    created = [o.key.removeprefix(claims) for o in ops if isinstance(o, Create)]
+    assert created == ["0000801.000"]

@@ -104,7 +104,7 @@ def test_a_dead_workers_span_is_taken_over_from_its_first_input_without_an_outco
     prefix = protocol.group_holes_prefix(GID)
     holes = [protocol.parse_hole_name(k.removeprefix(prefix)) for k in pool.store.objects]
     first = max(done) + 1
-    assert [h for h in holes if h] == [(span.start, 1, cut, span.end, cut - first)]
+    assert [h[:5] for h in holes if h] == [(span.start, 1, cut, span.end, cut - first)]
 
 
 def test_a_stalled_worker_that_lost_its_span_writes_nothing_of_it() -> None:

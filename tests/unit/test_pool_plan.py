@@ -169,10 +169,11 @@ def test_a_takeover_of_part_of_a_span_leaves_the_rest_a_hole_for_others() -> Non
 def test_a_holes_name_tells_its_slots_before_its_claim_is_read() -> None:
     # An idle worker of a large pool lists only the holes' names between full looks:
     # the name of a cut takeover's announcement carries the hole's shape.
-    name = protocol.hole_name(0, 1, 5, 10, 2)
-    assert protocol.parse_hole_name(name) == (0, 1, 5, 10, 2)
-    for bad in ("0000000.001", "x.1.5.10.2", "0.1.5.5.2", "0.1.5.10.0", "0.1.6.5.2"):
+    name = protocol.hole_name(0, 1, 5, 10, 2, WALL + 30.25)
+    assert protocol.parse_hole_name(name) == (0, 1, 5, 10, 2, WALL + 30.25)
+    for bad in ("0000000.001", "x.1.5.10.2.9", "0.1.5.5.2.9", "0.1.5.10.0.9", "0.1.6.5.2.9"):
         assert protocol.parse_hole_name(bad) is None
+    assert protocol.parse_hole_name("0.1.5.10.2") is None  # no time: not ours
     b = book(total=20, workers=2)  # regions [0, 10) and [10, 20)
     assert b.open_holes() == []
     assert b.learn_cut(0, 1, 5, 10, 2)
