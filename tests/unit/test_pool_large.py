@@ -161,10 +161,18 @@ class Tail:
     ) -> tuple[list[object], Sleep]:
         """Step the worker until it sleeps (or wins a claim: Sleep(0)); ``before`` sees
         each storage operation before it is answered (another worker's doing)."""
+        ops, last = self.until_rest(before, pick)
+        assert isinstance(last, Sleep), last
+        return ops, last
+
+    def until_rest(
+        self, before: Callable[[object], None] | None = None, pick: float = 0.5
+    ) -> tuple[list[object], Sleep | Exit]:
+        """:meth:`until_sleep`, or until the worker exits."""
         machine, store, ops = self.machine, self.store, []
         for _ in range(100):
             op = machine.next(wall=self.wall, mono=self.mono, pick=pick)
-            if isinstance(op, Sleep):
+            if isinstance(op, (Sleep, Exit)):
                 return ops, op
             ops.append(op)
             if before is not None:
@@ -317,25 +325,13 @@ def test_the_first_worker_to_see_every_outcome_tells_the_idle_ones_in_holes() ->
     _, sleep = tail.until_sleep()  # a full look: worker a's span holds
     tail.mono += sleep.seconds
     tail.store[settled] = b""  # a finished, and another worker saw it
-    ops, last = [], None
-    for _ in range(10):
-        last = tail.machine.next(wall=tail.wall, mono=tail.mono, pick=0.5)
-        if isinstance(last, (Exit, Sleep)):
-            break
-        ops.append(last)
-        answer(tail.machine, tail.store, last)
+    ops, last = tail.until_rest()
     assert last == Exit("done")
     assert [o.prefix for o in ops if isinstance(o, List)] == [protocol.group_holes_prefix(GID)]
 
     tail = Tail()  # a's span is done: a full look sees every outcome
     tail.store[tail.bursts + protocol.burst_name(0, 4, 0, 0)] = b""
-    ops = []
-    for _ in range(100):
-        last = tail.machine.next(wall=tail.wall, mono=tail.mono, pick=0.5)
-        if isinstance(last, (Exit, Sleep)):
-            break
-        ops.append(last)
-        answer(tail.machine, tail.store, last)
+    ops, last = tail.until_rest()
     assert last == Exit("done")
     assert isinstance(ops[-1], Create)
     assert ops[-1].key == settled
