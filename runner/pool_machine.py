@@ -184,8 +184,8 @@ class WorkerMachine:
 
     :param options: the batch's options (:meth:`PoolOptions.from_manifest`).
     :param group_id: the batch; :param worker: this worker's name (its pod's).
-    :param stop_every: seconds between reads of the stop record on average (spread
-        from half to one and a half times; default: one read a
+    :param stop_every: seconds between reads of the stop record (the first period
+        spread from a half to one and a half times; default: one read a
         second, spread thinner in a pool of more than :data:`STOP_READS_PER_S` workers).
     :param idle_first: the first sleep of a worker with nothing to do (it doubles).
     :param wait_max: the longest sleep (idle, or waiting for a lease to end).
@@ -277,6 +277,7 @@ class WorkerMachine:
         self._bursts_walls: dict[str, float] = {}
         self._lapse_check = False
         self._settled = False  # every input has an outcome: seen, or announced in holes/
+        self._settled_checked = False  # holes/ listed for that announcement, once seen
         self._taking: int | None = None  # the start of the expired span being taken over
         self._walk_reads = 0  # claims read since the last sleep to walk other regions
         self._walking: int | None = None  # the region whose chain is being walked
@@ -319,11 +320,14 @@ class WorkerMachine:
             # delayed it): another worker may have taken the span over meanwhile.
             return List(self._span_claims_prefix(renewing[0]))
         if book.stop is None and mono >= self._stop_due:
-            # Spread, as bursts are: workers that started together, or woke together,
-            # would otherwise read it in the same instant every time (a thousand reads in
-            # a fraction of a second meet the bucket's read limit, and a 429 stalls a
-            # running worker a second or more).
-            self._stop_due = mono + self.stop_every * (0.5 + pick)
+            # Workers that started together would read it in the same instant every
+            # period (a thousand reads in a fraction of a second meet the bucket's read
+            # limit, and a 429 stalls a running worker a second or more): the first
+            # period is spread, from a half to one and a half, then the phase is kept.
+            # Not every period: a worker's reads block its next input, and the pool's
+            # last worker to finish would be one that drew short periods.
+            first = self._stop_due == float("-inf")
+            self._stop_due = mono + self.stop_every * ((0.5 + pick) if first else 1.0)
             return Read(self.stop_key)
         if self.running is not None:
             return self._upkeep(wall, mono)
@@ -545,7 +549,11 @@ class WorkerMachine:
         if book.settled:
             if not self._settled and self.options.large:
                 # Tell the idle workers: their quick looks list only holes/ (a full look
-                # comes every 15 s or so at 1,000 workers).
+                # comes every 15 s or so at 1,000 workers) — unless one did already: the
+                # whole pool may run out of work together, and a listing is a read.
+                if not self._settled_checked:
+                    self._settled_checked = True
+                    return List(self.holes_prefix)
                 self._settled = True
                 return Create(self.holes_prefix + protocol.POOL_SETTLED_NAME, b"")
             return Exit("done")

@@ -402,8 +402,9 @@ def test_a_span_is_not_taken_over_on_a_bursts_listing_older_than_its_lease() -> 
 def test_workers_that_start_together_read_the_stop_record_at_spread_times() -> None:
     """A thousand workers that read the stop record in the same instant, and again a
     second later each time, would meet the bucket's read limit every second; a 429
-    stalls a running worker a second or more. Each reads it again after half to one
-    and a half times its period, as its random pick says: on average, once a period."""
+    stalls a running worker a second or more. Each reads it a second time after half
+    to one and a half times its period, as its random pick says, then once a period:
+    every worker reads it as often (its reads hold up its inputs)."""
     dues = []
     for pick in (0.0, 0.5, 0.9):
         machine, _ = running(WorkerMachine(options(100, 1), GID, "w"), pick=pick)
@@ -413,7 +414,9 @@ def test_workers_that_start_together_read_the_stop_record_at_spread_times() -> N
             op = machine.next(wall=1000.0, mono=0.0, pick=pick)
         assert isinstance(op, Sleep)
         dues.append(op.seconds)
-        assert machine.next(wall=1000.0, mono=op.seconds, pick=pick) == Read(
-            protocol.group_stop_key(GID)
-        )
+        stop = Read(protocol.group_stop_key(GID))
+        assert machine.next(wall=1000.0, mono=op.seconds, pick=pick) == stop
+        machine.read(stop.key, None)
+        after = machine.next(wall=1000.0, mono=op.seconds, pick=pick)
+        assert after == Sleep(pytest.approx(1.0))  # then once a period: the phase is kept
     assert dues == pytest.approx([0.5, 1.0, 1.4])  # stop_every is 1 s in a small pool
