@@ -103,10 +103,11 @@ pool lists in a *quick* look. Such a worker lists every claim, burst and outcome
 *full* look, which also reads :data:`SAMPLE` claims that may have expired) only as
 often as half of :data:`IDLE_READS_PER_S` allows. In between it makes quick looks,
 rationed by the other half: a listing of the cut takeovers (``holes/``, a few names
-that tell each hole's slots), then the claims of one hole with slots not known to be
-claimed (the newest mostly) and a claim of one of its free slots, else :data:`QUICK_SAMPLE` claims that
-may have expired. A look that cheap comes several times as often as a full one: a dead
-worker's rest is joined within a second, and its expired claim found as soon."""
+that tell each hole's slots and age), then the claims of one hole with slots not known
+to be claimed (the newest mostly) and a claim of one of its free slots, else
+:data:`QUICK_SAMPLE` claims that may have expired. A look that cheap comes several
+times as often as a full one: a dead worker's rest is joined within a second, and its
+expired claim found as soon; and ``holes/settled`` there tells that the batch is done."""
 QUICK_SAMPLE = 1
 """Claims that may have expired read in a quick look."""
 IDLE_FIRST = 0.25
