@@ -795,9 +795,10 @@ class WorkerMachine:
                     book.learn_burst(burst[0], burst[1])
         elif prefix == self.holes_prefix:
             for key in keys:
-                if key.removeprefix(prefix) == protocol.POOL_SETTLED_NAME:
+                name = key.removeprefix(prefix)
+                if name == protocol.POOL_SETTLED_NAME:
                     self._settled = True  # every input has an outcome
-                hole = protocol.parse_hole_name(key.removeprefix(prefix))
+                hole = protocol.parse_hole_name(name)
                 if hole is not None:
                     book.learn_cut(*hole)
         elif prefix == self.results_prefix:

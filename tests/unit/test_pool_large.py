@@ -156,6 +156,17 @@ class Tail:
         self.machine = WorkerMachine(opts(1000, self.total), GID, "w")
         self.wall, self.mono = WALL, 0.0
 
+    def cut(self, start: int, at: float = WALL + 30) -> None:
+        """The region's worker died; x took its span over, runs ``[start, start + 1)``
+        and leaves the rest of the region a hole in slots of one, announced in
+        ``holes/`` (its first lease ending ``at``)."""
+        from runner.pool_book import Span, claim_record
+
+        taken = Span(start, 1, "x", at, start + 1, start, 2, start + 4, 1)
+        self.store[self.claims + f"{start:07d}.001"] = claim_record(taken)
+        name = protocol.hole_name(start, 1, start + 1, start + 4, 1, at)
+        self.store[protocol.group_holes_prefix(GID) + name] = b""
+
     def until_sleep(
         self, before: Callable[[object], None] | None = None, pick: float = 0.5
     ) -> tuple[list[object], Sleep]:
@@ -188,18 +199,11 @@ def test_idle_workers_of_a_large_pool_join_a_hole_from_a_quick_look() -> None:
     """Between two full looks (every claim, burst and outcome listed) an idle worker of
     a large pool lists only the holes' names, then the claims of one hole, and claims
     one of its free slots: two reads, not a full look's pages."""
-    from runner.pool_book import Span, claim_record
-
     tail = Tail()
     claims = tail.claims
     ops, sleep = tail.until_sleep()  # a full look: nothing to do, worker a's span holds
     assert {o.prefix for o in ops if isinstance(o, List)} >= {claims, tail.bursts}
-    # a dies; b takes its span over, runs [0, 1) and leaves [1, 4) in slots of one.
-    cut = Span(0, 1, "b", WALL + 30, 1, 0, 2, 4, 1)
-    tail.store[claims + "0000000.001"] = claim_record(cut)
-    tail.store[protocol.group_holes_prefix(GID) + protocol.hole_name(0, 1, 1, 4, 1, WALL + 30)] = (
-        b""
-    )
+    tail.cut(0)  # a dies; x takes its span over, runs [0, 1), leaves [1, 4) in slots of one
     tail.mono += sleep.seconds
     ops, _ = tail.until_sleep()
     lists = [o.prefix for o in ops if isinstance(o, List)]
@@ -258,13 +262,10 @@ def test_a_worker_that_loses_a_slots_race_lists_the_hole_again_before_another() 
     not read the winner's claim (a slot's end is known, its lease fresh), and does not
     claim another slot on its listing of the hole's claims, which the race showed to be
     out of date: it lists them again first."""
-    from runner.pool_book import Span, claim_record
-
     tail = Tail()
-    claims, holes = tail.claims, protocol.group_holes_prefix(GID)
+    claims = tail.claims
     _, sleep = tail.until_sleep()
-    tail.store[claims + "0000000.001"] = claim_record(Span(0, 1, "b", WALL + 30, 1, 0, 2, 4, 1))
-    tail.store[holes + protocol.hole_name(0, 1, 1, 4, 1, WALL + 30)] = b""
+    tail.cut(0)
     tail.mono += sleep.seconds
     lost: list[str] = []
 
@@ -354,7 +355,7 @@ def test_a_quick_look_joins_a_new_hole_rather_than_one_likely_full() -> None:
     from runner.pool_book import Span, claim_record
 
     tail = Tail()
-    claims, holes = tail.claims, protocol.group_holes_prefix(GID)
+    claims = tail.claims
     tail.store.pop(tail.bursts + protocol.burst_name(4, tail.total, 4, 0))
     for first, end in ((4, 400), (404, 800), (804, tail.total)):  # regions 0, 100, 200 run
         tail.store[tail.bursts + protocol.burst_name(first, end, first, 0)] = b""
@@ -363,11 +364,8 @@ def test_a_quick_look_joins_a_new_hole_rather_than_one_likely_full() -> None:
         tail.store[claims + f"{start:07d}.000"] = claim_record(span)
     _, sleep = tail.until_sleep()  # a full look: the three regions are held
 
-    def cut(start: int) -> None:  # the region's worker died; x took over its first input
-        taken = Span(start, 1, "x", WALL + 30, start + 1, start, 2, start + 4, 1)
-        tail.store[claims + f"{start:07d}.001"] = claim_record(taken)
-        name = protocol.hole_name(start, 1, start + 1, start + 4, 1, WALL + 30 + start / 100)
-        tail.store[holes + name] = b""
+    def cut(start: int) -> None:  # the later the start, the newer the hole
+        tail.cut(start, at=WALL + 30 + start / 100)
 
     cut(0)
     cut(400)
