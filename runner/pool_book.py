@@ -145,16 +145,17 @@ class PoolOptions:
 
     def region(self, r: int) -> tuple[int, int]:
         """Inputs ``[lo, hi)`` of region ``r``."""
-        n = self.regions
-        return r * self.total // n, (r + 1) * self.total // n
+        n, total = self.regions, self.total
+        return r * total // n, (r + 1) * total // n
 
     def region_of(self, index: int) -> int:
         """The region input ``index`` lies in."""
-        n = self.regions
-        r = min(n - 1, index * n // max(1, self.total))
-        while self.region(r)[0] > index:  # integer rounding: at most one step either way
+        # Inline arithmetic: an idle worker's look asks this a few thousand times.
+        n, total = self.regions, self.total
+        r = min(n - 1, index * n // max(1, total))
+        while r * total // n > index:  # integer rounding: at most one step either way
             r -= 1
-        while self.region(r)[1] <= index:
+        while (r + 1) * total // n <= index:
             r += 1
         return r
 

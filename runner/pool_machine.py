@@ -108,6 +108,14 @@ to be claimed (the newest mostly) and a claim of one of its free slots, else
 :data:`QUICK_SAMPLE` claims that may have expired. A look that cheap comes several
 times as often as a full one: a dead worker's rest is joined within a second, and its
 expired claim found as soon; and ``holes/settled`` there tells that the batch is done."""
+FIRST_LOOK_READS = 8
+"""Reads a large pool's worker makes at most when it first runs out of work, as the pool
+budgets them: the pool's first looks are spread over ``workers x FIRST_LOOK_READS /``
+:data:`IDLE_READS_PER_S` seconds (at most :data:`~runner.pool_book.LEASE_WAIT_MAX`; 4 s
+at 1,000 workers). A first look lists every claim, burst and outcome (pages of
+:data:`PAGE` names) and reads a few claims; a thousand of them in one second are three
+times the reads a bucket takes at first, and a 429 stalls each worker still running
+for a second or more."""
 QUICK_SAMPLE = 1
 """Claims that may have expired read in a quick look."""
 IDLE_FIRST = 0.25
@@ -279,6 +287,8 @@ class WorkerMachine:
         self._lapse_check = False
         self._settled = False  # every input has an outcome: seen, or announced in holes/
         self._settled_checked = False  # holes/ listed for that announcement, once seen
+        self._names: set[str] = set()  # names listed and learned from (listed())
+        self._looked_once = False  # looked for work (listed everything, or quick) once
         self._taking: int | None = None  # the start of the expired span being taken over
         self._walk_reads = 0  # claims read since the last sleep to walk other regions
         self._walking: int | None = None  # the region whose chain is being walked
@@ -524,6 +534,13 @@ class WorkerMachine:
         if not self._claims_fresh:  # moving to another region: look where others are
             if self._slept:  # nothing was left to claim before: the whole look at once
                 return self._look(mono)
+            if self.options.large and self.mean_s is not None and not self._looked_once:
+                # A large pool runs out of work about together, and a first look costs a
+                # dozen reads: spread over the seconds the pool's share of reads allows
+                # (FIRST_LOOK_READS), or each would meet the bucket's read limit at once.
+                self._slept = True  # then the look, as after an idle sleep
+                spread = self.options.workers * FIRST_LOOK_READS / self.idle_reads_per_s
+                return Sleep(pick * min(self.wait_max, spread))
             self._claims_fresh = True
             return List(self.claims_prefix)
         if self._quick:
@@ -570,26 +587,29 @@ class WorkerMachine:
         expired = [
             s for s in self.book.expired(wall) if fresh.get((s.start, s.number), -1.0) >= s.expires
         ]
+        taking = next((s for s in expired if s.start == self._taking), None)
+        if taking is None and self._taking is not None and self.options.large:
+            # Beaten to the span it picked: at a large pool's tail so are those who read
+            # the other expired claims when it did, and each try is two listings.
+            return None
         if expired:
             # The one picked first, until it is taken over (each step's pick differs: a
             # worker hopping between spans would list each one's bursts and claims).
-            span = (
-                next((s for s in expired if s.start == self._taking), None)
-                or expired[min(len(expired) - 1, int(pick * len(expired)))]
-            )
+            span = taking or expired[min(len(expired) - 1, int(pick * len(expired)))]
             self._taking = span.start
-            prefix = self._span_bursts_prefix(span)
-            walls = self._bursts_walls
-            if max(walls.get(prefix, -1.0), walls.get(self.bursts_prefix, -1.0)) < span.expires:
-                return List(prefix)
             # Idle workers that read the claim about when its lease ended all find it
             # expired, and at a large pool's tail that is dozens: a listing of the span's
             # claims sent since the read shows the takeover of those before (a read, where
             # a create that loses its race costs a write; the bucket takes five times
-            # fewer writes, and a 429 stalls its worker a second or more).
+            # fewer writes, and a 429 stalls its worker a second or more). It comes
+            # before the bursts listing: a span taken over already costs one read.
             claims = self._span_claims_prefix(span.start)
             if self._claims_walls.get(claims, -1.0) < fresh[(span.start, span.number)]:
                 return List(claims)
+            prefix = self._span_bursts_prefix(span)
+            walls = self._bursts_walls
+            if max(walls.get(prefix, -1.0), walls.get(self.bursts_prefix, -1.0)) < span.expires:
+                return List(prefix)
             return self._take_over(span, wall)
         return None
 
@@ -598,13 +618,24 @@ class WorkerMachine:
         if self._sampled:
             return None
         self._sampled = True
-        suspects = self.book.suspects(wall)
-        if not suspects:
+        # Claims read before, whose lease has ended since, first: at a large batch's tail
+        # a dead worker's is one among hundreds of suspects, most of them never read (a
+        # worker's outcomes are known as of its last full look), and a sample at random
+        # rarely meets it; those who read it before wake when its lease ends.
+        fresh = self._fresh_reads
+        lapsed = [
+            s.start
+            for s in self.book.expired(wall)
+            if fresh.get((s.start, s.number), -1.0) < s.expires
+        ]
+        picked = _rotated(lapsed, pick)[:count]
+        if len(picked) < count:
+            chosen = set(picked)
+            rest = [start for start in self.book.suspects(wall) if start not in chosen]
+            picked += _rotated(rest, pick)[: count - len(picked)]
+        if not picked:
             return None
-        at = int(pick * len(suspects))
-        for i in range(min(count, len(suspects))):
-            start = suspects[(at + i) % len(suspects)]
-            self._queue.append(self._read_claim(start, self.book.listed[start]))
+        self._queue.extend(self._read_claim(start, self.book.listed[start]) for start in picked)
         return self._queue.pop(0)
 
     def _idle_sleep(self, wall: float, pick: float) -> Sleep:
@@ -638,7 +669,7 @@ class WorkerMachine:
         then the claims (a burst written after the claims were listed is seen: it lies
         in a claimed span) — or, in a large pool after an idle sleep while the last such
         look is recent, only the cut takeovers (:data:`QUICK_VISITS`)."""
-        self._all_fresh = self._claims_fresh = True
+        self._all_fresh = self._claims_fresh = self._looked_once = True
         self._sampled = False
         quick, self._slept = self._slept and mono - self._looked < self._full_every, False
         if quick:
@@ -777,6 +808,10 @@ class WorkerMachine:
         self._pending = None
         self._look_reads += 1 + len(keys) // PAGE
         book = self.book
+        # A full look lists thousands of names, nearly all known from the last one: only
+        # the new ones are parsed (a simulation steps a thousand workers in one process).
+        seen = self._names
+        keys = [key for key in keys if key not in seen]
         if prefix.startswith(self.claims_prefix):
             self._claims_walls[prefix] = self._read_wall
             for key in keys:
@@ -806,6 +841,7 @@ class WorkerMachine:
                 index = protocol.parse_outcome_name(key.removeprefix(prefix))
                 if index is not None:
                     book.learn_single(index)
+        seen.update(keys)  # the book only grows: a name once learned teaches nothing new
 
     def _lose_span(self) -> None:
         """The held claim was taken over (this worker stalled past its lease): drop it,
@@ -847,12 +883,18 @@ class WorkerMachine:
                     span.start, span.number, span.end, span.reach, span.slot, span.expires
                 )
                 self._queue.append(Create(self.holes_prefix + name, b""))
-            self._quick = False
+            self._quick, self._taking = False, None
             self._idle = self.idle_first
             self.book.learn_span(span)
             self.span, self.cursor = span, span.first
             self.region = self.options.region_of(span.start)
-            self._claims_fresh = self._all_fresh = self._slept = False
+            self._claims_fresh = self._all_fresh = False
+            # A dead worker's rest (a takeover, a hole's slot) is a large batch's tail:
+            # once it is done, the next look is as after an idle sleep (a quick one
+            # while the last full look is recent), not every name listed again and a
+            # walk — hundreds of workers finish such a slot each second.
+            rest = span.number > 0 or self.book.hole_slot(span.start) is not None
+            self._slept = self.options.large and rest
             self._claims_walls.clear()  # its next slot in a hole: list the hole again
         else:
             self.book.learn_listed(span.start, span.number)
@@ -868,6 +910,12 @@ class WorkerMachine:
     def written(self, key: str) -> None:
         """The answer to :class:`Write`."""
         self._answer(Write, key)
+
+
+def _rotated(items: list[int], pick: float) -> list[int]:
+    """``items`` from the one ``pick`` (in [0, 1)) points at, wrapping around."""
+    at = int(pick * len(items))
+    return items[at:] + items[:at]
 
 
 def _failure_payload(error: str) -> bytes:

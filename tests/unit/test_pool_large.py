@@ -18,6 +18,7 @@ from runner.pool_book import (
     span_size,
 )
 from runner.pool_machine import (
+    FIRST_LOOK_READS,
     IDLE_READS_PER_S,
     PAGE,
     QUICK_SAMPLE,
@@ -27,6 +28,7 @@ from runner.pool_machine import (
     Exit,
     List,
     Read,
+    Run,
     Sleep,
     WorkerMachine,
 )
@@ -217,6 +219,37 @@ def test_idle_workers_of_a_large_pool_join_a_hole_from_a_quick_look() -> None:
     assert machine.span.end == machine.span.start + 1
 
 
+def test_a_worker_done_with_a_holes_slot_looks_quickly_again() -> None:
+    """At a large batch's tail hundreds of workers finish a slot of a dead worker's rest
+    each second: the next look of each is a quick one (the holes' names), as after an
+    idle sleep, while its last full look is recent, not every name listed again."""
+    tail = Tail()
+    _, sleep = tail.until_sleep()  # a full look: worker a's span holds
+    tail.cut(0)  # a dies; x takes its span over and leaves [1, 4) in slots of one
+    tail.mono += sleep.seconds
+    tail.until_sleep()  # a quick look: this worker claims a slot
+    machine = tail.machine
+    assert machine.span is not None
+    for start in (1, 2, 3):  # others joined the hole too: it is full
+        tail.store.setdefault(tail.claims + f"{start:07d}.000", b"{}")
+    ops: list[object] = []
+    for _ in range(100):
+        op = machine.next(wall=tail.wall, mono=tail.mono, pick=0.5)
+        if isinstance(op, Sleep) and machine.span is None:
+            break
+        ops.append(op)
+        if isinstance(op, Run):
+            machine.ran(op.index, *ok(op.index), seconds=0.05)
+        elif not isinstance(op, Sleep):
+            assert answer(machine, tail.store, op), op
+    else:
+        raise AssertionError("the worker never slept")
+    lists = [o.prefix for o in ops if isinstance(o, List)]
+    assert protocol.group_holes_prefix(GID) in lists
+    assert tail.claims not in lists
+    assert tail.bursts not in lists
+
+
 def test_a_quick_look_takes_over_the_expired_claim_it_reads() -> None:
     tail = Tail()
     _, sleep = tail.until_sleep()  # a full look: worker a's span holds
@@ -225,19 +258,43 @@ def test_a_quick_look_takes_over_the_expired_claim_it_reads() -> None:
     ops, _ = tail.until_sleep()
     assert [o.prefix for o in ops if isinstance(o, List)] == [
         protocol.group_holes_prefix(GID),  # the quick look
-        tail.bursts + "000000",  # the span's own bursts, after the lease ended
         tail.claims + "0000000.",  # its claims, since the read: not taken over meanwhile
+        tail.bursts + "000000",  # the span's own bursts, after the lease ended
     ]
     assert [o.key for o in ops if isinstance(o, Read)][-1] == tail.claims + "0000000.000"
     taken = [o.key for o in ops if isinstance(o, Create)]
     assert taken[0] == tail.claims + "0000000.001"  # the quick look's read found it dead
 
 
+def test_a_look_rereads_a_claim_whose_lease_ended_before_claims_never_read() -> None:
+    """At a large batch's tail a worker knows outcomes as of its last full look, so
+    hundreds of spans may still have inputs left as far as it knows, their claims never
+    read. A dead worker's claim, read before and expired since, is read first: a
+    sample at random would rarely meet it."""
+    from runner.pool_book import Span, claim_record
+
+    tail = Tail()
+    tail.store.pop(tail.bursts + protocol.burst_name(4, tail.total, 4, 0))
+    tail.store[tail.bursts + protocol.burst_name(4, 400, 4, 0)] = b""
+    for start in range(400, tail.total, 4):  # running still, as far as this worker knows
+        live = Span(start, 0, "o", WALL + 1_000, start + 4, start)
+        tail.store[tail.claims + f"{start:07d}.000"] = claim_record(live)
+    ops, sleep = tail.until_sleep(pick=0.0)  # a full look: it reads a's claim, among others
+    assert tail.claims + "0000000.000" in [o.key for o in ops if isinstance(o, Read)]
+    tail.mono += sleep.seconds
+    tail.wall += 31  # a died: its lease ran out
+    ops, _ = tail.until_sleep(pick=0.5)  # a quick look: one claim read
+    reads = [o.key for o in ops if isinstance(o, Read) and o.key.startswith(tail.claims)]
+    assert reads == [tail.claims + "0000000.000"]
+    assert [o.key for o in ops if isinstance(o, Create)][:1] == [tail.claims + "0000000.001"]
+
+
 def test_a_takeover_made_since_the_claim_was_read_is_seen_before_a_create() -> None:
     """Dozens of idle workers read a dead worker's claim about when its lease ends. One
-    takes the span over while another still lists the span's bursts: that one lists
-    the span's claims before its create, sees the takeover, and creates nothing (a create
-    that loses its race is a write; at the tail, dozens of them met the bucket's limit)."""
+    takes the span over after another read it: that one lists the span's claims before
+    its create, sees the takeover, and creates nothing (a create that loses its race is
+    a write; at the tail, dozens of them met the bucket's limit), nor lists the span's
+    bursts (one read, not two, for a span taken over already)."""
     from runner.pool_book import Span, claim_record
 
     tail = Tail()
@@ -247,11 +304,13 @@ def test_a_takeover_made_since_the_claim_was_read_is_seen_before_a_create() -> N
     taken = tail.claims + "0000000.001"
 
     def rival(op: object) -> None:
-        if isinstance(op, List) and op.prefix == tail.bursts + "000000":
+        if isinstance(op, List) and op.prefix == tail.claims + "0000000.":
             tail.store[taken] = claim_record(Span(0, 1, "b", tail.wall + 30, 4, 0, 2))
 
     ops, _ = tail.until_sleep(rival)
-    assert tail.claims + "0000000." in [o.prefix for o in ops if isinstance(o, List)]
+    lists = [o.prefix for o in ops if isinstance(o, List)]
+    assert tail.claims + "0000000." in lists
+    assert tail.bursts + "000000" not in lists
     assert not [o for o in ops if isinstance(o, Create)]
     assert tail.machine.span is None
     assert parse_claim(0, 1, tail.store[taken]) == Span(0, 1, "b", tail.wall + 30, 4, 0, 2)
@@ -314,6 +373,93 @@ def test_a_worker_that_found_two_expired_claims_takes_over_one_without_hopping()
     taken = ops[-1].key.removeprefix(tail.claims)  # type: ignore[attr-defined]
     assert taken in {"0000000.001", "0000004.001"}
     assert spans == [tail.claims + taken[:8]]  # the one span's claims, listed once
+
+
+def test_a_worker_beaten_to_an_expired_span_tries_no_other_in_that_look() -> None:
+    """At a large pool's tail the idle workers that read one dead claim when its lease
+    ended read the others too: one beaten to the span it picked would be beaten to the
+    next, two listings each. It tries none more until its next look."""
+    from runner.pool_book import Span, claim_record
+
+    tail = Tail()
+    tail.store.pop(tail.bursts + protocol.burst_name(4, tail.total, 4, 0))
+    tail.store[tail.bursts + protocol.burst_name(8, tail.total, 8, 0)] = b""
+    tail.store[tail.claims + "0000004.000"] = claim_record(Span(4, 0, "b", WALL + 30, 8, 4))
+    _, sleep = tail.until_sleep()  # a full look: a's and b's spans hold
+    tail.mono += 10 * sleep.seconds + 1_000  # past the next full look's time
+    tail.wall += 31  # a and b died
+    beaten: list[str] = []
+
+    def rival(op: object) -> None:  # another worker takes over the span this one picked
+        if isinstance(op, List) and op.prefix.endswith(".") and not beaten:
+            beaten.append(op.prefix)
+            start = int(op.prefix.removeprefix(tail.claims)[:-1])
+            rest = Span(start, 1, "c", tail.wall + 30, start + 4, start, 2)
+            tail.store[op.prefix + "001"] = claim_record(rest)
+
+    ops, _ = tail.until_sleep(rival)
+    assert len(beaten) == 1
+    spans = [o.prefix for o in ops if isinstance(o, List) and o.prefix.endswith(".")]
+    assert spans == beaten  # the other span's claims: not listed
+    assert not [o for o in ops if isinstance(o, List) and o.prefix.startswith(tail.bursts + "0")]
+    assert not [o for o in ops if isinstance(o, Create)]
+
+
+def test_a_large_pool_spreads_its_first_looks_for_work() -> None:
+    """A large pool's workers run out of work about together, and a first look costs a
+    dozen reads or more: each waits a share of FIRST_LOOK_READS x workers /
+    IDLE_READS_PER_S seconds first (its pick), then lists everything once."""
+    from runner.pool_book import Span, claim_record
+
+    def out_of_work(pick: float) -> tuple[Sleep, list[object]]:
+        """A lone worker runs its region, runs out of work: its first sleep, then what
+        it does after it."""
+        machine = WorkerMachine(opts(1000, total=4000), GID, "w", ordinal=3)
+        tail = Tail()  # a holds region 0; every region but region 3 ran
+        store = tail.store
+        del store[tail.claims + "0000012.000"]
+        del store[tail.bursts + protocol.burst_name(4, tail.total, 4, 0)]
+        store[tail.bursts + protocol.burst_name(4, 12, 4, 0)] = b""
+        store[tail.bursts + protocol.burst_name(16, tail.total, 16, 0)] = b""
+        mono, sleeps, after = 0.0, [], []
+        for _ in range(200):
+            op = machine.next(wall=WALL + mono, mono=mono, pick=pick)
+            if sleeps:
+                after.append(op)
+            if isinstance(op, (Sleep, Exit)) and sleeps:
+                return sleeps[0], after
+            if isinstance(op, Sleep):
+                sleeps.append(op)
+                mono += op.seconds
+            elif isinstance(op, Run):
+                machine.ran(op.index, *ok(op.index), seconds=0.05)
+            else:
+                assert answer(machine, store, op), op
+        raise AssertionError("the worker never slept twice")
+
+    spread = min(LEASE_WAIT_MAX, 1000 * FIRST_LOOK_READS / IDLE_READS_PER_S)
+    for pick in (0.0, 0.5, 0.999):
+        first, after = out_of_work(pick)
+        assert first.seconds == pick * spread
+        # ... then a full look at once, not a claims listing and a walk before it.
+        lists = [o.prefix for o in after if isinstance(o, List)]
+        assert lists[:3] == [
+            protocol.group_bursts_prefix(GID),
+            protocol.group_results_prefix(GID),
+            protocol.group_claims_prefix(GID),
+        ]
+    # A worker that has run nothing (its region claimed by another) looks at once.
+    store: dict[str, bytes] = {}
+    for start in range(0, 4000, 4):
+        held = Span(start, 0, "o", WALL + 30, start + 4, start)
+        store[protocol.group_claim_key(GID, start, 0)] = claim_record(held)
+    machine = WorkerMachine(opts(1000, total=4000), GID, "w", ordinal=3)
+    op = machine.next(wall=WALL, mono=0.0, pick=0.9)
+    while not isinstance(op, Sleep):
+        answer(machine, store, op)
+        op = machine.next(wall=WALL, mono=0.0, pick=0.9)
+        assert not isinstance(op, Run)
+    assert machine.counts["List"] >= 3  # it looked before it slept
 
 
 def test_the_first_worker_to_see_every_outcome_tells_the_idle_ones_in_holes() -> None:
