@@ -40,10 +40,11 @@ What a worker does (the protocol is in :mod:`runner.pool_book`):
 4. with no span left: list, read a few claims that may have expired, take one over from
    its first input without an outcome (or fail that input once it had ``max_claims``
    claims; a takeover that cuts a long span announces its hole in ``holes/``), else
-   sleep until a lease may end, rationed; in a large pool, look between two such full
-   looks only at the holes, and join one (:data:`QUICK_VISITS`); exit once every input
-   has an outcome or the batch stopped. After a final failure with ``fail_fast``: write
-   the burst, then the stop record.
+   sleep until a lease may end, rationed; in a large pool, look first after a spread
+   wait (:data:`FIRST_LOOK_READS`), and between two such full looks only at the holes,
+   and join one (:data:`QUICK_VISITS`); exit once every input has an outcome or the
+   batch stopped. After a final failure with ``fail_fast``: write the burst, then the
+   stop record.
 """
 
 from __future__ import annotations
@@ -109,13 +110,13 @@ to be claimed (the newest mostly) and a claim of one of its free slots, else
 times as often as a full one: a dead worker's rest is joined within a second, and its
 expired claim found as soon; and ``holes/settled`` there tells that the batch is done."""
 FIRST_LOOK_READS = 8
-"""Reads a large pool's worker makes at most when it first runs out of work, as the pool
-budgets them: the pool's first looks are spread over ``workers x FIRST_LOOK_READS /``
-:data:`IDLE_READS_PER_S` seconds (at most :data:`~runner.pool_book.LEASE_WAIT_MAX`; 4 s
-at 1,000 workers). A first look lists every claim, burst and outcome (pages of
-:data:`PAGE` names) and reads a few claims; a thousand of them in one second are three
-times the reads a bucket takes at first, and a 429 stalls each worker still running
-for a second or more."""
+"""Reads budgeted for each worker's first look when a large pool runs out of work: a
+worker that ran inputs waits ``pick x workers x FIRST_LOOK_READS /``
+:data:`IDLE_READS_PER_S` seconds (at most :data:`~runner.pool_book.LEASE_WAIT_MAX`: 4 s
+at 1,000 workers) before it looks. A first look lists every claim, burst and outcome
+(pages of :data:`PAGE` names) and reads a few claims, a dozen reads or more; a thousand
+of them within a second are three times the reads a bucket takes at first, and a 429
+stalls each worker still running for a second or more."""
 QUICK_SAMPLE = 1
 """Claims that may have expired read in a quick look."""
 IDLE_FIRST = 0.25
