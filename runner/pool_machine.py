@@ -119,6 +119,13 @@ of them within a second are three times the reads a bucket takes at first, and a
 stalls each worker still running for a second or more."""
 QUICK_SAMPLE = 1
 """Claims that may have expired read in a quick look."""
+HOLE_SLOTS = 8
+"""Parts a large pool's takeover cuts a dead worker's rest into at least (its own part
+and its hole's slots, each at most ``rest / HOLE_SLOTS``, rounded up). Sized as a fresh
+span alone they held a second of work or more (a worker's outcomes known as of its last
+full look make the work left look large), and the takeovers of the spans whose leases
+end last run while every other worker is idle: the batch ended a slot's time after
+them."""
 IDLE_FIRST = 0.25
 """Seconds a worker with nothing to do first sleeps before it looks again (doubling)."""
 OUTPUT_TAIL = 64 * 1024
@@ -776,6 +783,8 @@ class WorkerMachine:
             free=self.book.free_total() + span.end - first,
             region_left=span.end - first,
         )
+        if self.options.large:  # the rest shared by HOLE_SLOTS idle workers at least
+            size = min(size, -(-(span.end - first) // HOLE_SLOTS))
         claim = take_over(span, first, self.worker, wall + self.options.lease_s, first + size)
         return self._create_claim(claim)
 

@@ -19,6 +19,7 @@ from runner.pool_book import (
 )
 from runner.pool_machine import (
     FIRST_LOOK_READS,
+    HOLE_SLOTS,
     IDLE_READS_PER_S,
     PAGE,
     QUICK_SAMPLE,
@@ -143,18 +144,19 @@ class Tail:
     """A large pool's tail, as one idle worker sees it: worker a holds region 0 (inputs
     [0, 4)); every other region ran and is done."""
 
-    def __init__(self) -> None:
+    def __init__(self, region: int = 4) -> None:
         from runner.pool_book import Span, claim_record
 
-        self.total = 4000  # regions of 4 inputs
+        self.total = 1000 * region  # regions of ``region`` inputs
         self.claims = protocol.group_claims_prefix(GID)
         self.bursts = protocol.group_bursts_prefix(GID)
         self.store: dict[str, bytes] = {}
-        self.store[self.claims + "0000000.000"] = claim_record(Span(0, 0, "a", WALL + 30, 4, 0))
-        for start in range(4, self.total, 4):
-            done = Span(start, 0, "o", WALL - 9, start + 4, start)
+        held = Span(0, 0, "a", WALL + 30, region, 0)
+        self.store[self.claims + "0000000.000"] = claim_record(held)
+        for start in range(region, self.total, region):
+            done = Span(start, 0, "o", WALL - 9, start + region, start)
             self.store[self.claims + f"{start:07d}.000"] = claim_record(done)
-        self.store[self.bursts + protocol.burst_name(4, self.total, 4, 0)] = b""
+        self.store[self.bursts + protocol.burst_name(region, self.total, region, 0)] = b""
         self.machine = WorkerMachine(opts(1000, self.total), GID, "w")
         self.wall, self.mono = WALL, 0.0
 
@@ -287,6 +289,25 @@ def test_a_look_rereads_a_claim_whose_lease_ended_before_claims_never_read() -> 
     reads = [o.key for o in ops if isinstance(o, Read) and o.key.startswith(tail.claims)]
     assert reads == [tail.claims + "0000000.000"]
     assert [o.key for o in ops if isinstance(o, Create)][:1] == [tail.claims + "0000000.001"]
+
+
+def test_a_large_pools_takeover_shares_a_dead_workers_rest_among_idle_workers() -> None:
+    """A dead worker's rest of 100 inputs: the takeover runs 13 of them and leaves the
+    rest in slots of 13 (HOLE_SLOTS parts at least), not one part of a fresh span's size
+    run by one worker while the others idle."""
+    tail = Tail(region=100)
+    _, sleep = tail.until_sleep()  # a full look: worker a's span holds
+    tail.mono += sleep.seconds
+    tail.wall += 31  # a died: its lease ran out
+    tail.until_sleep()
+    taken = tail.machine.span
+    assert taken is not None
+    assert taken.number == 1
+    part = -(-100 // HOLE_SLOTS)
+    assert (taken.first, taken.end, taken.reach, taken.slot) == (0, part, 100, part)
+    hole = protocol.hole_name(0, 1, part, 100, part, taken.expires)
+    announce = tail.machine.next(wall=tail.wall, mono=tail.mono, pick=0.5)
+    assert announce == Create(protocol.group_holes_prefix(GID) + hole, b"")
 
 
 def test_a_takeover_made_since_the_claim_was_read_is_seen_before_a_create() -> None:
