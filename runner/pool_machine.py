@@ -665,7 +665,11 @@ class WorkerMachine:
         if self.options.large:  # full looks and quick ones, half of the reads each
             rationed = workers * reads / (self.idle_reads_per_s / 2)
             if self._full:  # the next full look waits for the whole of this one's reads
-                self._full_every, rationed = max(self.wait_max, rationed), 0.0
+                # ... spread, or the pool's full looks would keep the phase of its first
+                # looks (a few seconds wide, every 20 s or so), and none might come for
+                # 15 s after the last outcome to tell the idle workers (holes/settled).
+                every = max(self.wait_max, rationed) * (0.5 + pick)
+                self._full_every, rationed = every, 0.0
         else:
             rationed = workers * reads / self.idle_reads_per_s
         self._look_reads, self._full = 0, False

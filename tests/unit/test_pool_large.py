@@ -140,6 +140,28 @@ def test_idle_workers_of_a_large_pool_read_few_claims_a_look() -> None:
     raise AssertionError("no full look again")
 
 
+def test_a_large_pools_full_looks_come_at_spread_times() -> None:
+    """Full looks come about once per the pool's share of reads, each period spread
+    from a half to one and a half: the pool's first looks fall within a few seconds,
+    and with a fixed period its full looks would stay in that phase, none of them for
+    15 s or so after the last outcome (the one that sees it tells the idle workers)."""
+
+    def next_full_look(pick: float) -> float:
+        tail = Tail()
+        _, sleep = tail.until_sleep(pick=pick)  # a full look
+        tail.mono += sleep.seconds
+        for _ in range(1_000):
+            ops, sleep = tail.until_sleep(pick=0.5)
+            if tail.bursts in [o.prefix for o in ops if isinstance(o, List)]:
+                return tail.mono
+            tail.mono += sleep.seconds
+        raise AssertionError("no full look again")
+
+    early, late = next_full_look(0.0), next_full_look(0.99)
+    assert early >= LEASE_WAIT_MAX / 2
+    assert late > 1.5 * early
+
+
 class Tail:
     """A large pool's tail, as one idle worker sees it: worker a holds region 0 (inputs
     [0, 4)); every other region ran and is done."""
@@ -170,6 +192,19 @@ class Tail:
         self.store[self.claims + f"{start:07d}.001"] = claim_record(taken)
         name = protocol.hole_name(start, 1, start + 1, start + 4, 1, at)
         self.store[protocol.group_holes_prefix(GID) + name] = b""
+
+    def two_dead(self) -> None:
+        """Worker b holds region 1 too; a full look reads both claims; then a and b die
+        (their leases run out), past the time of this worker's next full look."""
+        from runner.pool_book import Span, claim_record
+
+        self.store.pop(self.bursts + protocol.burst_name(4, self.total, 4, 0))
+        self.store[self.bursts + protocol.burst_name(8, self.total, 8, 0)] = b""
+        held = Span(4, 0, "b", WALL + 30, 8, 4)
+        self.store[self.claims + "0000004.000"] = claim_record(held)
+        _, sleep = self.until_sleep()  # a full look: a's and b's spans hold
+        self.mono += 10 * sleep.seconds + 1_000
+        self.wall += 31
 
     def until_sleep(
         self, before: Callable[[object], None] | None = None, pick: float = 0.5
@@ -373,15 +408,8 @@ def test_a_worker_that_loses_a_slots_race_lists_the_hole_again_before_another() 
 def test_a_worker_that_found_two_expired_claims_takes_over_one_without_hopping() -> None:
     """Each step's pick differs: a worker that picked anew among the expired claims it
     read would list each one's bursts and claims before it created any takeover."""
-    from runner.pool_book import Span, claim_record
-
     tail = Tail()
-    tail.store.pop(tail.bursts + protocol.burst_name(4, tail.total, 4, 0))
-    tail.store[tail.bursts + protocol.burst_name(8, tail.total, 8, 0)] = b""
-    tail.store[tail.claims + "0000004.000"] = claim_record(Span(4, 0, "b", WALL + 30, 8, 4))
-    _, sleep = tail.until_sleep()  # a full look: a's and b's spans hold
-    tail.mono += 10 * sleep.seconds + 1_000  # past the next full look's time
-    tail.wall += 31  # a and b died
+    tail.two_dead()
     machine, ops = tail.machine, []
     for step in range(100):
         op = machine.next(wall=tail.wall, mono=tail.mono, pick=(0.0, 0.99)[step % 2])
@@ -403,12 +431,7 @@ def test_a_worker_beaten_to_an_expired_span_tries_no_other_in_that_look() -> Non
     from runner.pool_book import Span, claim_record
 
     tail = Tail()
-    tail.store.pop(tail.bursts + protocol.burst_name(4, tail.total, 4, 0))
-    tail.store[tail.bursts + protocol.burst_name(8, tail.total, 8, 0)] = b""
-    tail.store[tail.claims + "0000004.000"] = claim_record(Span(4, 0, "b", WALL + 30, 8, 4))
-    _, sleep = tail.until_sleep()  # a full look: a's and b's spans hold
-    tail.mono += 10 * sleep.seconds + 1_000  # past the next full look's time
-    tail.wall += 31  # a and b died
+    tail.two_dead()
     beaten: list[str] = []
 
     def rival(op: object) -> None:  # another worker takes over the span this one picked
