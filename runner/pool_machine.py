@@ -296,7 +296,6 @@ class WorkerMachine:
         self._settled = False  # every input has an outcome: seen, or announced in holes/
         self._settled_checked = False  # holes/ listed for that announcement, once seen
         self._names: set[str] = set()  # names listed and learned from (listed())
-        self._looked_once = False  # looked for work (listed everything, or quick) once
         self._taking: int | None = None  # the start of the expired span being taken over
         self._walk_reads = 0  # claims read since the last sleep to walk other regions
         self._walking: int | None = None  # the region whose chain is being walked
@@ -542,7 +541,8 @@ class WorkerMachine:
         if not self._claims_fresh:  # moving to another region: look where others are
             if self._slept:  # nothing was left to claim before: the whole look at once
                 return self._look(mono)
-            if self.options.large and self.mean_s is not None and not self._looked_once:
+            never_looked = self._looked == float("-inf")  # a quick look follows a full one
+            if self.options.large and self.mean_s is not None and never_looked:
                 # A large pool runs out of work about together, and a first look costs a
                 # dozen reads: spread over the seconds the pool's share of reads allows
                 # (FIRST_LOOK_READS), or each would meet the bucket's read limit at once.
@@ -681,7 +681,7 @@ class WorkerMachine:
         then the claims (a burst written after the claims were listed is seen: it lies
         in a claimed span) — or, in a large pool after an idle sleep while the last such
         look is recent, only the cut takeovers (:data:`QUICK_VISITS`)."""
-        self._all_fresh = self._claims_fresh = self._looked_once = True
+        self._all_fresh = self._claims_fresh = True
         self._sampled = False
         quick, self._slept = self._slept and mono - self._looked < self._full_every, False
         if quick:
