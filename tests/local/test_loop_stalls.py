@@ -11,7 +11,8 @@ those that name a Kinetic frame and were not simply preempted:
   when the warning is logged, or a sample of the loop thread's stack taken during the
   step shows a frame of ``kinetic/`` or ``runner/``;
 * *not preempted*: the kernel's run-queue wait of the loop thread during the step
-  (``/proc/thread-self/schedstat``) is subtracted, so a shared, overloaded machine does
+  (``/proc/thread-self/schedstat``, read as the step starts and as it is judged) is
+  subtracted, so a shared, overloaded machine does
   not make an innocent step look slow, while a blocking call (sleep, file IO, a
   process launch) still counts. Also subtracted: the time the loop thread, off a CPU
   and not preempted, waited while the process's other threads ran (the GIL held by the
@@ -28,7 +29,10 @@ the ``stat`` of each source file that :func:`linecache.checkcache` makes for tha
 skipped while the guard runs (on a busy disk those alone took tens of milliseconds).
 
 :func:`test_guard_catches_a_blocking_step` shows the guard fails on a blocking call in
-a guarded coroutine; the module's own tests are the regression guard for Kinetic.
+a guarded coroutine, :func:`test_guard_catches_a_step_that_holds_the_gil` on a long C
+call, and :func:`test_guard_counts_only_the_steps_own_cpu_time` that the CPU time of
+the steps before is not a slow step's evidence; the module's own tests are the
+regression guard for Kinetic.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ import gc
 import linecache
 import logging
 import os
+import random
 import sys
 import threading
 import time
@@ -107,8 +112,9 @@ class LoopStallGuard:
     steps: int = 0  # slow steps seen at all (for the report)
 
     def __post_init__(self) -> None:
-        self._samples: deque[tuple[float, tuple[int, int, int], tuple[str, ...]]]
-        self._samples = deque(maxlen=20_000)
+        self._samples: deque[tuple[float, tuple[str, ...]]] = deque(maxlen=20_000)
+        # When the current step of the loop started, and the loop thread's counters then.
+        self._step: tuple[float, tuple[int, int, int]] | None = None
         self._collections: deque[tuple[float, float]] = deque(maxlen=10_000)
         self._gc_start: float | None = None
         self._stop = threading.Event()
@@ -136,14 +142,22 @@ class LoopStallGuard:
     def _schedstat(self) -> tuple[int, int, int]:
         """(ns on a CPU, ns waiting on a run queue) of the loop's thread so far, and the
         ns on a CPU of the whole process (every thread)."""
-        with open(f"/proc/self/task/{self._native}/schedstat") as f:
-            run, wait = f.read().split()[:2]
+        run, wait = os.pread(self._schedstat_fd, 128, 0).split()[:2]
         return int(run), int(wait), time.process_time_ns()
+
+    def _run_step(self, handle: asyncio.Handle) -> None:
+        """``Handle._run`` while the guard is on: the loop thread's counters are read as
+        each of its steps starts. A baseline from the sampler instead could be tens of
+        milliseconds old on a loaded machine (the sampler thread waits for a CPU too),
+        and the CPU time of the steps before would then count as the judged step's."""
+        if threading.get_ident() == self._tid:
+            self._step = (time.monotonic(), self._schedstat())
+        self._handle_run(handle)
 
     def _sample(self) -> None:
         while not self._stop.wait(0.001):
             frame = sys._current_frames().get(self._tid)
-            self._samples.append((time.monotonic(), self._schedstat(), self._stack(frame)))
+            self._samples.append((time.monotonic(), self._stack(frame)))
 
     def _on_gc(self, phase: str, info: dict[str, Any]) -> None:
         if threading.get_ident() != self._tid:
@@ -184,25 +198,24 @@ class LoopStallGuard:
         what, seconds = str(record.args[0]), float(record.args[1])
         self.steps += 1
         end = time.monotonic()
-        start = end - seconds
+        run, wait, process = self._schedstat()
+        # The step that entered the guard started before the guard: its baseline is the
+        # guard's entry.
+        start, (run0, wait0, process0) = self._step or self._entered
         samples = list(self._samples)  # one C-level copy: the sampler appends meanwhile
-        before = [s for s in samples if s[0] <= start]
         during = [s for s in samples if start <= s[0] <= end]
-        preempted = on_cpu = gil = 0.0
-        if before:
-            run, wait, process = self._schedstat()
-            on_cpu = (run - before[-1][1][0]) / 1e9
-            preempted = (wait - before[-1][1][1]) / 1e9
-            # Off a CPU yet not preempted while the process's other threads ran: the loop
-            # thread waited for the GIL they held (worker threads doing what belongs
-            # off the loop), not for something the step itself blocked on.
-            others = (process - before[-1][1][2]) / 1e9 - on_cpu
-            gil = max(0.0, min(others, seconds - on_cpu - preempted))
+        on_cpu = (run - run0) / 1e9
+        preempted = (wait - wait0) / 1e9
+        # Off a CPU yet not preempted while the process's other threads ran: the loop
+        # thread waited for the GIL they held (worker threads doing what belongs off the
+        # loop), not for something the step itself blocked on.
+        others = (process - process0) / 1e9 - on_cpu
+        gil = max(0.0, min(others, seconds - on_cpu - preempted))
         collecting = self._collecting(start, end)
         frames = self._task_frames(getattr(loop, "_current_handle", None))
         busy: list[str] = []
         sampled_ours = False
-        for _, _, stack in during:
+        for _, stack in during:
             sampled_ours = sampled_ours or len(stack) > 1
             frames.extend(f for f in stack[1:] if f not in frames)
             busy.extend(stack[:1])
@@ -250,8 +263,14 @@ class LoopStallGuard:
         log.propagate = False  # debug mode's other chatter is not this test's business
         self._checkcache = linecache.checkcache
         linecache.checkcache = _no_check  # type: ignore[assignment]
-        # A baseline before any step, so a step never lacks an earlier sample.
-        self._samples.append((time.monotonic(), self._schedstat(), ()))
+        self._schedstat_fd = os.open(f"/proc/self/task/{self._native}/schedstat", os.O_RDONLY)
+        self._entered = (time.monotonic(), self._schedstat())
+        self._handle_run = asyncio.Handle._run
+
+        def run_step(handle: asyncio.Handle) -> None:
+            guard._run_step(handle)
+
+        asyncio.Handle._run = run_step  # type: ignore[method-assign]
         gc.callbacks.append(self._on_gc)
         self._thread = threading.Thread(target=self._sample, name="loop-sampler", daemon=True)
         self._thread.start()
@@ -260,6 +279,8 @@ class LoopStallGuard:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
+        asyncio.Handle._run = self._handle_run  # type: ignore[method-assign]
+        os.close(self._schedstat_fd)
         gc.callbacks.remove(self._on_gc)
         linecache.checkcache = self._checkcache  # type: ignore[assignment]
         log = logging.getLogger("asyncio")
@@ -395,3 +416,33 @@ async def test_guard_catches_a_blocking_step() -> None:
     with LoopStallGuard(dirs=(here + ".nothing",)) as g2:
         await _blocking_step()
     assert not g2.stalls, g2.report()
+
+
+async def _busy_step(numbers: list[int]) -> None:
+    await anyio.lowlevel.checkpoint()
+    sorted(numbers)  # one C call: the GIL stays held, so no stack sample is taken
+    await anyio.sleep(0.01)
+
+
+async def test_guard_catches_a_step_that_holds_the_gil() -> None:
+    numbers = list(range(1_000_000))
+    random.Random(7).shuffle(numbers)
+    with LoopStallGuard(dirs=(HERE,)) as g:
+        await _busy_step(numbers)
+    assert any(s.on_cpu >= g.threshold for s in g.stalls), g.report()
+
+
+async def test_guard_counts_only_the_steps_own_cpu_time() -> None:
+    # A loaded machine keeps the sampler thread off a CPU for tens of milliseconds at
+    # times (it waits for one too): stopped here, so that no sample can speak for the
+    # step. The busy step comes first and names no judged frame; the judged step then
+    # sleeps, off a CPU. The CPU time of the busy one is not the judged one's evidence.
+    numbers = list(range(1_000_000))
+    random.Random(7).shuffle(numbers)
+    with LoopStallGuard(dirs=(HERE,)) as g:
+        g._stop.set()
+        g._thread.join()
+        asyncio.get_running_loop().call_soon(sorted, numbers)
+        await _blocking_step()
+    assert g.steps >= 2, g.report()  # both were slow: the busy one is no sample's doing
+    assert not g.stalls, g.report()
