@@ -12,13 +12,13 @@ those that name a Kinetic frame and were not simply preempted:
   step shows a frame of ``kinetic/`` or ``runner/``;
 * *not preempted*: the kernel's run-queue wait of the loop thread during the step
   (``/proc/thread-self/schedstat``, read as the step starts and as it is judged) is
-  subtracted, so a shared, overloaded machine does
-  not make an innocent step look slow, while a blocking call (sleep, file IO, a
-  process launch) still counts. Also subtracted: the time the loop thread, off a CPU
-  and not preempted, waited while the process's other threads ran (the GIL held by the
-  worker threads that do what belongs off the loop, bounded by their limiter), and the
-  time the cyclic garbage collector ran during the step (``gc.callbacks``): its pauses
-  grow with the whole process's heap, whichever step happens to allocate;
+  subtracted, so a shared, overloaded machine does not make an innocent step look
+  slow, while a blocking call (sleep, file IO, a process launch) still counts. Also
+  subtracted: the time the loop thread, off a CPU and not preempted, waited while the
+  process's other threads ran (the GIL held by the worker threads that do what belongs
+  off the loop, bounded by their limiter), and the time the cyclic garbage collector
+  ran during the step (``gc.callbacks``): its pauses grow with the whole process's
+  heap, whichever step happens to allocate;
 * *with evidence*: a stack sample inside Kinetic's code during the step (a blocking
   call releases the GIL, so the sampler sees it), or CPU time of the step's own (a long
   C call that keeps the GIL). A thread that slept holding the GIL (a page fault on a
