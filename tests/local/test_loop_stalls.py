@@ -223,7 +223,8 @@ class LoopStallGuard:
         # step (a blocking call releases the GIL, so the sampler sees it), or CPU time of
         # its own (a long C call that keeps the GIL). A step whose thread slept holding the
         # GIL with neither (a page fault on a loaded disk) is the machine, not the code.
-        evidence = sampled_ours or on_cpu >= self.threshold / 2
+        # The collector's time on a CPU is not the step's own: its pauses are discounted.
+        evidence = sampled_ours or on_cpu - collecting >= self.threshold / 2
         blocked = seconds - preempted - collecting - gil
         if frames and evidence and blocked >= self.threshold:
             stall = Stall(
