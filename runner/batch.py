@@ -7,7 +7,9 @@ by the local backend once a batch's inputs are durably recorded. It
 
 1. takes an exclusive ``flock`` on the group's ``supervisor.lock`` (a second
    supervisor for the same batch exits at once, so attaching processes may
-   launch one without coordination);
+   launch one without coordination), then reads the stop record: a client that
+   finds no supervisor listening records a cancellation under the same lock, so
+   a supervisor starting meanwhile reads it;
 2. reads the manifest, and the results already present: those inputs are done
    (this is how a batch resumes after its supervisor died — an input that was
    running then runs again: delivery is at-least-once, as the manifest says);
@@ -47,7 +49,6 @@ so every input without a result is then known to be cancelled.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import mmap
 import os
@@ -70,7 +71,7 @@ import cloudpickle
 
 from runner import gpu_lease, peer, protocol, results_log
 from runner.code_files import load_function
-from runner.fs import atomic_write, make_private_dirs
+from runner.fs import atomic_write, make_private_dirs, try_lock
 from runner.job import build_failure, build_success, parse_args, prepare_workspace
 from runner.protocol import PhaseError
 from runner.store import FileStore, open_store
@@ -870,11 +871,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("kinetic batch: the local batch engine needs file:// storage", file=sys.stderr)
         return 2
     group_dir = store.root / protocol.group_prefix(group)
-    lock = open(group_dir / "supervisor.lock", "a")  # noqa: SIM115 - held for our lifetime
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return 0  # another supervisor drives this batch
+    # Held for the process's life. A client that finds no supervisor listening records
+    # a stop under this lock: the stop record is read after taking it, never before.
+    if try_lock(group_dir / "supervisor.lock") is None:
+        return 0  # another supervisor drives this batch, or a client records a stop
     if (store.root / protocol.group_stop_key(group)).exists():
         return 0
     if (store.root / protocol.group_summary_key(group)).exists():

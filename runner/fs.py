@@ -137,6 +137,21 @@ def _unlink_quietly(path: str) -> None:
         os.unlink(path)
 
 
+def try_lock(path: Path) -> int | None:
+    """An exclusive ``flock`` on ``path`` (created, 0600, when missing) as the open file
+    descriptor that holds it: closing it lets go, and so does the process's death.
+    None while another process holds the lock. Blocking but instant."""
+    import fcntl
+
+    fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
 def lock_held(path: Path) -> bool:
     """Whether a process holds an exclusive ``flock`` on ``path`` (a live launcher or
     supervisor: the kernel drops the lock when it dies). Blocking but instant."""

@@ -276,12 +276,9 @@ class BatchRunner(Protocol):
         """Headers and payloads of the given inputs that have outcomes."""
         ...
 
-    async def cancel(self, group_id: str) -> bool:
-        """Stop the batch: no queued input starts, running ones end.
-
-        :returns: True when the engine settled it (every input accounted for);
-            False when nothing drove it and the caller must record the stop.
-        """
+    async def cancel(self, group_id: str) -> None:
+        """Stop the batch: no queued input starts, running ones end. On return every
+        input is accounted for (an outcome, or the stop record)."""
         ...
 
     async def release(self, group_id: str) -> None:

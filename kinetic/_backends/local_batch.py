@@ -13,7 +13,7 @@ import os
 import sys
 import threading
 from array import array
-from collections.abc import AsyncIterator, Collection
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,7 @@ from kinetic._exceptions import BackendError, ObjectNotFoundError
 from kinetic._storage.local import LocalStorage, check_root
 from runner import protocol, results_log
 from runner.batch import socket_address
-from runner.fs import lock_held
+from runner.fs import lock_held, try_lock
 from runner.gpu_lease import group_wait_key
 from runner.peer import check_server
 
@@ -143,6 +143,9 @@ class _LogIndex:
 
 _LAUNCHED_KEPT = 256  # supervisors remembered before the ended ones are forgotten
 _ACK_TIMEOUT = 10.0  # seconds a command waits for the supervisor to act on it
+# Seconds a command waits for a supervisor that holds the batch's lock to listen (it
+# prepares the workspace first) or to end.
+_SETTLE_TIMEOUT = 120.0
 _SPAN = 1 << 20  # read a log's records in one span unless it holds this much more
 _STATES: dict[int, protocol.InputState] = {
     ord("s"): "succeeded",
@@ -262,6 +265,39 @@ class LocalBatches:
                     if b"P" in lines:
                         break
         return True
+
+    async def tell(
+        self, group_id: str, command: str, otherwise: Callable[[], Awaitable[None]]
+    ) -> bool:
+        """Send ``command`` to the batch's supervisor; with none, await ``otherwise``
+        (which records what the command asks) under the supervisor's lock: a supervisor
+        that starts meanwhile takes the lock after it, and then reads the record. One
+        that holds the lock without listening (it prepares the workspace, or ends) is
+        waited for.
+
+        :returns: True when a supervisor acted on ``command``, False when ``otherwise``
+            ran.
+        :raises BackendError: a supervisor held the lock without listening for
+            ``_SETTLE_TIMEOUT`` seconds.
+        """
+        lock = self.group_dir(group_id) / "supervisor.lock"
+        deadline = anyio.current_time() + _SETTLE_TIMEOUT
+        while True:
+            if await self.send(group_id, command):
+                return True
+            fd = await anyio.to_thread.run_sync(try_lock, lock)
+            if fd is not None:
+                try:
+                    await otherwise()
+                finally:
+                    os.close(fd)
+                return False
+            if anyio.current_time() >= deadline:
+                raise BackendError(
+                    f"batch {group_id}: its supervisor held the batch for "
+                    f"{_SETTLE_TIMEOUT:.0f}s without taking commands"
+                )
+            await anyio.sleep(_POLL / 5)
 
     def _index(self, group_id: str) -> _LogIndex:
         index = self._indexes.get(group_id)
@@ -470,17 +506,29 @@ class LocalBatchRunner:
     async def load_many(self, group_id: str, indices: list[int]) -> Loaded:
         return await self.batches.load_many(group_id, indices)
 
-    async def cancel(self, group_id: str) -> bool:
+    async def cancel(self, group_id: str) -> None:
+        """Tell the supervisor (it records the stop, ends the running inputs and exits;
+        this waits for that); without one, record the stop unless every input has an
+        outcome."""
         batches = self.batches
-        if not await batches.send(group_id, "C"):
-            return False
+
+        async def record() -> None:
+            manifest = await batches.read_json(protocol.group_manifest_key(group_id))
+            _, recorded = await batches.read_states(group_id, ())
+            if not isinstance(manifest, dict) or recorded < manifest["total"]:
+                stop = protocol.stop_record("cancelled", "the batch was cancelled")
+                await self.storage.write(
+                    protocol.group_stop_key(group_id), protocol.dump_json(stop)
+                )
+
+        if not await batches.tell(group_id, "C", record):
+            return
         # Wait for the supervisor to finish stopping, so statuses are settled on return.
         stream = await batches.connect(group_id)
         if stream is not None:
             async with stream:
                 async for _ in event_chunks(stream):
                     pass
-        return True
 
     async def release(self, group_id: str) -> None:
         return None  # the supervisor and its workers exit by themselves
@@ -521,10 +569,13 @@ class LocalBatchRunner:
     async def cancel_input(self, job: JobRef) -> None:
         """Tell the supervisor (it ends the input's run); without one, record it."""
         group_id, index = str(job.group_id), input_index(job)
-        if not await self.batches.send(group_id, f"c {index}"):
+
+        async def record() -> None:
             header = protocol.cancelled_header()
             payload = protocol.result_payload(success=False, error="cancelled")
             await self.batches.record_member(group_id, index, header, cloudpickle.dumps(payload))
+
+        await self.batches.tell(group_id, f"c {index}", record)
 
 
 def check_batch_backend_ready() -> None:

@@ -510,14 +510,7 @@ class BatchHandle:
 
     async def cancel(self) -> None:
         """Stop queued inputs from ever running and end the running ones. Not retried."""
-        if await self._runner.cancel(self.group_id):
-            return
-        await self._refresh()
-        if self._accounted() < self.total:
-            record = protocol.stop_record("cancelled", "the batch was cancelled")
-            await self._backend.storage.write(
-                protocol.group_stop_key(self.group_id), protocol.dump_json(record)
-            )
+        await self._runner.cancel(self.group_id)
 
     def _summary(self) -> CleanedSummary:
         """Each input's final state, for after cleanup: once all are accounted for, the

@@ -79,9 +79,8 @@ class GKEBatches(GroupEngine["_Driver"]):
         """Create the first Jobs of a freshly recorded batch (nothing else of it runs)."""
         await self.follower(group_id).start_fresh()
 
-    async def cancel(self, group_id: str) -> bool:
+    async def cancel(self, group_id: str) -> None:
         await self.follower(group_id).stop_batch("cancelled", "the batch was cancelled", kill=True)
-        return True
 
     async def release(self, group_id: str) -> None:
         namespace = await self.follower(group_id).namespace()

@@ -79,10 +79,9 @@ class GKEPool(GroupEngine["_Follower"]):
         """
         await self.follower(group_id).create_job()
 
-    async def cancel(self, group_id: str) -> bool:
+    async def cancel(self, group_id: str) -> None:
         record = protocol.stop_record("cancelled", "the batch was cancelled")
         await self.follower(group_id).stop_pool(record)
-        return True
 
     async def release(self, group_id: str) -> None:
         follower = self.follower(group_id)
@@ -437,8 +436,8 @@ class GKEBatchEngines:
     async def load_many(self, group_id: str, indices: list[int]) -> Loaded:
         return await (await self.engine(group_id)).load_many(group_id, indices)
 
-    async def cancel(self, group_id: str) -> bool:
-        return await (await self.engine(group_id)).cancel(group_id)
+    async def cancel(self, group_id: str) -> None:
+        await (await self.engine(group_id)).cancel(group_id)
 
     async def release(self, group_id: str) -> None:
         await (await self.engine(group_id)).release(group_id)
