@@ -76,6 +76,10 @@ from runner.job import build_failure, build_success, parse_args, prepare_workspa
 from runner.protocol import PhaseError
 from runner.store import FileStore, open_store
 
+SUPERVISOR_LOCK = "supervisor.lock"
+"""In a batch's directory: ``flock``-ed by its supervisor for its life (and by a client
+that records a stop while no supervisor runs)."""
+
 
 def socket_address(storage_url: str, group_id: str) -> bytes:
     """The abstract Unix socket address of a batch's supervisor."""
@@ -873,7 +877,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     group_dir = store.root / protocol.group_prefix(group)
     # Held for the process's life. A client that finds no supervisor listening records
     # a stop under this lock: the stop record is read after taking it, never before.
-    if try_lock(group_dir / "supervisor.lock") is None:
+    if try_lock(group_dir / SUPERVISOR_LOCK) is None:
         return 0  # another supervisor drives this batch, or a client records a stop
     if (store.root / protocol.group_stop_key(group)).exists():
         return 0

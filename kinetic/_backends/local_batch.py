@@ -29,7 +29,7 @@ from kinetic._core.status import GPU_WAIT_REASON
 from kinetic._exceptions import BackendError, ObjectNotFoundError
 from kinetic._storage.local import LocalStorage, check_root
 from runner import protocol, results_log
-from runner.batch import socket_address
+from runner.batch import SUPERVISOR_LOCK, socket_address
 from runner.fs import lock_held, try_lock
 from runner.gpu_lease import group_wait_key
 from runner.peer import check_server
@@ -222,7 +222,7 @@ class LocalBatches:
 
     def supervisor_running(self, group_id: str) -> bool:
         """Whether a supervisor holds the batch's lock. Blocking but instant."""
-        return lock_held(self.group_dir(group_id) / "supervisor.lock")
+        return lock_held(self.group_dir(group_id) / SUPERVISOR_LOCK)
 
     async def connect(self, group_id: str) -> anyio.abc.SocketStream | None:
         """A stream of the supervisor's events, or None when no supervisor listens.
@@ -280,7 +280,7 @@ class LocalBatches:
         :raises BackendError: a supervisor held the lock without listening for
             ``_SETTLE_TIMEOUT`` seconds.
         """
-        lock = self.group_dir(group_id) / "supervisor.lock"
+        lock = self.group_dir(group_id) / SUPERVISOR_LOCK
         deadline = anyio.current_time() + _SETTLE_TIMEOUT
         while True:
             if await self.send(group_id, command):

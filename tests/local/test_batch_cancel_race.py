@@ -26,6 +26,7 @@ import pytest
 import kinetic
 from kinetic import aio
 from runner import protocol
+from runner.batch import SUPERVISOR_LOCK
 from runner.fs import lock_held
 
 pytestmark = pytest.mark.local
@@ -60,7 +61,7 @@ def _orphan(gdir: Path) -> None:
     group = os.getpgid(pid)
     assert group != os.getpgrp()
     os.killpg(group, signal.SIGKILL)
-    _wait_for(lambda: not lock_held(gdir / "supervisor.lock"), "its lock to be let go")
+    _wait_for(lambda: not lock_held(gdir / SUPERVISOR_LOCK), "its lock to be let go")
 
 
 def _supervisor(storage_url: str, group_id: str) -> list[str]:
@@ -78,7 +79,7 @@ def _start_held(storage: Any, group_id: str) -> tuple[subprocess.Popen[bytes], P
     os.mkfifo(pipe, 0o600)
     # In a session of its own: its workers with it, one process group to end.
     supervisor = subprocess.Popen(_supervisor(storage.url, group_id), start_new_session=True)
-    _wait_for(lambda: lock_held(gdir / "supervisor.lock"), "the new supervisor to take it")
+    _wait_for(lambda: lock_held(gdir / SUPERVISOR_LOCK), "the new supervisor to take it")
     return supervisor, pipe, payload
 
 
