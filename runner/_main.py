@@ -22,6 +22,7 @@ import cloudpickle
 
 from runner import protocol
 from runner.code_files import restore_code_files
+from runner.isolation import enter_job_namespaces
 from runner.job import (
     build_failure,
     build_success,
@@ -57,6 +58,8 @@ def run_job(
     phase = "fetch"
     try:
         spec = protocol.load_json(store.read(protocol.spec_key(job_id)))
+        # Before any of the job's code runs, while this process has one thread.
+        enter_job_namespaces(store, spec, host)
         payload_bytes = store.read(protocol.payload_key(job_id))
         phase = "verify"
         verify(payload_bytes, spec["payload_sha256"], "payload.pkl")

@@ -11,7 +11,9 @@ and before the function runs, the runner
    submitter reaches it by a port-forward through the Kubernetes API (GKE). On the
    local backend the machine's loopback is every local user's, so debugpy gets a
    network of its own, reached through a socket in a private directory
-   (:mod:`runner.debug_net`); where the kernel refuses, the job says so;
+   (:mod:`runner.debug_net`); where the kernel refuses, the job fails in phase
+   ``debug``, unless its submitter accepted the machine's loopback (:data:`SHARED_ENV`),
+   where the job's log then warns that any local user can attach;
 2. writes the *ready marker* ``{job_id}/debug.json`` (port, pid, host index, the
    job's code root, the project's path on the submitting machine, the working
    directory) that ``JobHandle.debug_attach`` waits for;
@@ -47,22 +49,48 @@ PHASE = "debug"
 WAIT_ENV = "KINETIC_DEBUG_WAIT_TIMEOUT"
 """Submitter-side variable: seconds a debug job waits for a client (default 600)."""
 DEFAULT_WAIT = 600.0
+SHARED_ENV = "KINETIC_DEBUG_SHARED_PORT"
+"""Submitter-side variable: ``1`` lets a local debug job whose kernel refuses it a
+private network listen on the machine's loopback, where any local user can attach."""
 LISTEN_HOST = "127.0.0.1"
 
 
 def _listen_privately(
     listen: Callable[[], int],
+    *,
+    shared_port: bool = False,
+    refused: str | None = None,
 ) -> tuple[int, str | None, list[dict[str, int]]]:
     """debugpy in a network of the job's own, behind a private socket
     (:mod:`runner.debug_net`): its port, that socket, and the processes it started there.
-    Where the kernel refuses, debugpy on the machine's loopback, with a warning naming
-    the exposure; its adapter (which daemonizes, and would outlive the job) is then
-    found by its listening socket, and ended with the job as in a private network."""
+
+    :param shared_port: where the kernel refuses, listen on the machine's loopback,
+        with a warning naming the exposure; debugpy's adapter (which daemonizes, and
+        would outlive the job) is then found by its listening socket, and ended with
+        the job as in a private network.
+    :param refused: why the kernel refused the job a user namespace at its start
+        (:func:`runner.isolation.refusal`): no private network is tried then.
+    :raises PhaseError: (phase ``debug``) where the kernel refuses and ``shared_port``
+        is false: the error says why, and how to accept the machine's loopback.
+    """
     from runner.debug_net import end_processes, listen_privately, listener_owners
 
     try:
+        if refused is not None:
+            raise OSError(f"no user namespace for the job: {refused}")
         isolated = listen_privately(listen)
     except OSError as exc:
+        if not shared_port:
+            raise PhaseError(
+                PHASE,
+                f"the debugger could not get a private network ({exc}), and on this "
+                f"machine's {LISTEN_HOST} any local user could attach to it and run code "
+                "as you. Allow unprivileged user namespaces (sysctl "
+                "kernel.unprivileged_userns_clone=1, or the AppArmor setting "
+                "kernel.apparmor_restrict_unprivileged_userns=0), debug on GKE, or, on "
+                f"a machine only you use, submit with {SHARED_ENV}=1 to accept a shared "
+                "port (docs/security.md#debug-mode)",
+            ) from exc
         port = listen()
         helpers = listener_owners(LISTEN_HOST, port)
         atexit.register(end_processes, helpers)
@@ -128,9 +156,15 @@ def wait_for_client(
     helpers: list[dict[str, int]] = []
     try:
         if isinstance(store, FileStore):  # this machine: other users must not attach
-            port, socket_path, helpers = _listen_privately(_listen)
+            from runner.isolation import refusal
+
+            port, socket_path, helpers = _listen_privately(
+                _listen, shared_port=bool(spec.get("shared_port")), refused=refusal()
+            )
         else:  # a pod: its loopback is its own already
             port = _listen()
+    except PhaseError:
+        raise
     except Exception as exc:  # debugpy raises RuntimeError and OSError alike
         raise PhaseError(PHASE, f"debugpy could not start listening: {exc}") from exc
     marker = {

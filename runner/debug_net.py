@@ -15,9 +15,10 @@ any local user may connect to it. So on the local backend (:func:`listen_private
 The submitter's ``debug_attach`` connects to that socket (the ready marker names it).
 Creating a network namespace needs ``CAP_SYS_ADMIN`` over the current one: root has
 it; another user gets it by first entering a user namespace of their own, which the
-kernel allows only to a process with one thread. When the kernel refuses either, the
-caller falls back to debugpy on the machine's loopback, and says so in one line that
-names the exposure.
+kernel allows only to a process with one thread: the runner enters it at the job's
+start, before the job's imports start threads (:mod:`runner.isolation`). When the
+kernel refuses either, the job fails in phase ``debug``, unless its submitter accepted
+a debugger on the machine's loopback (:mod:`runner.debug`).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from functools import partial
 
 from runner import peer
 from runner.procstat import PGID, START_TICKS, stat_fields
-from runner.userns import CLONE_NEWNET, enter_user_namespace, unshare
+from runner.userns import CLONE_NEWNET, enter_user_namespace, entered, unshare
 
 _SIOCGIFFLAGS = 0x8913
 _SIOCSIFFLAGS = 0x8914
@@ -167,9 +168,14 @@ def listen_privately(listen: Callable[[], int], timeout: float = 60.0) -> Isolat
         nothing was started then, and the caller may call ``listen()`` itself.
     :raises Exception: what ``listen()`` raised.
     """
-    if os.geteuid() != 0:  # capable over the network namespace to come: a user one first
+    # Capable over the network namespace to come: root, or a user namespace of our own,
+    # which the job entered at its start (runner.isolation) or enters now.
+    if os.geteuid() != 0 and not entered():
         if _threads() != 1:
-            raise OSError("the job already runs threads (a new user namespace needs one)")
+            raise OSError(
+                "the job already runs threads, and a new user namespace needs one "
+                "(the runner enters it before the job's code runs; see runner.isolation)"
+            )
         enter_user_namespace()
     outcome: list[Isolated | BaseException] = []
     ready = threading.Event()

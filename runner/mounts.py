@@ -26,7 +26,8 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from runner.userns import CLONE_NEWNS, enter_user_namespace
+from runner.isolation import refusal
+from runner.userns import CLONE_NEWNS, enter_user_namespace, entered, unshare
 
 _MS_BIND = 0x1000
 _MS_REC = 0x4000
@@ -64,12 +65,18 @@ def _mount(source: str | None, target: str | Path, fstype: str | None, flags: in
 def enter_private_namespace() -> None:
     """Move this process into a new user + mount namespace whose mounts are private.
 
-    The process must have one thread (the kernel's rule for a new user namespace).
+    The process must have one thread (the kernel's rule for a new user namespace),
+    unless it entered its user namespace already (:mod:`runner.isolation`, at the
+    job's start): then only the calling thread, and what it starts from now on, moves
+    to the new mount namespace (threads the job's imports started keep the machine's).
 
     :raises OSError: when the kernel refuses (user namespaces off or restricted), or
         the process is not dumpable (:mod:`runner.userns`).
     """
-    enter_user_namespace(also=CLONE_NEWNS)
+    if entered():
+        unshare(CLONE_NEWNS)
+    else:
+        enter_user_namespace(also=CLONE_NEWNS)
     _mount(None, "/", None, _MS_REC | _MS_PRIVATE)
 
 
@@ -91,7 +98,7 @@ def place_volumes(volumes: Iterable[tuple[str, str]], scratch: Path) -> None:
     except OSError as exc:
         raise MountError(
             f"local volumes need a private mount namespace, and this machine refuses one "
-            f"({exc}); unprivileged user namespaces may be disabled or restricted. Pass the "
+            f"({refusal() or exc}); unprivileged user namespaces may be disabled or restricted. Pass the "
             "data as an argument (kinetic.Data) instead, or run on GKE"
         ) from exc
     placer = _Placer(scratch)

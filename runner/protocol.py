@@ -143,6 +143,10 @@ class DebugSpec(TypedDict):
     source_root: str
     """The project's path on the submitting machine: code shipped by value names its
     files there, and the runner points it at the job's copy (debuggers then find it)."""
+    shared_port: NotRequired[bool]
+    """A local job whose kernel refuses it a private network may listen on the
+    machine's loopback (``KINETIC_DEBUG_SHARED_PORT``), where any local user can attach;
+    without it, such a job fails in phase ``debug``."""
 
 
 class FinalRecord(TypedDict):

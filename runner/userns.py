@@ -21,6 +21,15 @@ CLONE_NEWUSER = 0x10000000
 CLONE_NEWNET = 0x40000000
 _PR_GET_DUMPABLE = 3
 
+_entered = 0  # the namespaces this process entered through enter_user_namespace
+
+
+def entered() -> int:
+    """The ``CLONE_*`` flags of the namespaces this process entered here (0: none): a
+    process in a user namespace of its own has the capabilities it needs for a mount or
+    network namespace, whatever its threads."""
+    return _entered
+
 
 def unshare(flags: int) -> None:
     """``unshare(2)``. :raises OSError: when the kernel refuses."""
@@ -39,8 +48,10 @@ def enter_user_namespace(also: int = 0) -> None:
     """
     if ctypes.CDLL(None, use_errno=True).prctl(_PR_GET_DUMPABLE, 0, 0, 0, 0) != 1:
         raise OSError("the process is not dumpable, so it cannot map its uid")
+    global _entered
     uid, gid = os.geteuid(), os.getegid()
     unshare(CLONE_NEWUSER | also)
+    _entered = CLONE_NEWUSER | also
     # A process without CAP_SETGID may map its gid only once setgroups is denied.
     if os.path.exists("/proc/self/setgroups"):
         Path("/proc/self/setgroups").write_text("deny")

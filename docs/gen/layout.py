@@ -201,10 +201,10 @@ MAP: tuple[tuple[str, str, tuple[Entry, ...]], ...] = (
                 "`kinetic.Data` arguments to references and back to local paths",
             ),
             (
-                "mounts.py, userns.py",
+                "mounts.py, userns.py, isolation.py",
                 (
                     "local `volumes=` in a private mount namespace; the user namespace that "
-                    "allows it"
+                    "allows it, entered at the job's start while it has one thread"
                 ),
             ),
             ("install.py", "prebuilt mode: the job's requirements installed with uv at start"),

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kinetic._exceptions import ConfigError
-from runner.debug import DEFAULT_WAIT, WAIT_ENV
+from runner.debug import DEFAULT_WAIT, SHARED_ENV, WAIT_ENV
 
 
 def wait_timeout(env: Mapping[str, str]) -> float:
@@ -32,6 +32,18 @@ def wait_timeout(env: Mapping[str, str]) -> float:
     if not math.isfinite(value) or value <= 0:
         raise ConfigError(f"{WAIT_ENV} must be a positive number of seconds (got {raw!r})")
     return value
+
+
+def shared_port(env: Mapping[str, str]) -> bool:
+    """Whether a local debug job may listen on the machine's loopback where the kernel
+    refuses it a private network (``KINETIC_DEBUG_SHARED_PORT``; default: no, the job
+    fails in phase ``debug`` instead).
+
+    :raises ConfigError: when the variable is neither true nor false.
+    """
+    from kinetic._core.gke_config import env_flag
+
+    return env_flag(env, SHARED_ENV)
 
 
 @dataclass(frozen=True)

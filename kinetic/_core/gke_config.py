@@ -48,7 +48,11 @@ class GKEOptions:
     base_image: str = DEFAULT_BASE_IMAGE
 
 
-def _flag(env: Mapping[str, str], name: str) -> bool:
+def env_flag(env: Mapping[str, str], name: str) -> bool:
+    """The boolean variable ``name`` (unset: false).
+
+    :raises ConfigError: when it is neither true nor false.
+    """
     value = env.get(name, "").strip().lower()
     if value in _TRUE:
         return True
@@ -77,7 +81,7 @@ def options_from_env(env: Mapping[str, str]) -> GKEOptions:
     """
     pod = PodOptions(
         service_account=env.get("KINETIC_GKE_SERVICE_ACCOUNT") or None,
-        host_network=_flag(env, "KINETIC_GKE_HOST_NETWORK"),
+        host_network=env_flag(env, "KINETIC_GKE_HOST_NETWORK"),
         image_pull_policy=env.get("KINETIC_GKE_IMAGE_PULL_POLICY") or None,
         # A submitter that talks to a storage emulator needs its pods to talk to it too.
         extra_env={k: env[k] for k in _FORWARDED if env.get(k)},

@@ -13,6 +13,7 @@ configuration that attaches through it.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 from typing import TYPE_CHECKING, Any
@@ -37,6 +38,8 @@ from runner.debug import ready_key
 
 if TYPE_CHECKING:
     from kinetic._engine.handle import JobHandle
+
+logger = logging.getLogger("kinetic")
 
 POLL = 0.5
 STATUS_EVERY = 4
@@ -70,6 +73,8 @@ async def debug_attach(
     upstream: Upstream
     if backend.name == "local":
         upstream = LocalUpstream(marker.port, socket_path=marker.socket)
+        if marker.socket is None:
+            _warn_shared(job.job_id, f"this machine's 127.0.0.1:{marker.port}")
     else:
         upstream = await _pod_upstream(job, backend, marker)
     # The project as the submitting machine has it, unless told where it is here.
@@ -158,6 +163,8 @@ async def _pod_upstream(job: JobHandle, backend: Backend, marker: ReadyMarker) -
             f"job {job.job_id} has no running pod in namespace {job.namespace} to forward to"
         )
     pod = max(running, key=lambda p: str(p["metadata"].get("creationTimestamp") or ""))
+    if (pod.get("spec") or {}).get("hostNetwork"):
+        _warn_shared(job.job_id, f"the loopback of node {pod['spec'].get('nodeName') or '?'}")
     # The forward runs on a loop of its own: it gets its own copy of the credentials.
     credentials = await client.credentials_for_another_loop()
     return PodPortForward(credentials, job.namespace, pod["metadata"]["name"], marker.port)
@@ -169,6 +176,17 @@ def _phase(pod: dict[str, Any]) -> str | None:
     status = pod.get("status") or {}
     phase = status.get("phase")
     return phase if isinstance(phase, str) else None
+
+
+def _warn_shared(job_id: str, where: str) -> None:
+    """Say that a debug session is not private: its debugger listens on ``where``,
+    which other users (of the machine, or of the node) share."""
+    logger.warning(
+        "the debugger of job %s is not private: it listens on %s, where any "
+        "other user there can attach and run code as you (docs/security.md#debug-mode)",
+        job_id,
+        where,
+    )
 
 
 def _announce(forward: DebugForward, marker: ReadyMarker) -> None:

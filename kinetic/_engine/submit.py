@@ -348,12 +348,14 @@ async def submit(
     settings, accel, root = where.settings, where.accel, where.root
     backend = _backend_for(settings)
     env = capture_job_env(list(opts.capture_env_vars or ()), os.environ)
-    # Debug jobs wait this long for a debugger (runner/debug.py); checked before any write.
-    debug_wait = None
+    # How debug jobs wait for a debugger (runner/debug.py): checked before any write.
+    debug_spec: protocol.DebugSpec | None = None
     if opts.debug:
-        from kinetic._core.debug import wait_timeout  # debug jobs only: keeps imports light
+        from kinetic._core.debug import shared_port, wait_timeout  # keeps imports light
 
-        debug_wait = wait_timeout(os.environ)
+        debug_spec = {"wait": wait_timeout(os.environ), "source_root": str(root)}
+        if shared_port(os.environ):
+            debug_spec["shared_port"] = True
     job_id = new_job_id()
     storage = backend.storage
     func_name = getattr(fn, "__name__", type(fn).__name__)
@@ -414,8 +416,8 @@ async def submit(
     )
     if opts.volumes and place.runs_here:
         spec["private_volumes"] = True
-    if debug_wait is not None:
-        spec["debug"] = {"wait": debug_wait, "source_root": str(root)}
+    if debug_spec is not None:
+        spec["debug"] = debug_spec
     handle = JobHandle(
         **shared_handle(
             backend=backend.name,

@@ -325,22 +325,32 @@ def test_a_local_debug_session_is_reachable_by_its_user_only(
         assert reached["the forward"] == "closed"  # accepted, then closed unread
         assert dap_probe(("127.0.0.1", forward.local_port)) == "answered"  # its user: yes
     assert any(f"uid {OTHER_UID}" in r.getMessage() for r in caplog.records), caplog.text
+    assert not any("is not private" in r.getMessage() for r in caplog.records)
     job.cancel()
 
 
-def test_a_debugger_without_privileges_is_private_or_says_it_is_not() -> None:
-    """A user without root gets the debugger's private network through a user namespace
-    of their own, where the kernel allows one; where it does not, the job says in one
-    line that any local user could attach. Either way, never silently exposed."""
+def test_a_debugger_without_privileges_is_private_though_the_job_runs_threads() -> None:
+    """The attack: a debug job's module imports numpy, whose thread pool starts while
+    the function is unpickled, before debugpy starts; the kernel grants a user
+    namespace only to a process with one thread. The runner enters it at the job's
+    start, so the debugger still gets a network of its own that no one else reaches.
+    A job that could not (threads before any namespace) fails in phase ``debug``
+    instead of listening where another user can attach."""
 
     # Imported here: the other user cannot read this interpreter's files under /root.
     import contextlib
     import io
+    import tempfile
+    import threading
 
-    import runner.debug_net  # noqa: F401 - what _listen_privately imports
+    import runner.debug_net  # what _listen_privately imports
+    import runner.userns  # noqa: F401 - what enter_job_namespaces imports
     from runner.debug import _listen_privately
+    from runner.isolation import enter_job_namespaces, refusal
+    from runner.protocol import PhaseError
+    from runner.store import FileStore
 
-    def as_a_plain_user() -> dict[str, Any]:
+    def plain_user_job(enter_first: bool) -> dict[str, Any]:
         held = []
 
         def listen() -> int:  # stands in for debugpy: a TCP listener on loopback
@@ -350,9 +360,20 @@ def test_a_debugger_without_privileges_is_private_or_says_it_is_not() -> None:
             held.append(server)
             return int(server.getsockname()[1])
 
+        if enter_first:  # what the runner does before it reads the payload
+            store = FileStore(Path(tempfile.gettempdir()))
+            enter_job_namespaces(store, {"debug": {"wait": 1.0, "source_root": ""}}, None)
+        # What unpickling a function whose module imports numpy does: threads start.
+        stop = threading.Event()
+        threading.Thread(target=stop.wait, daemon=True).start()
         stderr = io.StringIO()
-        with contextlib.redirect_stderr(stderr):
-            port, path, _ = _listen_privately(listen)
+        try:
+            with contextlib.redirect_stderr(stderr):
+                port, path, _ = _listen_privately(listen, refused=refusal())
+        except PhaseError as exc:
+            return {"phase": exc.phase, "error": str(exc), "refusal": refusal()}
+        finally:
+            stop.set()
         # This (main) thread is in the machine's network, as every other local user is.
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
             probe.settimeout(5.0)
@@ -363,14 +384,20 @@ def test_a_debugger_without_privileges_is_private_or_says_it_is_not() -> None:
                 from_the_machine = type(exc).__name__
         return {"socket": path, "stderr": stderr.getvalue(), "from the machine": from_the_machine}
 
-    seen = as_other_user(as_a_plain_user)
-    if seen["socket"] is not None:  # the kernel allowed it: private
+    seen = as_other_user(lambda: plain_user_job(enter_first=True))
+    if seen.get("refusal") is None:  # the kernel allows unprivileged user namespaces
+        assert seen.get("socket"), seen  # private, though threads ran first
+        assert Path(seen["socket"]).name == "debugpy.sock"
         assert seen["from the machine"] != "connected"
         assert seen["stderr"] == ""
-    else:  # refused: exposed, and said so in one line
-        assert seen["from the machine"] == "connected"
-        (line,) = seen["stderr"].splitlines()
-        assert "any user of this machine can attach and run code as you" in line
+    else:  # refused: the job fails, naming the opt-in; it never listens silently
+        assert seen["phase"] == "debug"
+        assert "KINETIC_DEBUG_SHARED_PORT=1" in seen["error"]
+    late = as_other_user(lambda: plain_user_job(enter_first=False))
+    assert late["phase"] == "debug", late  # no silent fallback to the shared loopback
+    assert "any local user could attach to it and run code as you" in late["error"]
+    assert "the job already runs threads" in late["error"]
+    assert "KINETIC_DEBUG_SHARED_PORT=1" in late["error"]
 
 
 # Runs ``python ARGS`` in a user namespace of its own (root mapped onto itself) whose
@@ -393,22 +420,30 @@ _WITHOUT_NETWORK_NAMESPACES = textwrap.dedent(
 )
 _SUBMIT_DEBUG_JOBS = textwrap.dedent(
     """
+    import os
+
     import kinetic
 
     @kinetic.run(debug=True)
     def debugged(x):
         return x + 1
 
-    print(debugged.run_async(1).job_id, debugged.run_async(2).job_id)
+    refused = debugged.run_async(0).job_id
+    os.environ["KINETIC_DEBUG_SHARED_PORT"] = "1"  # accepted: the machine's loopback
+    print(refused, debugged.run_async(1).job_id, debugged.run_async(2).job_id)
     """
 )
 
 
-def test_a_debugger_the_kernel_keeps_on_loopback_says_so(kinetic_env: Path) -> None:
-    """Where the kernel refuses the job a network namespace, the debug job still works,
-    on the machine's loopback, and its log says in one line that any local user can
-    attach there (true: the second account reaches it). debugpy's adapter ends with
-    the job, or with its cancel."""
+def test_a_debugger_the_kernel_keeps_on_loopback_fails_unless_accepted(
+    kinetic_env: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Where the kernel refuses the job a network namespace, a debug job fails in phase
+    ``debug``, saying why and how to accept a shared port. Accepted
+    (``KINETIC_DEBUG_SHARED_PORT=1``), it works on the machine's loopback, its log says
+    in one line that any local user can attach there (true: the second account reaches
+    it), and so does ``debug_attach``. debugpy's adapter ends with the job, or with its
+    cancel."""
     need_root()
     submitted = subprocess.run(
         [sys.executable, "-c", _WITHOUT_NETWORK_NAMESPACES, "-c", _SUBMIT_DEBUG_JOBS],
@@ -420,7 +455,13 @@ def test_a_debugger_the_kernel_keeps_on_loopback_says_so(kinetic_env: Path) -> N
     if submitted.returncode == 77:
         pytest.skip(f"no user namespace with limits of its own here: {submitted.stderr}")
     assert submitted.returncode == 0, submitted.stderr
-    jobs = [kinetic.attach(job_id) for job_id in submitted.stdout.split()]
+    refused, *jobs = [kinetic.attach(job_id) for job_id in submitted.stdout.split()]
+    with pytest.raises(kinetic.JobFailedError) as failed:
+        refused.result(timeout=60)
+    assert failed.value.phase == "debug"
+    assert "could not get a private network" in str(failed.value)
+    assert "KINETIC_DEBUG_SHARED_PORT=1" in str(failed.value)
+    assert not (kinetic_env / "storage" / refused.job_id / "debug.json").exists()
     markers = []
     for job in jobs:
         marker_file = kinetic_env / "storage" / job.job_id / "debug.json"
@@ -446,10 +487,16 @@ def test_a_debugger_the_kernel_keeps_on_loopback_says_so(kinetic_env: Path) -> N
 
     assert as_other_user(connect) == "connected"
     exposed.cancel()
-    # Its own user debugs the other job to its value.
-    with debugged_job.debug_attach(local_port=0) as forward, DapClient(forward.local_port) as dap:
+    # Its own user debugs the other job to its value, told that the session is shared.
+    with (
+        caplog.at_level("WARNING", logger="kinetic"),
+        debugged_job.debug_attach(local_port=0) as forward,
+        DapClient(forward.local_port) as dap,
+    ):
         dap.attach()
         assert debugged_job.result(timeout=60) == 3
+    (warning,) = [r.getMessage() for r in caplog.records if "is not private" in r.getMessage()]
+    assert f"127.0.0.1:{markers[1]['port']}" in warning
     for ref in [ProcessRef.from_dict(h) for marker in markers for h in marker["helpers"]]:
         wait_until(lambda ref=ref: not is_alive(ref), timeout=10)
 

@@ -14,6 +14,7 @@ import pytest
 import kinetic
 from kinetic import Data
 from runner.scratch import sweep_orphans
+from tests import threads_at_import
 from tests.fix_env import job_dirs
 
 pytestmark = pytest.mark.local
@@ -126,3 +127,21 @@ def test_a_batch_with_volumes_is_refused_before_anything_is_written(
     with pytest.raises(kinetic.DataError, match="run_async_map"):
         fn.run_async_map([["/data"], ["/data"]])
     assert job_dirs(kinetic_env) == []
+
+
+def look_after_threads(path: str) -> dict[str, object]:
+    """:func:`look` of a job whose payload imports a module that starts a thread (this
+    module travels by value; ``threads_at_import`` is imported where it is unpickled)."""
+    return threads_at_import.listing(path)
+
+
+def test_volumes_of_a_job_whose_imports_start_threads(dataset: Path, tmp_path: Path) -> None:
+    """A function whose module starts a thread at import (numpy's BLAS pool does) gets
+    its volumes: the runner enters its user namespace before the payload is unpickled
+    (runner.isolation), while the job has one thread."""
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    seen = kinetic.run(volumes={str(mine): Data(dataset)})(look_after_threads)(str(mine))
+    assert seen["threads"] >= 2  # the import's thread ran before the volumes were placed
+    assert seen["entries"] == ["a.txt", "b.txt"]
+    assert os.listdir(mine) == []
