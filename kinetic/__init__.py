@@ -45,6 +45,7 @@ from kinetic._exceptions import (
     RuntimeConflictError,
     SerializationError,
     StorageError,
+    UntrustedStorageError,
 )
 from kinetic._sync.api import RemoteFunction, attach, list_jobs, run
 from kinetic._sync.batch import BatchHandle, attach_batch
@@ -81,6 +82,7 @@ __all__ = [
     "SerializationError",
     "StatusReport",
     "StorageError",
+    "UntrustedStorageError",
     "__version__",
     "aio",
     "attach",

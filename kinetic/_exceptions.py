@@ -29,6 +29,9 @@ a timeout), it inherits the builtin too, so ``except ValueError`` keeps working:
     ├── JobTimeoutError (TimeoutError)    waiting exceeded the caller's timeout
     ├── StorageError                      object storage failed
     │   └── ObjectNotFoundError (LookupError)
+    ├── UntrustedStorageError (PermissionError)  a handle names storage this process
+    │                                     does not trust (another user's, or any bucket
+    │                                     but the configured one)
     ├── BackendError                      the execution backend failed
     │   └── ImageBuildError               an image could not be built or pushed
     └── BlockingCallError (RuntimeError)  sync API called from Kinetic's own loop thread
@@ -65,6 +68,7 @@ __all__ = [
     "RuntimeConflictError",
     "SerializationError",
     "StorageError",
+    "UntrustedStorageError",
 ]
 
 
@@ -213,6 +217,13 @@ class ObjectNotFoundError(StorageError, LookupError):
     def __init__(self, key: str, location: str = ""):
         super().__init__(f"object not found: {location}{key}")
         self.key = key
+
+
+class UntrustedStorageError(KineticError, PermissionError):
+    """A handle names storage this process does not read from: a local root another
+    user could write, or a bucket other than the configured one. Its job's payload and
+    result would be unpickled, which runs code: nothing of it was read. Trust it
+    explicitly with ``JobHandle.from_dict(d, trust_storage=True)``."""
 
 
 class BackendError(KineticError):

@@ -18,7 +18,7 @@ import inspect
 import logging
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, Self
 
 import anyio
 import anyio.to_thread
@@ -41,6 +41,7 @@ from kinetic._exceptions import (
     ObjectNotFoundError,
     ResultError,
 )
+from kinetic._storage.trust import check_location, trust
 from runner import protocol
 
 if TYPE_CHECKING:
@@ -105,7 +106,27 @@ class JobHandle(JobRecord):
     # Set on the batch inputs a batch stream yielded: their outcome, already read.
     _outcome: KnownOutcome | None = None
 
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], *, trust_storage: bool = False) -> Self:
+        """Rebuild a handle from :meth:`to_dict` output (unknown keys are ignored).
+
+        The handle names its storage, and its result is unpickled from there: it is used
+        only where this process trusts that storage (your own local root, your
+        configured bucket). Each method raises
+        :class:`~kinetic.UntrustedStorageError` before reading anything otherwise.
+
+        :param trust_storage: trust the storage ``d`` names, for this process: only for
+            a dict from someone you trust, naming storage no one else writes.
+        :raises TypeError: when a required field is missing.
+        """
+        handle = super().from_dict(d)
+        if trust_storage:
+            trust(handle.backend, handle.bucket_name)
+        return handle
+
     def _backend(self) -> Backend:
+        # Before anything of the job is read (kinetic._storage.trust).
+        check_location(self.backend, self.bucket_name, job_id=self.job_id)
         return runtime.backend_for_location(
             self.backend,
             self.bucket_name,

@@ -32,6 +32,7 @@ from kinetic._backends.local import LocalBackend
 from kinetic._core.config import Settings
 from kinetic._core.kube_context import OVERRIDE_ENV, gke_context_name
 from kinetic._exceptions import ConfigError
+from kinetic._storage.trust import trust_settings
 
 if TYPE_CHECKING:
     from kinetic._backends.gke.backend import GKEBackend
@@ -128,6 +129,7 @@ def backend_for_settings(settings: Settings) -> Backend:
     """
     if settings.backend == "local":
         return local_backend(settings.local_root)
+    trust_settings(settings)  # this process chose them: its jobs bucket
     context = gke_context_name(settings.project, settings.zone, settings.cluster)
     if settings.backend == "gke":
         return gke_backend(settings.bucket_name, settings.namespace, context)

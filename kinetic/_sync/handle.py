@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 from kinetic._core.records import JobRecord
 from kinetic._core.status import JobStatus, StatusReport
@@ -37,7 +37,14 @@ class JobHandle(JobRecord):
         return h
 
     @classmethod
-    def _from_aio(cls, h: _aio_handle.JobHandle) -> JobHandle:
+    def from_dict(cls, d: dict[str, Any], *, trust_storage: bool = False) -> Self:
+        """Rebuild a handle from :meth:`to_dict` output; see
+        ``kinetic.aio.JobHandle.from_dict`` (``trust_storage``: trust the storage ``d``
+        names, for this process)."""
+        return cls._from_aio(_aio_handle.JobHandle.from_dict(d, trust_storage=trust_storage))
+
+    @classmethod
+    def _from_aio(cls, h: _aio_handle.JobHandle) -> Self:
         job = cls(**h.record().__dict__)
         job._outcome = h._outcome
         return job
