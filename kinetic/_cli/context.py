@@ -49,6 +49,7 @@ def run(ns: argparse.Namespace) -> int:
         return 1
     sizes = list(walk.sizes())
     top = largest_dirs(sizes, 5)
+    secrets_left_out, secrets_kept = walk.secrets()
     if ns.json:
         layers = [layer.source for layer in rules.rules.git]
         if rules.work_tree is not None:  # and those inside the root, as the walk met them
@@ -63,6 +64,8 @@ def run(ns: argparse.Namespace) -> int:
             "file_count": walk.file_count,
             "total_bytes": walk.total_bytes,
             "largest_dirs": [{"path": p, "bytes": b, "files": n} for p, b, n in top],
+            "secrets_left_out": secrets_left_out,
+            "secrets_kept": secrets_kept,
         }
         json.dump(out, sys.stdout, indent=1)
         print()
@@ -78,6 +81,10 @@ def run(ns: argparse.Namespace) -> int:
     print(f"{walk.file_count} files, {human_bytes(walk.total_bytes)} travel with each job")
     for path, b, n in top:
         print(f"{human_bytes(b):>10}  {path} ({n} files)")
+    if secrets_left_out:
+        print(f"left out, as they look like secrets: {', '.join(secrets_left_out)}")
+    if secrets_kept:
+        print(f"look like secrets, shipped as .kineticignore says: {', '.join(secrets_kept)}")
     return 0
 
 

@@ -7,8 +7,11 @@ overrides an earlier one wherever it has a matching pattern):
 2. inside a git work tree only: ``.git/info/exclude``, then every ``.gitignore`` from
    the work tree's top down to the deepest directory, a deeper file overriding a
    shallower one (git's own precedence);
-3. ``.kineticignore`` at the package root, which may re-include with ``!`` what the
-   layers below leave out.
+3. the secret excludes (:data:`SECRET_EXCLUDES`: keys, credentials, tokens), which no
+   ``.gitignore`` can re-include: a job's code travels to storage others may read (a
+   jobs bucket every job pod can read);
+4. ``.kineticignore`` at the package root, which may re-include with ``!`` what the
+   layers below leave out (a secret too, on purpose: the submission says so).
 
 Every layer uses gitignore syntax and semantics (matched by :mod:`pathspec`'s
 ``GitIgnoreSpec``): ``#`` comments, ``!`` negation, a pattern with a ``/`` before its
@@ -34,6 +37,8 @@ __all__ = [
     "GITIGNORE",
     "KINETICIGNORE",
     "ROOT_MARKERS",
+    "SECRETS",
+    "SECRET_EXCLUDES",
     "ExcludeRules",
     "IgnoreFile",
 ]
@@ -57,6 +62,38 @@ DEFAULT_EXCLUDES = (
     "*.pyc",
     ".DS_Store",
 )
+
+# Files and folders that hold credentials, wherever they sit in the project (a project
+# at HOME is refused, but a project may hold a copy of any of them).
+SECRET_EXCLUDES = (
+    ".ssh/",
+    "id_rsa*",
+    "id_dsa*",
+    "id_ecdsa*",
+    "id_ed25519*",
+    ".netrc",
+    "_netrc",
+    ".git-credentials",
+    ".pypirc",
+    ".npmrc",
+    ".aws/",
+    ".azure/",
+    ".kube/",
+    ".gnupg/",
+    "**/.config/gcloud/",
+    "application_default_credentials.json",
+    "**/.docker/config.json",
+    "credentials.json",
+    "client_secret*.json",
+    ".env",
+    ".env.*",
+    "*.pem",
+    "*.key",
+    "*.p12",
+    "*.pfx",
+)
+SECRETS = "secret patterns"
+"""The source :meth:`ExcludeRules.decide` names for the secret excludes."""
 
 GITIGNORE = ".gitignore"
 KINETICIGNORE = ".kineticignore"
@@ -127,6 +164,7 @@ def _dir_form(line: str) -> str:
 
 
 _DEFAULTS = IgnoreFile("defaults", DEFAULT_EXCLUDES)
+_SECRETS = IgnoreFile(SECRETS, SECRET_EXCLUDES)
 
 
 class ExcludeRules:
@@ -141,13 +179,13 @@ class ExcludeRules:
     def __init__(self, git: Sequence[IgnoreFile] = (), kinetic: IgnoreFile | None = None) -> None:
         self.git = tuple(git)
         self.kinetic = kinetic
-        h = hashlib.sha256(b"kinetic-context-rules-v1\0")
-        for layer in (_DEFAULTS, *self.git, *((kinetic,) if kinetic else ())):
+        h = hashlib.sha256(b"kinetic-context-rules-v2\0")
+        for layer in (_DEFAULTS, *self.git, _SECRETS, *((kinetic,) if kinetic else ())):
             h.update(repr((layer.scope, layer.prefix, layer.lines)).encode("utf-8", "replace"))
         self.signature = h.digest()
 
     def __repr__(self) -> str:
-        layers = [layer.source for layer in (_DEFAULTS, *self.git, self.kinetic) if layer]
+        layers = [layer.source for layer in (_DEFAULTS, *self.git, _SECRETS, self.kinetic) if layer]
         return f"ExcludeRules({layers!r})"
 
     def __eq__(self, other: object) -> bool:
@@ -170,12 +208,28 @@ class ExcludeRules:
 
         :param relpath: posix, relative to the package root.
         """
-        layers = (*((self.kinetic,) if self.kinetic else ()), *reversed(self.git), _DEFAULTS)
+        layers = (
+            *((self.kinetic,) if self.kinetic else ()),
+            _SECRETS,
+            *reversed(self.git),
+            _DEFAULTS,
+        )
         for layer in layers:
             verdict = layer.check(relpath, is_dir=is_dir)
             if verdict is not None:
                 return verdict, layer.source
         return False, None
+
+    def flags_secret(self, relpath: str, *, is_dir: bool) -> tuple[bool, bool]:
+        """Whether ``relpath`` is left out, and whether it matches a secret pattern and
+        so must be named: left out by that pattern, or kept by ``.kineticignore`` on
+        purpose."""
+        excluded, source = self.decide(relpath, is_dir=is_dir)
+        if source == SECRETS:
+            return excluded, True
+        if source == KINETICIGNORE and not excluded:
+            return False, _SECRETS.check(relpath, is_dir=is_dir) is True
+        return excluded, False
 
     def excludes(self, relpath: str, *, is_dir: bool) -> bool:
         """Whether ``relpath`` (posix, relative to the package root) is left out."""

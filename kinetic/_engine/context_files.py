@@ -25,10 +25,10 @@ One call walks one package root in five steps (blocking: run it in a worker thre
 Stat cache
 ----------
 One file per package root under
-``${KINETIC_CACHE_DIR:-~/.kinetic/cache}/context-stat-cache-v2/``, in the checksummed
+``${KINETIC_CACHE_DIR:-~/.kinetic/cache}/context-stat-cache-v3/``, in the checksummed
 format of :mod:`kinetic._data.stat_cache`; its payload is ``(root, {dir relpath:
 (names, kinds, rules signature, files decided, subdirs decided, files, packed keys,
-the directory's packed key)}, result)`` where ``result`` is ``(sha256, archive bytes)`` or ``None``. The decisions are
+the directory's packed key, names a secret pattern flagged)}, result)`` where ``result`` is ``(sha256, archive bytes)`` or ``None``. The decisions are
 the rules' alone; the files are those that were then regular files and not excluded by
 the caller. A file's key is cached only when
 it proves something: a file changed less than a timestamp tick before it was
@@ -63,8 +63,8 @@ from kinetic._engine.tree_watch import TreeWatch
 
 __all__ = ["ContextFile", "Scan", "largest_dirs", "list_context_files", "scan"]
 
-_CACHE_SUBDIR = "context-stat-cache-v2"
-_CACHE_MAGIC = b"kinetic-context-stat-cache-v2\n"
+_CACHE_SUBDIR = "context-stat-cache-v3"
+_CACHE_MAGIC = b"kinetic-context-stat-cache-v3\n"
 _OPEN_DIR = os.O_RDONLY | os.O_CLOEXEC | os.O_DIRECTORY
 # A key no stat can have: what an unproven file is cached under.
 _POISON = stat_cache.KEY_STRUCT.pack(-1, -1, -1, 0, 0)
@@ -78,8 +78,9 @@ _NLINK: Callable[[os.stat_result], int] = attrgetter("st_nlink")
 _SURELY_SETTLED_NS = 2_000_000_000
 
 # (names, kinds, rules signature, files decided, subdirs decided, files, packed keys,
-#  the directory's own packed key).
-_Record = tuple[list[str], str, bytes, list[str], list[str], list[str], bytes, bytes]
+#  the directory's own packed key, the names a secret pattern flagged: a directory's
+#  with a trailing "/").
+_Record = tuple[list[str], str, bytes, list[str], list[str], list[str], bytes, bytes, list[str]]
 _Tree = dict[str, _Record]
 _Result = tuple[str, int]
 
@@ -126,6 +127,19 @@ class Scan:
         self.file_count = sum(len(d.record[5]) for d in dirs)
         self.total_bytes = sum(sum(map(_SIZE, d.stats)) for d in dirs)
 
+    def secrets(self) -> tuple[list[str], list[str]]:
+        """The paths a secret pattern matched (:data:`~kinetic._core.context_rules.SECRET_EXCLUDES`):
+        those left out, and those ``.kineticignore`` keeps on purpose (a directory's path
+        ends in ``/``)."""
+        left_out: list[str] = []
+        kept: list[str] = []
+        for d in self._dirs:
+            prefix = f"{d.rel}/" if d.rel else ""
+            decided = {*d.record[3], *d.record[4]}
+            for name in d.record[8]:
+                (kept if name.rstrip("/") in decided else left_out).append(prefix + name)
+        return left_out, kept
+
     @property
     def cached_result(self) -> _Result | None:
         """``(sha256, archive bytes)`` of this very tree, when the cache proves it."""
@@ -169,7 +183,7 @@ class Scan:
         poisoned = set(unproven)
         tree: _Tree = {}
         for d in self._dirs:
-            names, kinds, sig, decided, subdirs, files, keys, dir_key = d.record
+            names, kinds, sig, decided, subdirs, files, keys, dir_key, flagged = d.record
             if poisoned:
                 prefix = f"{d.rel}/" if d.rel else ""
                 hit = [i for i, n in enumerate(files) if prefix + n in poisoned]
@@ -179,7 +193,7 @@ class Scan:
                         k = i * stat_cache.KEY_LEN
                         parts[k : k + stat_cache.KEY_LEN] = _POISON
                     keys = bytes(parts)
-            tree[d.rel] = (names, kinds, sig, decided, subdirs, files, keys, dir_key)
+            tree[d.rel] = (names, kinds, sig, decided, subdirs, files, keys, dir_key, flagged)
         if result == self._result and not self._listing_changed and not poisoned:
             return False  # nothing new to remember
         return self._cache.save(tree, result)
@@ -254,9 +268,9 @@ def scan(
                 and cached[1] == kinds
                 and cached[2] == sig
             ):
-                decided, decided_dirs = cached[3], cached[4]
+                decided, decided_dirs, flagged = cached[3], cached[4], cached[8]
             else:
-                decided, decided_dirs = _decide(rel, names, kinds, dir_rules)
+                decided, decided_dirs, flagged = _decide(rel, names, kinds, dir_rules)
                 listing_changed = True
             files, subdirs = decided, decided_dirs
             if skip:
@@ -272,7 +286,7 @@ def scan(
             keys = b"".join(starmap(stat_cache.KEY_STRUCT.pack, map(stat_cache.STAT_KEY, sts)))
             changed = cached is None or cached[5] != files or cached[6] != keys
             stored = keys if _all_settled(sts, now) else _poison_unsettled(sts, keys, now)
-            record = (names, kinds, sig, decided, decided_dirs, files, stored, dir_key)
+            record = (names, kinds, sig, decided, decided_dirs, files, stored, dir_key, flagged)
             dirs.append(_Dir(rel, abs_dir, record, sts, changed))
         finally:
             os.close(fd)
@@ -490,17 +504,23 @@ def _listing(fd: int) -> tuple[list[str], str]:
 
 def _decide(
     rel: str, names: list[str], kinds: str, rules: ExcludeRules
-) -> tuple[list[str], list[str]]:
+) -> tuple[list[str], list[str], list[str]]:
+    """The files and subdirectories that travel, and the names a secret pattern
+    flagged (left out, or kept by ``.kineticignore``; a directory's ending in ``/``)."""
     prefix = f"{rel}/" if rel else ""
     files: list[str] = []
     subdirs: list[str] = []
+    flagged: list[str] = []
     for name, kind in zip(names, kinds, strict=True):
-        if kind in "fs":
-            if not rules.excludes(prefix + name, is_dir=False):
-                files.append(name)
-        elif kind == "d" and not rules.excludes(prefix + name, is_dir=True):
-            subdirs.append(name)
-    return files, subdirs
+        if kind not in "fsd":
+            continue
+        is_dir = kind == "d"
+        excluded, secret = rules.flags_secret(prefix + name, is_dir=is_dir)
+        if secret:
+            flagged.append(name + "/" if is_dir else name)
+        if not excluded:
+            (subdirs if is_dir else files).append(name)
+    return files, subdirs, flagged
 
 
 def _stat_files(fd: int, names: list[str]) -> tuple[list[str], list[os.stat_result]]:
@@ -593,8 +613,9 @@ def _parse(obj: Any, root: str) -> tuple[_Tree, _Result | None]:
     for record in tree.values():
         if not (
             type(record) is tuple
-            and len(record) == 8
+            and len(record) == 9
             and type(record[7]) is bytes
+            and type(record[8]) is list
             and type(record[0]) is list
             and type(record[1]) is str
             and type(record[2]) is bytes

@@ -102,14 +102,38 @@ def find_package_root(start: Path, environ: Mapping[str, str] = os.environ) -> P
         root = Path(override).expanduser().resolve()
         if not root.is_dir():
             raise ConfigError(f"KINETIC_PACKAGE_ROOT={override!r} is not a directory")
-        return root
+        return _not_home(root, start, environ)
     here = start.resolve()
     while (here / "__init__.py").exists() and here.parent != here:
         here = here.parent
     for candidate in (here, *here.parents):
         if any((candidate / marker).exists() for marker in ROOT_MARKERS):
-            return candidate
-    return here
+            return _not_home(candidate, start, environ)
+    return _not_home(here, start, environ)
+
+
+def _not_home(root: Path, start: Path, environ: Mapping[str, str]) -> Path:
+    """``root``, unless it is the home directory or above it: a job's copy of the project
+    would hold every key, token and dotfile there (a dotfiles repository's ``.git`` at
+    HOME makes HOME the root of every script below it that has no marker of its own).
+
+    :raises ConfigError: naming how to mark the project.
+    """
+    home_text = environ.get("HOME")
+    if not home_text:
+        return root
+    home = Path(home_text).resolve()
+    if root != home and root not in home.parents:
+        return root
+    where = start.resolve()
+    marker_dir = where if where != root else Path(home_text) / "myproject"
+    raise ConfigError(
+        f"the project to ship with the job would be {root}, "
+        f"{'your home directory' if root == home else 'above your home directory'}: "
+        "every key and dotfile there would travel with the job. Mark the project's own "
+        f"directory with a pyproject.toml or requirements.txt (for example in {marker_dir}), "
+        "or set KINETIC_PACKAGE_ROOT to it"
+    )
 
 
 def build_context_archive(root: Path, files: list[ContextFile]) -> ContextArchive:
@@ -329,14 +353,40 @@ async def astore_archive(
 
 
 def _notice(walk: Scan) -> None:
-    """Name a big context once per process and root: it travels with every job."""
-    if walk.total_bytes <= NOTICE_BYTES and walk.file_count <= NOTICE_FILES:
+    """Name a big context, and the files that look like secrets, once per process and
+    root: the context travels with every job."""
+    big = walk.total_bytes > NOTICE_BYTES or walk.file_count > NOTICE_FILES
+    left_out, kept = walk.secrets()
+    if not (big or left_out or kept):
         return
     with _ARCHIVES_LOCK:
         if walk.root in _NOTICED:
             return
         _NOTICED.add(walk.root)
-    logger.warning("%s", context_notice(walk))
+    if left_out:
+        logger.warning(
+            "%s",
+            _listed(f"kinetic: left out what looks like secrets in {walk.root}", left_out)
+            + f" (to ship one on purpose, re-include it with '!NAME' in {walk.root / KINETICIGNORE})",
+        )
+    if kept:
+        logger.warning(
+            "%s",
+            _listed(
+                f"kinetic: shipping what looks like secrets in {walk.root}, as "
+                f"{walk.root / KINETICIGNORE} re-includes it",
+                kept,
+            ),
+        )
+    if big:
+        logger.warning("%s", context_notice(walk))
+
+
+def _listed(head: str, paths: list[str], most: int = 20) -> str:
+    """``head: a, b, c`` naming at most ``most`` paths, then how many more."""
+    shown = ", ".join(paths[:most])
+    more = f" and {len(paths) - most} more" if len(paths) > most else ""
+    return f"{head}: {shown}{more}"
 
 
 def context_notice(walk: Scan) -> str:

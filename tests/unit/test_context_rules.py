@@ -10,7 +10,12 @@ from __future__ import annotations
 
 import pytest
 
-from kinetic._core.context_rules import DEFAULT_EXCLUDES, ExcludeRules, IgnoreFile
+from kinetic._core.context_rules import (
+    DEFAULT_EXCLUDES,
+    SECRETS,
+    ExcludeRules,
+    IgnoreFile,
+)
 
 # (patterns of a .gitignore at the root, path, is a directory, ignored?)
 SINGLE_LAYER = [
@@ -176,6 +181,46 @@ def test_defaults_apply_under_every_layer_and_kineticignore_overrides_them() -> 
     again = ExcludeRules.with_ignore_file(["!node_modules/"])
     assert not again.excludes("node_modules", is_dir=True)
     assert "node_modules" in DEFAULT_EXCLUDES
+
+
+@pytest.mark.parametrize(
+    ("path", "is_dir"),
+    [
+        (".ssh", True),
+        ("deep/.ssh", True),
+        ("id_rsa", False),
+        ("keys/id_ed25519.pub", False),
+        (".netrc", False),
+        (".aws", True),
+        ("home/.config/gcloud", True),
+        ("application_default_credentials.json", False),
+        (".kube", True),
+        (".docker/config.json", False),
+        (".env", False),
+        (".env.production", False),
+        ("conf/credentials.json", False),
+        ("server.pem", False),
+        ("tls/site.key", False),
+        (".git-credentials", False),
+        (".pypirc", False),
+        (".npmrc", False),
+    ],
+)
+def test_secrets_are_left_out_and_only_kineticignore_ships_one(path: str, is_dir: bool) -> None:
+    name = path.rsplit("/", 1)[-1]
+    git = IgnoreFile(".gitignore", ("!" + name + ("/" if is_dir else ""),))
+    rules = ExcludeRules([git])
+    assert rules.decide(path, is_dir=is_dir) == (True, SECRETS)  # git cannot re-include
+    assert rules.flags_secret(path, is_dir=is_dir) == (True, True)
+    shipped = ExcludeRules([git], IgnoreFile(".kineticignore", (f"!{path}",)))
+    assert shipped.flags_secret(path, is_dir=is_dir) == (False, True)  # kept, and named
+
+
+def test_look_alikes_of_secrets_travel_unflagged() -> None:
+    rules = ExcludeRules()
+    for path in ("keys.py", "app.key.txt", "environment.py", ".envrc", "docker/config.json"):
+        assert rules.flags_secret(path, is_dir=False) == (False, False), path
+    assert rules.flags_secret("config", is_dir=True) == (False, False)
 
 
 def test_patterns_above_the_package_root_use_a_prefix() -> None:
