@@ -81,11 +81,47 @@ SUPERVISOR_LOCK = "supervisor.lock"
 that records a stop while no supervisor runs)."""
 
 
-def socket_address(storage_url: str, group_id: str) -> bytes:
-    """The abstract Unix socket address of a batch's supervisor."""
-    digest = hashlib.sha256(f"{storage_url}|{group_id}".encode()).hexdigest()[:32]
+SOCKET_SECRET = "supervisor.secret"
+"""In a batch's directory: a random part of its supervisor's socket name. Abstract
+socket names are visible to every local user (``/proc/net/unix``) and may be bound by
+any: one derived from what ``ps`` shows (the storage URL, the group id) let another user
+bind it first, and block a resumed batch for as long as they held it."""
+
+
+def socket_address(group_dir: Path, storage_url: str, group_id: str) -> bytes:
+    """The abstract Unix socket address of a batch's supervisor, whose directory is
+    ``group_dir`` (``0700``, inside a private local root): no other user can know it."""
+    secret = _socket_secret(group_dir / SOCKET_SECRET)
+    digest = hashlib.sha256(f"{storage_url}|{group_id}|{secret}".encode()).hexdigest()[:32]
     return b"\0kinetic-batch-" + digest.encode()
 
+
+def _socket_secret(path: Path) -> str:
+    """The batch's socket secret, made by whichever of the supervisor and its clients
+    asks first (all or nothing: a reader never sees it half written).
+
+    :raises FileNotFoundError: when the batch's directory is gone (it is not made again).
+    """
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        pass
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(os.urandom(16).hex())
+    try:
+        os.link(tmp, path)  # fails if another made it first: then theirs holds
+    except FileExistsError:
+        pass
+    finally:
+        tmp.unlink()
+    return path.read_text()
+
+
+_MAX_COMMAND = 1024
+"""The longest command line a client may send (they are a few bytes): more, unended,
+and it is dropped, rather than growing the supervisor's buffer without bound."""
 
 # Each worker's shared word: the input (index, attempt) it started last, and whether it
 # is still running it. Written by the worker only, read by the supervisor once it died.
@@ -735,8 +771,18 @@ class Supervisor:
             if data:
                 client.rbuf += data
                 *lines, client.rbuf = client.rbuf.split(b"\n")
+                if len(client.rbuf) > _MAX_COMMAND:  # a line that never ends: not a client
+                    self.drop_client(client)
+                    return
                 for line in lines:
-                    self.on_command(line.decode().split(), client)
+                    try:
+                        self.on_command(line.decode().split(), client)
+                    except ValueError:  # not UTF-8, or not a number: ignored, logged
+                        print(
+                            f"kinetic batch: ignored a malformed command {line[:80]!r}",
+                            file=sys.stderr,
+                            flush=True,
+                        )
         if mask & selectors.EVENT_WRITE and client.wbuf:
             self.flush_client(client)
 
@@ -809,7 +855,8 @@ class Supervisor:
 
     def run(self) -> None:
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.listener.bind(socket_address(self.url, self.group_id))
+        group_dir = self.store.root / protocol.group_prefix(self.group_id).rstrip("/")
+        self.listener.bind(socket_address(group_dir, self.url, self.group_id))
         self.listener.listen(128)
         self.listener.setblocking(False)
         self.sel.register(self.listener, selectors.EVENT_READ, ("listen", None))

@@ -18,7 +18,7 @@ from typing import Any
 import cloudpickle
 
 from runner import protocol
-from runner.fs import remove_tree
+from runner.fs import make_private_dirs, remove_tree
 from runner.protocol import PhaseError
 from runner.store import RunnerStore
 
@@ -113,7 +113,9 @@ def _enter_workspace(root: Path, spec: protocol.JobSpec, code_root: Path, cwd: P
     os.environ["KINETIC_OUTPUT_DIR"] = spec["output_dir"]
     os.environ["JOB_ID"] = spec["job_id"]
     if spec["output_dir"].startswith("/"):
-        Path(spec["output_dir"]).mkdir(parents=True, exist_ok=True)
+        # Private, as everything under a local root: a job's outputs (model weights, say)
+        # are its user's alone, whatever the umask.
+        make_private_dirs(Path(spec["output_dir"]))
     entries = [str(code_root / rel) if rel else str(code_root) for rel in spec["sys_path"]]
     sys.path[:0] = [*entries, str(code_root)]
     # The project's cwd may be a folder that did not travel (ignored): start it empty.

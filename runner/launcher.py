@@ -59,6 +59,7 @@ import json
 import os
 import re
 import select
+import selectors
 import signal
 import socket
 import sys
@@ -84,6 +85,7 @@ PROTOCOL = 1
 # launcher did, or it would not see what `python -m runner` would have seen.
 _STARTUP_PREFIXES = ("PYTHON", "LD_")
 _MAX_REQUEST = 8 << 20
+_READ_TIMEOUT = 10.0  # seconds a connection has to send its whole request
 _PRUNE_AT = 1024  # leaders noted before the ended ones are forgotten
 _JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")  # no separators, no dots
 _RUNNER_MAIN = str(Path(runner.__file__).resolve().parent / "__main__.py")
@@ -148,6 +150,7 @@ class _Launcher:
         self.root, self.tag, self.lock, self.listener = root, tag, lock, listener
         self.code = loaded_code()
         self.gate = peer.Gate("launcher")
+        self.reading: dict[socket.socket, _Reading] = {}  # connections whose request is coming
         self.leaders: dict[int, int | None] = {}  # pid -> start ticks, of forked leaders
         self._prune_at = _PRUNE_AT
 
@@ -187,30 +190,93 @@ class _Launcher:
                 os.close(fd)
 
     def serve(self, idle: float) -> None:
-        self.listener.settimeout(1.0)
+        """Answer requests until idle for ``idle`` seconds, the lock file is gone, or the
+        code changed. Connections are read side by side (one that sends nothing holds
+        up no other), each for at most :data:`_READ_TIMEOUT` seconds; a request is
+        answered once its line is in."""
         lock_path = launcher_dir(self.root) / f"{self.tag}.lock"
+        self.listener.setblocking(False)
+        sel = selectors.DefaultSelector()
+        sel.register(self.listener, selectors.EVENT_READ, None)
         last = time.monotonic()
+        try:
+            while True:
+                deadlines = [c.deadline for c in self.reading.values()]
+                wait = min([1.0, *(d - time.monotonic() for d in deadlines)])
+                events = sel.select(max(0.0, wait))
+                now = time.monotonic()
+                for key, _ in events:
+                    if key.data is None:
+                        if self._accept(sel, now):
+                            last = now
+                    elif not self._read(sel, key.data):
+                        return
+                for conn in [c for c, r in self.reading.items() if r.deadline <= now]:
+                    self._drop(sel, conn, "bad request: timed out")
+                idle_now = not self.reading and now - last > idle
+                if not events and (idle_now or not lock_path.exists()):
+                    return
+        finally:
+            for conn in list(self.reading):
+                self._drop(sel, conn, None)
+            sel.close()
+
+    def _accept(self, sel: selectors.BaseSelector, now: float) -> bool:
+        """Take the waiting connections; whether one was our own user's."""
+        admitted = False
         while True:
             try:
                 conn, _ = self.listener.accept()
-            except TimeoutError:
-                if time.monotonic() - last > idle or not lock_path.exists():
-                    return
-                continue
+            except (BlockingIOError, InterruptedError):
+                return admitted
             if not self.gate.admit(conn):  # another user's: closed unread (and logged)
                 conn.close()
                 continue
-            last = time.monotonic()
-            with conn:
-                if not self._answer(conn):
-                    return
+            admitted = True
+            conn.setblocking(False)
+            self.reading[conn] = _Reading(now + _READ_TIMEOUT)
+            sel.register(conn, selectors.EVENT_READ, conn)
 
-    def _answer(self, conn: socket.socket) -> bool:
-        """Serve one request; False when the launcher must stop (its code changed)."""
-        conn.settimeout(10.0)
+    def _drop(self, sel: selectors.BaseSelector, conn: socket.socket, error: str | None) -> None:
+        self.reading.pop(conn, None)
+        with contextlib.suppress(KeyError, ValueError):
+            sel.unregister(conn)
+        if error is not None:
+            conn.setblocking(True)
+            conn.settimeout(_READ_TIMEOUT)
+            _reply(conn, {"error": error})
+        conn.close()
+
+    def _read(self, sel: selectors.BaseSelector, conn: socket.socket) -> bool:
+        """Read what ``conn`` sent; answer it once its request is whole. False when the
+        launcher must stop (its code changed)."""
+        reading = self.reading[conn]
         try:
-            request = _read_request(conn)
-        except (OSError, TypeError, ValueError) as exc:
+            chunk = conn.recv(1 << 16)
+        except (BlockingIOError, InterruptedError):
+            return True
+        except OSError:
+            chunk = b""
+        if not chunk:
+            self._drop(sel, conn, "bad request: the request ended early")
+            return True
+        reading.buf += chunk
+        if not reading.buf.endswith(b"\n"):
+            if len(reading.buf) > _MAX_REQUEST:
+                self._drop(sel, conn, "bad request: the request is too large")
+            return True
+        self.reading.pop(conn)
+        sel.unregister(conn)
+        conn.setblocking(True)
+        conn.settimeout(_READ_TIMEOUT)
+        with conn:
+            return self._answer(conn, bytes(reading.buf))
+
+    def _answer(self, conn: socket.socket, line: bytes) -> bool:
+        """Serve one request; False when the launcher must stop (its code changed)."""
+        try:
+            request = _parse_request(line)
+        except (TypeError, ValueError) as exc:
             _reply(conn, {"error": f"bad request: {exc}"})
             return True
         changed = _changed(self.code)
@@ -236,8 +302,8 @@ class _Launcher:
         if pid == 0:  # the job's leader: never returns
             try:
                 os.close(ready_r)
-                for held in (self.listener, self.lock, conn):
-                    held.close()
+                for held in (self.listener, self.lock, conn, *self.reading):
+                    held.close()  # the other connections are not the job's either
                 _lead(job, ready_w)
             finally:
                 os._exit(127)
@@ -381,16 +447,18 @@ def _exit_status(code: object) -> int:
     return 1
 
 
-def _read_request(conn: socket.socket) -> dict[str, Any]:
-    buf = bytearray()
-    while not buf.endswith(b"\n"):
-        chunk = conn.recv(1 << 16)
-        if not chunk:
-            raise ValueError("the request ended early")
-        buf += chunk
-        if len(buf) > _MAX_REQUEST:
-            raise ValueError("the request is too large")
-    request = json.loads(buf)
+class _Reading:
+    """A connection's request as it comes in, and when it must be whole."""
+
+    __slots__ = ("buf", "deadline")
+
+    def __init__(self, deadline: float) -> None:
+        self.buf = bytearray()
+        self.deadline = deadline
+
+
+def _parse_request(line: bytes) -> dict[str, Any]:
+    request = json.loads(line)
     if not isinstance(request, dict):
         raise TypeError("the request is not an object")
     return request

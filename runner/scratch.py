@@ -28,6 +28,7 @@ import contextlib
 import fcntl
 import os
 import signal
+import stat
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -160,15 +161,7 @@ def sweep_orphans(root: Path, *, min_age: float = SWEEP_EVERY) -> int:
     :returns: how many directories it removed.
     """
     now = time.time()
-    stamp = root / f"kinetic-{os.getuid()}.swept"
-    try:
-        if now - stamp.stat().st_mtime < min_age:
-            return 0
-        os.utime(stamp)
-    except FileNotFoundError:
-        with contextlib.suppress(OSError):
-            stamp.touch()
-    except OSError:
+    if not _sweep_due(root / f"kinetic-{os.getuid()}.swept", now, min_age):
         return 0
     removed = 0
     try:
@@ -186,6 +179,33 @@ def sweep_orphans(root: Path, *, min_age: float = SWEEP_EVERY) -> int:
             continue
         removed += _remove_if_orphaned(Path(entry.path))
     return removed
+
+
+def _sweep_due(stamp: Path, now: float, min_age: float) -> bool:
+    """Whether a sweep is due by the stamp's mtime; the stamp is touched when one is.
+
+    ``$TMPDIR`` may be shared (``/tmp``), and the stamp's name is predictable: it is
+    opened without following a link (one planted there made the touch create, say, an
+    empty ``~/.kinetic/profiles.json``), and used only when it is this user's own
+    regular file with one link. Anything else is not our stamp: a sweep is due then,
+    and the impostor is left alone (it must not disable the sweep either).
+    """
+    flags = os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(stamp, flags, 0o600)
+    except OSError:  # a link (ELOOP), or another user's file we may not open
+        return True
+    try:
+        st = os.fstat(fd)
+        if st.st_uid != os.getuid() or not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+            return True
+        if now - st.st_mtime < min_age:
+            return False
+        with contextlib.suppress(OSError):
+            os.utime(fd)
+        return True
+    finally:
+        os.close(fd)
 
 
 def _remove_if_orphaned(path: Path) -> bool:

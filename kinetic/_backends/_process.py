@@ -28,8 +28,9 @@ from runner.procstat import START_TICKS, STATE, start_ticks, stat_fields
 # must not hold our stdout pipe, or reading the pid would wait for the whole job.
 # The status is written with a builtin (one small write): `mv` would cost a fork+exec.
 _WRAPPER = """
-log=$1; status=$2; shift 2
-( "$@" > "$log" 2>&1; echo $? > "$status" ) \
+log=$1; status=$2; append=$3; shift 3
+[ "$append" = 1 ] || : > "$log"
+( "$@" >> "$log" 2>&1; echo $? > "$status" ) \
     < /dev/null > /dev/null 2>&1 &
 echo $!
 """
@@ -60,15 +61,33 @@ def is_alive(ref: ProcessRef) -> bool:
 
 
 def spawn_detached(
-    argv: Sequence[str], *, log_file: Path, status_file: Path, cwd: Path, env: Mapping[str, str]
+    argv: Sequence[str],
+    *,
+    log_file: Path,
+    status_file: Path,
+    cwd: Path,
+    env: Mapping[str, str],
+    append_log: bool = False,
 ) -> ProcessRef:
     """Start ``argv`` detached in its own session. Blocking: call from a worker thread.
 
+    :param append_log: add to ``log_file`` rather than start it anew (a relaunched
+        process keeps what the one before it said: how it ended, say).
     :raises BackendError: when the process cannot be started.
     """
+    append = "1" if append_log else "0"
     try:
         launcher = subprocess.run(
-            ["/bin/sh", "-c", _WRAPPER, "kinetic-job", str(log_file), str(status_file), *argv],
+            [
+                "/bin/sh",
+                "-c",
+                _WRAPPER,
+                "kinetic-job",
+                str(log_file),
+                str(status_file),
+                append,
+                *argv,
+            ],
             cwd=cwd,
             env=dict(env),
             stdin=subprocess.DEVNULL,

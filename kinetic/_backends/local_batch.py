@@ -216,6 +216,7 @@ class LocalBatches:
                     status_file=group_dir / "supervisor.exit",
                     cwd=group_dir,
                     env=env,
+                    append_log=True,  # a relaunch keeps why the supervisor before it ended
                 )
 
         await anyio.to_thread.run_sync(_spawn)
@@ -231,7 +232,10 @@ class LocalBatches:
             (never talked to: it could feed us false events).
         """
         try:
-            stream = await anyio.connect_unix(socket_address(self.storage.url, group_id))
+            address = await anyio.to_thread.run_sync(
+                socket_address, self.group_dir(group_id), self.storage.url, group_id
+            )
+            stream = await anyio.connect_unix(address)
         except (ConnectionRefusedError, FileNotFoundError):
             return None
         try:

@@ -26,7 +26,7 @@ def check_job_id(job_id: object) -> str:
 
     :raises ConfigError: for anything else, notably ids shaped like paths (``../x``).
     """
-    if not isinstance(job_id, str) or not _JOB_ID.match(job_id):
+    if not isinstance(job_id, str) or not _JOB_ID.fullmatch(job_id):
         raise ConfigError(f"invalid job id {job_id!r}: expected 'job-' followed by hex digits")
     return job_id
 
@@ -36,6 +36,6 @@ def check_group_id(group_id: object) -> str:
 
     :raises ConfigError: for anything else.
     """
-    if not isinstance(group_id, str) or not _GROUP_ID.match(group_id):
+    if not isinstance(group_id, str) or not _GROUP_ID.fullmatch(group_id):
         raise ConfigError(f"invalid batch id {group_id!r}: expected 'grp-' followed by hex digits")
     return group_id

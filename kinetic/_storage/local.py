@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import logging
 import os
 import shutil
 import weakref
@@ -29,6 +30,8 @@ from runner.fs import (
     make_private_dirs,
     remove_tree,
 )
+
+logger = logging.getLogger("kinetic")
 
 T = TypeVar("T")
 
@@ -241,8 +244,13 @@ class LocalStorage:
         make_private_dirs(self.root)
 
 
+_WARNED_READABLE: set[Path] = set()
+
+
 def check_root(root: Path) -> None:
-    """Refuse a local root (the directory above a local backend's store) that is another user's, or that others may write. Blocking.
+    """Refuse a local root (the directory above a local backend's store) that is another
+    user's, or that others may write; warn, once per process, about one that others may
+    read (Kinetic makes it ``0700``: a directory made before may not be). Blocking.
 
     :raises ConfigError: naming the owner or mode, and the fix.
     """
@@ -250,6 +258,19 @@ def check_root(root: Path) -> None:
         check_private_dir(root)
     except PermissionError as exc:
         raise ConfigError(f"unsafe local root: {exc}") from None
+    try:
+        mode = root.stat().st_mode & 0o777
+    except OSError:
+        return
+    if mode & 0o055 and root not in _WARNED_READABLE:
+        _WARNED_READABLE.add(root)
+        logger.warning(
+            "the local root %s is readable by other users (mode %o): they can read your "
+            "jobs' arguments, results, logs and outputs; make it private with `chmod 700 %s`",
+            root,
+            mode,
+            root,
+        )
 
 
 def _key_of(root: Path, filename: object) -> str:

@@ -94,7 +94,9 @@ def test_attach_unknown_job(job_id: str) -> None:
         kinetic.attach(job_id)
 
 
-@pytest.mark.parametrize("job_id", ["../x", "job-1234/../../etc", "/etc/passwd", "", "job-XYZ"])
+@pytest.mark.parametrize(
+    "job_id", ["../x", "job-1234/../../etc", "/etc/passwd", "", "job-XYZ", "job-deadbeef\n"]
+)
 def test_attach_refuses_ids_shaped_like_paths(job_id: str) -> None:
     with pytest.raises(kinetic.ConfigError, match="invalid job id"):
         kinetic.attach(job_id)

@@ -320,6 +320,8 @@ def test_without_the_launcher_jobs_start_as_before(
 
 
 def test_a_malformed_request_does_not_stop_the_launcher(launchers: Path) -> None:
+    """Nor does a connection that sends nothing hold up the others: each used to be
+    read in turn, for up to 10 s, and every job start waited behind an idle one."""
     import socket
 
     from runner.launcher import launcher_tag, socket_address
@@ -344,10 +346,19 @@ def test_a_malformed_request_does_not_stop_the_launcher(launchers: Path) -> None
                 assert time.monotonic() < deadline
                 assert proc.poll() is None
                 time.sleep(0.02)
-        with s, s.makefile() as answers:
+        silent, s = s, socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.connect(socket_address(launchers, tag))  # after `silent`, which says nothing
+        with silent, s, s.makefile() as answers:
             s.sendall(b'{"v": 1, "args": ["--nonsense"]}\n')
             reply = json.loads(answers.readline())
-        assert "error" in reply
+            assert "error" in reply
+            silent.setblocking(False)
+            with pytest.raises(BlockingIOError):  # still waited for: not answered first
+                silent.recv(1)
+            silent.sendall(b"not json\n")
+            silent.setblocking(True)
+            silent.settimeout(30)
+            assert "bad request" in json.loads(silent.makefile().readline())["error"]
         assert proc.poll() is None
     finally:
         proc.terminate()

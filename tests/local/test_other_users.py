@@ -199,7 +199,8 @@ def test_a_batch_supervisor_ignores_other_users(kinetic_env: Path) -> None:
     need_root()
     batch = slow_square.run_async_map(range(12), max_concurrent=2)
     store = (kinetic_env / "storage").absolute().as_uri()
-    supervisor = "@" + batch_socket_address(store, batch.group_id)[1:].decode()
+    group_dir = kinetic_env / "storage" / "_groups" / batch.group_id
+    supervisor = "@" + batch_socket_address(group_dir, store, batch.group_id)[1:].decode()
     wait_until(lambda: supervisor in kinetic_socket_names())
 
     def probe() -> list[dict[str, Any]]:
@@ -216,6 +217,40 @@ def test_a_batch_supervisor_ignores_other_users(kinetic_env: Path) -> None:
     logged = refusals(log)  # one line per refused knock: the probe's one
     assert len(logged) == [k["name"] for k in knocked].count(supervisor) == 1, logged
     assert f"uid {OTHER_UID}" in logged[0]
+
+
+def test_a_batch_supervisors_name_cannot_be_predicted_or_squatted(kinetic_env: Path) -> None:
+    """The name was ``sha256(storage URL | group id)``, both visible in ``ps``: another
+    user bound it after a supervisor died, and blocked the resumed batch. Now it has a
+    random part kept in the batch's private folder."""
+    need_root()
+    import hashlib
+
+    batch = slow_square.run_async_map(range(6), max_concurrent=2)
+    store = (kinetic_env / "storage").absolute().as_uri()
+    group_dir = kinetic_env / "storage" / "_groups" / batch.group_id
+    supervisor = "@" + batch_socket_address(group_dir, store, batch.group_id)[1:].decode()
+    predictable = hashlib.sha256(f"{store}|{batch.group_id}".encode()).hexdigest()[:32]
+    squat_name = b"\0kinetic-batch-" + predictable.encode()
+    assert supervisor != "@" + squat_name[1:].decode()
+    secret = group_dir / "supervisor.secret"
+
+    def squat(ready: Callable[[], None]) -> str:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.bind(squat_name)  # what the attacker held
+            sock.listen(1)
+            ready()
+            try:
+                secret.read_text()
+                return "read"
+            except OSError as exc:
+                time.sleep(3.0)  # held while the batch runs
+                return type(exc).__name__
+
+    squatter = start_as_other_user(squat)
+    squatter.wait_ready()
+    assert batch.results(timeout=120) == [x * x for x in range(6)]
+    assert squatter.result() == "PermissionError"
 
 
 def test_a_launcher_name_taken_by_another_user_gets_nothing(
@@ -515,3 +550,38 @@ def test_a_cancelled_debug_job_leaves_no_debugger_running(kinetic_env: Path) -> 
     job.cancel()
     for ref in adapters:
         wait_until(lambda ref=ref: not is_alive(ref), timeout=10)
+
+
+@kinetic.run()
+def save_weights() -> str:
+    out = Path(os.environ["KINETIC_OUTPUT_DIR"])
+    (out / "model-weights.bin").write_bytes(b"weights")
+    return str(out)
+
+
+def test_a_jobs_outputs_stay_private_under_a_root_others_can_read(
+    kinetic_env: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A local root made before by hand (``0755``) was accepted, and ``outputs/`` and each
+    job's output folder were made with the umask: the other user read the victim's
+    ``model-weights.bin``. Every folder Kinetic makes is private, and such a root is
+    named in a warning."""
+    need_root()
+    kinetic_env.mkdir(mode=0o755)
+    kinetic_env.chmod(0o755)
+    with caplog.at_level("WARNING", logger="kinetic"):
+        out = Path(save_weights())
+    (warning,) = [r.getMessage() for r in caplog.records if "readable by other" in r.getMessage()]
+    assert f"chmod 700 {kinetic_env}" in warning
+    weights = out / "model-weights.bin"
+    assert weights.read_bytes() == b"weights"
+    for folder in (kinetic_env / "outputs", out):
+        assert folder.stat().st_mode & 0o077 == 0, oct(folder.stat().st_mode)
+
+    def steal() -> str:
+        try:
+            return weights.read_text()
+        except OSError as exc:
+            return type(exc).__name__
+
+    assert as_other_user(steal) == "PermissionError"

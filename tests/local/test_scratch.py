@@ -17,6 +17,7 @@ import pytest
 import kinetic
 from runner.scratch import SWEEP_EVERY, sweep_orphans
 from tests.fix_env import module_project
+from tests.other_user import OTHER_UID, need_root
 
 pytestmark = pytest.mark.local
 
@@ -209,3 +210,32 @@ def test_the_next_job_sweeps_what_a_killed_one_left(
     workspace = kinetic.run()(scratch_jobs.where)()
     assert Path(workspace).is_relative_to(temp)
     assert none_left(temp)
+
+
+def test_a_stamp_planted_by_another_user_neither_redirects_nor_stops_the_sweep(
+    temp: Path, holders: list[subprocess.Popen[str]], tmp_path: Path
+) -> None:
+    """The stamp's name is predictable in a shared ``$TMPDIR``. A link planted there made
+    the sweep create the file it pointed to (an empty ``~/.kinetic/profiles.json``,
+    after which every Kinetic call failed); a fresh stamp of another user's stopped the
+    sweep for good. Neither does now."""
+    need_root()
+    dead_dir = left_by_a_killed_owner(holders)
+    age(dead_dir)
+    stamp = next(temp.glob("kinetic-*.swept"))
+    stamp.unlink()
+    victim_file = tmp_path / "home" / ".kinetic" / "profiles.json"
+    victim_file.parent.mkdir(parents=True)
+    stamp.symlink_to(victim_file)
+    os.lchown(stamp, OTHER_UID, OTHER_UID)
+    assert sweep_orphans(temp) == 1  # a link is no stamp: the sweep is due
+    assert not dead_dir.exists()
+    assert not victim_file.exists()  # nothing was created through it
+    assert stamp.is_symlink()  # and the impostor is left alone
+    stamp.unlink()
+    stamp.write_text("")  # another user's fresh stamp
+    os.chown(stamp, OTHER_UID, OTHER_UID)
+    dead_dir = left_by_a_killed_owner(holders)
+    age(dead_dir)
+    assert sweep_orphans(temp) == 1
+    assert not dead_dir.exists()
