@@ -4,6 +4,7 @@
 |---|---|---|
 | ``KINETIC_GKE_SERVICE_ACCOUNT`` | pods' ``serviceAccountName`` | ``kinetic`` when the namespace has it (``kinetic up``), else the namespace default |
 | ``KINETIC_GKE_HOST_NETWORK`` | ``hostNetwork: true`` (clusters without a CNI) | false |
+| ``KINETIC_GKE_JOB_API_ACCESS`` | mount the pods' service account token: jobs that submit jobs | false |
 | ``KINETIC_GKE_IMAGE_PULL_POLICY`` | ``Always``/``IfNotPresent``/``Never`` | Kubernetes' choice |
 | ``KINETIC_GKE_START_GRACE`` | seconds a job may be unable to start before it fails | 300 |
 | ``KINETIC_K8S_QPS`` / ``KINETIC_K8S_BURST`` | client-side API rate limit | 20 / 40 |
@@ -82,6 +83,7 @@ def options_from_env(env: Mapping[str, str]) -> GKEOptions:
     pod = PodOptions(
         service_account=env.get("KINETIC_GKE_SERVICE_ACCOUNT") or None,
         host_network=env_flag(env, "KINETIC_GKE_HOST_NETWORK"),
+        api_access=env_flag(env, "KINETIC_GKE_JOB_API_ACCESS"),
         image_pull_policy=env.get("KINETIC_GKE_IMAGE_PULL_POLICY") or None,
         # A submitter that talks to a storage emulator needs its pods to talk to it too.
         extra_env={k: env[k] for k in _FORWARDED if env.get(k)},

@@ -60,12 +60,16 @@ class PodOptions:
     :ivar image_pull_policy: ``Always``, ``IfNotPresent`` or ``Never``; ``None`` lets
         Kubernetes choose (``Always`` for ``:latest``, else ``IfNotPresent``).
     :ivar extra_env: variables added to every job's container.
+    :ivar api_access: mount the service account's token, so that the job may use the
+        Kubernetes API with the account's rights (a job that submits jobs). Off by
+        default: a job's pod then cannot act on other jobs.
     """
 
     service_account: str | None = None
     host_network: bool = False
     image_pull_policy: str | None = None
     extra_env: Mapping[str, str] = field(default_factory=dict)
+    api_access: bool = False
 
     def __post_init__(self) -> None:
         if self.image_pull_policy is not None and self.image_pull_policy not in PULL_POLICIES:
@@ -99,6 +103,21 @@ def container_resources(cfg: AcceleratorConfig) -> dict[str, dict[str, str]]:
     if cfg.cpus is None:
         return {"requests": requests}
     return {"requests": requests, "limits": dict(requests)}
+
+
+def container_security(cfg: AcceleratorConfig) -> dict[str, Any]:
+    """The job container's ``securityContext``: no privilege escalation, and no Linux
+    capabilities (the runner needs none: it writes only what the image's user owns).
+
+    The process runs as the image's user (Kinetic's images: root inside the container,
+    without capabilities). TPU containers keep the runtime's default capabilities:
+    libtpu locks memory and opens the TPU devices the device plugin adds, which GKE's
+    TPU images expect of a default container.
+    """
+    context: dict[str, Any] = {"allowPrivilegeEscalation": False}
+    if cfg.kind != "tpu":
+        context["capabilities"] = {"drop": ["ALL"]}
+    return context
 
 
 def runner_command(bucket: str, job_id: str) -> list[str]:
@@ -169,9 +188,14 @@ def job_manifest(template: JobTemplate, job_id: str) -> dict[str, Any]:
     }
     if pod.image_pull_policy is not None:
         container["imagePullPolicy"] = pod.image_pull_policy
+    container["securityContext"] = container_security(accelerator)
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "containers": [container],
+        # A job's pod gets no Kubernetes credentials unless it asked for them: with the
+        # account's token, one job could delete, read or port-forward to the others.
+        "automountServiceAccountToken": pod.api_access,
+        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
     }
     selector = accelerators.node_selector(accelerator)
     if selector:

@@ -189,6 +189,13 @@ def target_settings(opts: RunOptions) -> tuple[Settings, accelerators.Accelerato
     return settings, accel
 
 
+def _on_node_network(backend: Backend) -> bool:
+    """Whether the backend's pods share their node's network (``hostNetwork``)."""
+    options = getattr(backend, "options", None)  # a cluster backend's (GKEOptions)
+    pod = getattr(options, "pod", None)
+    return bool(getattr(pod, "host_network", False))
+
+
 def _backend_for(settings: Settings) -> Backend:
     backend = runtime.backend_for_settings(settings)
     if settings.backend_was_defaulted:
@@ -356,6 +363,14 @@ async def submit(
         debug_spec = {"wait": wait_timeout(os.environ), "source_root": str(root)}
         if shared_port(os.environ):
             debug_spec["shared_port"] = True
+        elif _on_node_network(backend):
+            raise ConfigError(
+                "debug=True in a pod on the node's network (KINETIC_GKE_HOST_NETWORK): "
+                "debugpy would listen on the node's loopback, where any process on the "
+                "node can attach and run code as the job. Debug on a cluster with pod "
+                "networking, or set KINETIC_DEBUG_SHARED_PORT=1 to accept a shared port "
+                "(a test cluster without a CNI)"
+            )
     job_id = new_job_id()
     storage = backend.storage
     func_name = getattr(fn, "__name__", type(fn).__name__)

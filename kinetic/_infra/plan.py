@@ -86,8 +86,22 @@ ROLE_RULES: tuple[dict[str, Any], ...] = (
 )
 """What a Kinetic client does in its namespace (submit, watch, read logs, attach a
 debugger, cancel, clean up Jobs and LeaderWorkerSets). Bound to the pods' service
-account, so that a job may itself submit and await jobs (a fan-out driver running in
-the cluster); the runner alone needs no Kubernetes API access."""
+account, whose token a job's pod gets only when it asks (``KINETIC_GKE_JOB_API_ACCESS``:
+a fan-out driver running in the cluster); the runner alone needs no Kubernetes API
+access, and by default no pod has it."""
+
+
+POD_SECURITY_LABELS = {
+    "pod-security.kubernetes.io/enforce": "baseline",
+    "pod-security.kubernetes.io/warn": "restricted",
+    "pod-security.kubernetes.io/audit": "restricted",
+}
+"""Pod Security admission on the namespace ``up`` creates: no pod there may be
+privileged, share the node's namespaces or mount its paths (``baseline``, enforced);
+what ``restricted`` would refuse besides is reported (Kinetic's images run as root in
+the container, without capabilities; GPU and TPU devices come from the device plugins,
+which ``baseline`` allows). A cluster without a CNI, whose pods need the node's network
+(``KINETIC_GKE_HOST_NETWORK``), must use a namespace of its own making."""
 
 
 @dataclass(frozen=True, order=True)
@@ -191,11 +205,14 @@ def desired_objects(
             meta["namespace"] = namespace
         return labelled({"apiVersion": _API_VERSION[kind], "kind": kind, "metadata": meta, **rest})
 
-    account = obj("ServiceAccount", sa, ns)
+    # Pods of this account get no token unless their spec asks (KINETIC_GKE_JOB_API_ACCESS).
+    account = obj("ServiceAccount", sa, ns, automountServiceAccountToken=False)
     if spec.gcp_service_account:
         account["metadata"]["annotations"] = {WI_ANNOTATION: spec.gcp_service_account}
+    namespace = obj("Namespace", ns, None)
+    namespace["metadata"]["labels"].update(POD_SECURITY_LABELS)
     wanted: list[tuple[ObjectRef, dict[str, Any]]] = [
-        (ObjectRef("Namespace", ns), obj("Namespace", ns, None)),
+        (ObjectRef("Namespace", ns), namespace),
         (ObjectRef("ServiceAccount", sa, ns), account),
         (
             ObjectRef("Role", ROLE_NAME, ns),

@@ -7,6 +7,7 @@ comes back. A debug pod nobody attaches to fails bounded, in phase ``debug``.
 from __future__ import annotations
 
 import inspect
+import os
 import time
 
 import pytest
@@ -28,10 +29,41 @@ def _break_line() -> int:
     return first + next(i for i, line in enumerate(lines) if "# BREAK HERE" in line)
 
 
-def test_debug_attach_through_the_kubernetes_port_forward(gke: GKETarget) -> None:
+@pytest.fixture(autouse=True)
+def shared_port_on_the_node_network(monkeypatch: pytest.MonkeyPatch) -> bool:
+    """The testbed has no CNI: its pods use the node's network, where debugpy's port is
+    the node's. Debugging there must be accepted (KINETIC_DEBUG_SHARED_PORT=1)."""
+    on_node = os.environ.get("KINETIC_GKE_HOST_NETWORK", "").lower() in ("1", "true")
+    if on_node:
+        monkeypatch.setenv("KINETIC_DEBUG_SHARED_PORT", "1")
+    return on_node
+
+
+def test_debug_on_the_node_network_is_refused_unless_accepted(
+    gke: GKETarget, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KINETIC_GKE_HOST_NETWORK", "true")
+    monkeypatch.delenv("KINETIC_DEBUG_SHARED_PORT", raising=False)
+    fn = kinetic.run(**gke.run_args(debug=True))(doubled)
+    before = gke.object_names("")
+    with pytest.raises(kinetic.ConfigError, match="KINETIC_DEBUG_SHARED_PORT=1"):
+        fn.run_async(1)
+    assert gke.object_names("") == before  # nothing was written
+
+
+def test_debug_attach_through_the_kubernetes_port_forward(
+    gke: GKETarget, shared_port_on_the_node_network: bool, caplog: pytest.LogCaptureFixture
+) -> None:
     fn = kinetic.run(**gke.run_args(debug=True))(doubled)
     job = fn.run_async(20)
-    with job.debug_attach(local_port=0, timeout=180) as forward:
+    with (
+        caplog.at_level("WARNING", logger="kinetic"),
+        job.debug_attach(local_port=0, timeout=180) as forward,
+    ):
+        # A session on the node's network is said not to be private; one in a pod's own
+        # network is.
+        shared = [r for r in caplog.records if "is not private" in r.getMessage()]
+        assert len(shared) == int(shared_port_on_the_node_network), caplog.text
         assert f"pod {gke.namespace}/kinetic-{job.job_id}" in forward.target
         mappings = forward.launch_config["pathMappings"]
         # The project as submitted here, and the pod's copy of it.

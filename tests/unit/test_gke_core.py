@@ -373,3 +373,27 @@ def test_outcome_objects_round_trip_and_reject_garbage() -> None:
     assert protocol.group_outcome_key("grp-1", 7) == "_groups/grp-1/results/0000007.res"
     with pytest.raises(ValueError, match="not a batch outcome"):
         protocol.decode_outcome(b'{"no": "state"}\npayload')
+
+
+@pytest.mark.parametrize("name", ["cpu", "l4", "tpu-v5e-1"])
+def test_a_jobs_pod_has_no_token_and_no_privileges(name: str) -> None:
+    """One job's pod must not act on the others (no Kubernetes credentials) nor gain
+    privileges in its container; TPU containers keep the runtime's capabilities."""
+    cfg = accelerators.parse_accelerator(name)
+    template = k8s_spec.JobTemplate(
+        namespace="ns", image="img:1", bucket="b", accelerator=cfg, output_dir="gs://b/o"
+    )
+    pod = k8s_spec.job_manifest(template, "job-0123abcd")["spec"]["template"]["spec"]
+    assert pod["automountServiceAccountToken"] is False
+    assert pod["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}}
+    context = pod["containers"][0]["securityContext"]
+    assert context["allowPrivilegeEscalation"] is False
+    assert context.get("capabilities") == (None if cfg.kind == "tpu" else {"drop": ["ALL"]})
+    asked = dataclasses.replace(
+        template, pod=options_from_env({"KINETIC_GKE_JOB_API_ACCESS": "1"}).pod
+    )
+    granted = k8s_spec.job_manifest(asked, "job-0123abcd")["spec"]["template"]["spec"]
+    assert granted["automountServiceAccountToken"] is True
+    assert granted["containers"][0]["securityContext"] == context
+    pool = k8s_spec.pool_job_manifest(template, group_id="grp-0123456789ab", workers=3)
+    assert pool["spec"]["template"]["spec"]["automountServiceAccountToken"] is False

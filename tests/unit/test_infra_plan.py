@@ -79,6 +79,16 @@ def test_up_wants_namespace_first_then_account_rbac_and_crd_all_labelled() -> No
     assert MANAGED_BY_LABEL not in CRD["metadata"].get("labels", {})
 
 
+def test_up_makes_a_namespace_under_pod_security_and_an_account_without_tokens() -> None:
+    (_, namespace), (_, account) = desired_objects(SPEC, CRD)[:2]
+    labels = namespace["metadata"]["labels"]
+    assert labels["pod-security.kubernetes.io/enforce"] == "baseline"
+    assert labels["pod-security.kubernetes.io/warn"] == "restricted"
+    assert labels["pod-security.kubernetes.io/audit"] == "restricted"
+    assert labels[MANAGED_BY_LABEL] == MANAGED_BY
+    assert account["automountServiceAccountToken"] is False
+
+
 def test_up_leaves_the_crd_out_when_asked() -> None:
     spec = SetupSpec(namespace="jobs", lws_crd=False)
     assert all(ref.kind != "CustomResourceDefinition" for ref, _ in desired_objects(spec, CRD))
