@@ -43,7 +43,7 @@ import json
 import os
 import sys
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from kinetic._cli._output import (
@@ -337,6 +337,7 @@ def _up(ns: argparse.Namespace) -> int:
     import anyio
 
     from kinetic._infra import ops
+    from kinetic._infra.bucket import emulator_url
     from kinetic._infra.ops import Outcome
     from kinetic._infra.plan import DEFAULT_SERVICE_ACCOUNT
 
@@ -372,10 +373,15 @@ def _up(ns: argparse.Namespace) -> int:
                 )
             kube = await session.kube(cluster)
             cloud_step = None
+            spec = target.spec
             if cluster is not None:
-                from kinetic._infra import cloud
+                from kinetic._infra import cloud, identity
 
                 rest, cloud_spec = session.rest(), await session.cloud_spec(cluster)
+                # An existing bucket must be the project's (an emulator's own no project).
+                if spec.bucket is not None and s.project and not emulator_url(os.environ):
+                    doc = await rest.send(identity.get_project(s.project), timeout=ns.timeout)
+                    spec = replace(spec, project_number=identity.project_number(doc or {}))
 
                 async def cloud_step(record: Any, created: list[Any]) -> list[Outcome]:
                     return await cloud.ensure(rest, cloud_spec, record, created, progress=progress)
@@ -383,7 +389,7 @@ def _up(ns: argparse.Namespace) -> int:
             done += await ops.set_up(
                 kube,
                 session.buckets(),
-                target.spec,
+                spec,
                 timeout=STEP_TIMEOUT,
                 progress=progress,
                 cloud=cloud_step,

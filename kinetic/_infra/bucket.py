@@ -87,6 +87,20 @@ class BucketAdmin(HttpOwner):
         _check(reply, what)
         return True
 
+    async def project_number(self, bucket: str, *, timeout: float = DEFAULT_TIMEOUT) -> str | None:
+        """The number of the project that owns ``bucket``; None when it does not exist.
+
+        :raises StorageError: the API refused (a bucket of another project these
+            credentials may not see: 403) or failed.
+        """
+        what = f"look up gs://{bucket}"
+        reply = await self._send("GET", f"/storage/v1/b/{bucket}", what=what, timeout=timeout)
+        if reply.status == 404:
+            return None
+        _check(reply, what)
+        number = reply.json().get("projectNumber")
+        return str(number) if number is not None else None
+
     async def create(
         self,
         bucket: str,

@@ -167,6 +167,8 @@ async def set_up(
             item = f"bucket gs://{spec.bucket}"
             if await buckets.exists(spec.bucket, timeout=timeout):
                 ours = record.bucket == spec.bucket
+                if not ours:
+                    await check_bucket_owner(buckets, spec, timeout=timeout)
                 outcomes.append(Outcome(item, "kept" if ours else "pre-existing"))
             else:
                 progress(f"creating {item}")
@@ -178,6 +180,8 @@ async def set_up(
                     timeout=timeout,
                 ):
                     made_bucket = spec.bucket
+                else:  # taken meanwhile, or a name another project holds (409)
+                    await check_bucket_owner(buckets, spec, timeout=timeout)
                 outcomes.append(Outcome(item, "created" if made_bucket else "pre-existing"))
         if cloud is not None:
             outcomes += await cloud(record.cloud, made_in_cloud)
@@ -188,6 +192,31 @@ async def set_up(
                 updated = record.adding(created, made_bucket, made_in_cloud)
                 await k.write_record(kube, spec.namespace, updated, record_map, timeout=timeout)
     return outcomes
+
+
+async def check_bucket_owner(
+    buckets: BucketAdmin, spec: SetupSpec, *, timeout: float = STEP_TIMEOUT
+) -> None:
+    """Refuse an existing jobs bucket that the spec's project does not own.
+
+    The bucket's name is predictable (``{project}-kn-{cluster}-jobs``) and global:
+    another project may hold it, and jobs would then hand their payloads and results to
+    that project. Checked where the project's number is known (not against an emulator).
+
+    :raises ConfigError: naming the bucket, its owner and the way out.
+    :raises StorageError: the bucket could not be looked at (another project's, which
+        these credentials may not see, answers 403).
+    """
+    if spec.bucket is None or not spec.project_number:
+        return
+    owner = await buckets.project_number(spec.bucket, timeout=timeout)
+    if owner != spec.project_number:
+        raise ConfigError(
+            f"the bucket gs://{spec.bucket} belongs to project number {owner}, not to "
+            f"{spec.project} ({spec.project_number}): Kinetic will not send jobs to a "
+            "bucket another project owns. Use another cluster name (the bucket is "
+            "{project}-kn-{cluster}-jobs), or remove that bucket if it is yours"
+        )
 
 
 async def _annotate(

@@ -149,6 +149,9 @@ class SetupSpec:
     :ivar gcp_service_account: the Google service account the pods act as through
         Workload Identity (the service account's ``iam.gke.io/gcp-service-account``
         annotation), or None.
+    :ivar project_number: the project's number, when known (Resource Manager): an
+        existing bucket of that name must belong to it. None where there is no
+        project to ask (a storage emulator).
     """
 
     namespace: str
@@ -158,6 +161,7 @@ class SetupSpec:
     location: str | None = None
     lws_crd: bool = True
     gcp_service_account: str | None = None
+    project_number: str | None = None
 
     def __post_init__(self) -> None:
         for what, value in (
