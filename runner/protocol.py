@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from typing import Any, Final, Literal, NotRequired, TypedDict, cast
 
 FORMAT: Final = 1
@@ -111,6 +112,14 @@ class JobSpec(TypedDict):
     ``install`` (the user's override of the image's runtime); phase ``install`` too."""
     debug: NotRequired[DebugSpec]
     """A ``debug=True`` job: wait for a debugger before running (``runner/debug.py``)."""
+    python: NotRequired[str]
+    """The submitting interpreter's ``X.Y``: the payload's code was pickled there, and
+    loads in that minor version only (:func:`check_spec`)."""
+
+
+def python_version() -> str:
+    """This interpreter's ``X.Y``: what a payload pickled here needs where it loads."""
+    return f"{sys.version_info.major}.{sys.version_info.minor}"
 
 
 def check_spec(spec: Any) -> JobSpec:
@@ -120,10 +129,25 @@ def check_spec(spec: Any) -> JobSpec:
     comes from a newer Kinetic than the image's (a prebuilt base of an earlier build):
     ignoring it would run the job without what it asked for, so the job fails instead.
 
-    :raises PhaseError: (phase ``fetch``) not a JSON object, or keys this runner lacks.
+    A payload pickled by another Python minor version is refused too, before anything
+    of it is unpickled: cloudpickle carries code objects, whose format changes between
+    minor versions (3.12's code loaded by 3.11 crashed the interpreter).
+
+    :raises PhaseError: (phase ``fetch``) not a JSON object, keys this runner lacks, or
+        a payload of another Python.
     """
     if not isinstance(spec, dict):
         raise PhaseError("fetch", "the job's spec is not a JSON object")
+    wanted, here = spec.get("python"), python_version()
+    if isinstance(wanted, str) and wanted != here:
+        raise PhaseError(
+            "fetch",
+            f"the job was submitted from Python {wanted}, and this runner is Python {here} "
+            f"({sys.executable}): code pickled by one Python minor version does not load "
+            f"in another. Run it in an image with Python {wanted} (Kinetic's bundled and "
+            f"prebuilt images follow the submitting Python; a custom image must too), or "
+            f"submit from Python {here}",
+        )
     unknown = sorted(set(spec) - JobSpec.__required_keys__ - JobSpec.__optional_keys__)
     if unknown:
         raise PhaseError(

@@ -98,6 +98,7 @@ def job_spec(
         "env": dict(env),
         "output_dir": output_dir,
         "has_data": has_data,
+        "python": protocol.python_version(),  # where the payload's code can load
     }
     if install:
         spec["install"] = list(install)

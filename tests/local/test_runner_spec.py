@@ -83,3 +83,58 @@ def test_every_key_the_client_can_write_is_known_to_the_runner() -> None:
         **spec,
         "debug": {"wait": 1.0, "source_root": "/src"},
     }
+
+
+class _Planted:
+    """A payload whose unpickling creates ``path``."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        import os
+
+        return (os.mkdir, (str(self.path),))
+
+
+@pytest.mark.parametrize("other", ["3.12", "3.10", "3.13"])
+def test_a_payload_of_another_python_fails_in_phase_fetch_unloaded(
+    tmp_path: Path, other: str
+) -> None:
+    """cloudpickle does not carry code across Python minor versions (3.12's code loaded by
+    3.11 crashed the interpreter): the runner refuses such a payload before it unpickles
+    any of it, naming both versions and the fix."""
+    here = protocol.python_version()
+    if other == here:
+        other = "3.99"
+    store = FileStore(tmp_path / "store")
+    submit(store, "job-00000f0e", python=other)
+    planted = tmp_path / "planted"
+    payload = cloudpickle.dumps({"fn": _Planted(planted), "args": (), "kwargs": {}})
+    store.write(protocol.payload_key("job-00000f0e"), payload)
+    spec = protocol.load_json(store.read(protocol.spec_key("job-00000f0e")))
+    spec["payload_sha256"] = hashlib.sha256(payload).hexdigest()
+    store.write(protocol.spec_key("job-00000f0e"), protocol.dump_json(spec))
+    assert run_job(store, "job-00000f0e", workdir=tmp_path / "w") == protocol.EXIT_RUNNER_ERROR
+    final = protocol.load_json(store.read(protocol.final_key("job-00000f0e")))
+    assert final["phase"] == "fetch"
+    assert f"submitted from Python {other}" in final["error"]
+    assert f"this runner is Python {here}" in final["error"]
+    assert f"an image with Python {other}" in final["error"]
+    assert not planted.exists()
+
+
+def test_the_spec_records_the_submitting_python() -> None:
+    spec = job_spec(
+        job_id="job-1",
+        func_name="f",
+        payload_sha256="a" * 64,
+        context_sha256="b" * 64,
+        cwd=None,
+        sys_path=[],
+        env={},
+        output_dir="/out",
+        has_data=False,
+    )
+    assert spec["python"] == protocol.python_version()
+    protocol.check_spec(spec)  # this runner's own Python: accepted
