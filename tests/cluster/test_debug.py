@@ -30,7 +30,7 @@ def _break_line() -> int:
 
 
 @pytest.fixture(autouse=True)
-def shared_port_on_the_node_network(monkeypatch: pytest.MonkeyPatch) -> bool:
+def shared_port_on_the_node_network(gke: GKETarget, monkeypatch: pytest.MonkeyPatch) -> bool:
     """The testbed has no CNI: its pods use the node's network, where debugpy's port is
     the node's. Debugging there must be accepted (KINETIC_DEBUG_SHARED_PORT=1)."""
     on_node = os.environ.get("KINETIC_GKE_HOST_NETWORK", "").lower() in ("1", "true")
