@@ -19,11 +19,11 @@ a timeout), it inherits the builtin too, so ``except ValueError`` keeps working:
     │       └── RuntimeConflictError      no installable set for the image's platform
     ├── InvalidFunctionError (TypeError)  the decorated object cannot run as a job
     ├── SerializationError                function or argument cannot be pickled
-    ├── JobNotFoundError (LookupError)    no such job / batch
+    ├── JobNotFoundError (LookupError, RuntimeError)  no such job / batch
     ├── JobError                          a job ended without a value
     │   ├── JobFailedError (RuntimeError) runner failed or vanished, SystemExit, ...
     │   ├── ResultError (RuntimeError)    result payload missing or corrupted
-    │   ├── JobCancelledError             the job was cancelled
+    │   ├── JobCancelledError (RuntimeError)  the job was cancelled
     │   └── RemoteError                   user exception whose type could not be rebuilt
     ├── BatchError                        some inputs of a batch failed
     ├── JobTimeoutError (TimeoutError)    waiting exceeded the caller's timeout
@@ -113,8 +113,12 @@ class SerializationError(KineticError):
     """The function, an argument or a result cannot be pickled or unpickled."""
 
 
-class JobNotFoundError(KineticError, LookupError):
-    """No job (or batch) with this id exists in the configured storage."""
+class JobNotFoundError(KineticError, LookupError, RuntimeError):
+    """No job (or batch) with this id exists in the configured storage.
+
+    Also a ``RuntimeError``: a result read after the job was cleaned up ends without a
+    value, and the original's ``except RuntimeError:`` catches every such job.
+    """
 
 
 class JobError(KineticError):
@@ -146,8 +150,11 @@ class ResultError(JobError, RuntimeError):
     """
 
 
-class JobCancelledError(JobError):
-    """The job was cancelled before it produced a value."""
+class JobCancelledError(JobError, RuntimeError):
+    """The job was cancelled before it produced a value.
+
+    Also a ``RuntimeError``, as every job that ended without a value is in the original.
+    """
 
 
 class RemoteError(JobError):

@@ -343,6 +343,20 @@ def _up(ns: argparse.Namespace) -> int:
 
     target = _target(ns, bucket=not ns.no_bucket, lws_crd=not ns.no_lws_crd)
     pool_body = None
+    pool_only = [
+        flag
+        for flag, given in (
+            ("--min-nodes", ns.min_nodes is not None),
+            ("--max-nodes", ns.max_nodes is not None),
+            ("--spot", ns.spot),
+        )
+        if given
+    ]
+    if pool_only and not ns.accelerator:
+        raise ConfigError(
+            f"{', '.join(pool_only)} shape the node pool that --accelerator adds: "
+            "name the pool's accelerator (for example --accelerator l4), or leave them out"
+        )
     if ns.accelerator:
         if not target.gke:
             raise ConfigError("--accelerator adds a GKE node pool: it needs a GKE cluster")

@@ -193,6 +193,21 @@ def test_timeout_leaves_job_running() -> None:
         job.result()
 
 
+def test_except_runtime_error_catches_every_job_that_ended_without_a_value() -> None:
+    """As in the original: a cancelled job, and a result read after cleanup, keeping
+    their own types."""
+    cancelled = sleeps.run_async(30)
+    cancelled.cancel()
+    with pytest.raises(RuntimeError) as info:
+        cancelled.result(timeout=60)
+    assert isinstance(info.value, kinetic.JobCancelledError)
+    done = sleeps.run_async(0.01)
+    assert done.result(timeout=60) == "woke"  # read, then cleaned up
+    with pytest.raises(RuntimeError) as info:
+        done.result(timeout=60)
+    assert isinstance(info.value, kinetic.JobNotFoundError)
+
+
 def test_on_status_change_sees_each_status_once() -> None:
     seen: list[kinetic.JobStatus] = []
     job = sleeps.run_async(0.3)

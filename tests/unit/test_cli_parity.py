@@ -65,6 +65,22 @@ def test_up_preview_prints_the_plan_and_changes_nothing(
 
 
 @pytest.mark.usefixtures("no_cloud")
+@pytest.mark.parametrize(
+    "flags",
+    [["--spot"], ["--min-nodes", "1"], ["--max-nodes", "4"], ["--spot", "--max-nodes", "2"]],
+)
+def test_up_refuses_pool_flags_without_an_accelerator(
+    capsys: pytest.CaptureFixture[str], flags: list[str]
+) -> None:
+    """They shape the pool --accelerator adds: alone, they were silently ignored."""
+    code, out, err = run(capsys, "--project", "p", "up", *flags, "--yes", "--preview")
+    assert code != 0
+    assert f"{flags[0]}" in err
+    assert "--accelerator" in err
+    assert "nothing was changed" not in out
+
+
+@pytest.mark.usefixtures("no_cloud")
 def test_pool_add_and_remove_preview(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(
         capsys, "--project", "p", "pool", "add", "--accelerator", "cpu", "--yes", "--preview"
