@@ -3,7 +3,9 @@
     kinetic build-image --repo REPO [--category cpu --category tpu] [--tag T] [--yes]
 
 Builds ``{REPO}/base-{category}:{tag}`` (every category by default; the tag defaults
-to Kinetic's version, which is what prebuilt mode looks for): each the category's
+to Kinetic's version and the base image's Python, ``0.3.0-py3.12``, which is what prebuilt
+mode looks for from a client of that Python; ``--base-image python:3.13-slim`` builds
+for 3.13): each the category's
 runtime image, JAX for its accelerator and Keras at this release's defaults (the GPU
 one holds the CUDA wheels: gigabytes), with the selected builder
 (``--builder``, else ``KINETIC_BUILDER``, the profile, then ``cloudbuild`` when a GCP
@@ -37,7 +39,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         choices=image_spec.CATEGORIES,
         help="cpu, gpu or tpu; repeat for several (default: all)",
     )
-    p.add_argument("--tag", help="image tag (default: Kinetic's version)")
+    p.add_argument(
+        "--tag", help="image tag (default: Kinetic's version and the base's Python, 0.3.0-py3.12)"
+    )
     p.add_argument("--builder", choices=("docker", "cloudbuild"))
     p.add_argument("--base-image", help="the image to build on (default: KINETIC_IMAGE_BASE)")
     p.add_argument("--rebuild", action="store_true", help="replace images that exist")
@@ -50,6 +54,7 @@ def run(ns: argparse.Namespace) -> int:
 
     import anyio
 
+    from kinetic._core.accel_runtime import image_python
     from kinetic._core.gke_config import options_from_env
     from kinetic._images.modes import make_builder
     from kinetic._images.prebuilt import build_base_images
@@ -61,9 +66,10 @@ def run(ns: argparse.Namespace) -> int:
         if ns.builder:
             settings = dataclasses.replace(settings, builder=ns.builder)
         categories = list(dict.fromkeys(ns.category or image_spec.CATEGORIES))
-        tag = ns.tag or __version__
         repo = settings.base_image_repo
         base_image = ns.base_image or options_from_env(os.environ).base_image
+        # For the base image's Python, which jobs of that Python find by this tag.
+        tag = ns.tag or image_spec.prebuilt_tag(__version__, image_python(base_image))
         targets = [image_spec.prebuilt_uri(repo, c, tag) for c in categories]
         if not ns.yes and not _confirm(targets, base_image):
             print("kinetic: nothing built", file=sys.stderr)

@@ -46,7 +46,7 @@ class Settings:
     backend_was_defaulted: bool = False
     """True when no backend was asked for and none could be inferred from a project."""
     base_image_repo: str = DEFAULT_BASE_IMAGE_REPO
-    """Where prebuilt base images live (``{repo}/base-{category}:{version}``)."""
+    """Where prebuilt base images live (``{repo}/base-{category}:{version}-py{X.Y}``)."""
     builder: str | None = None
     """The image builder named by ``KINETIC_BUILDER`` or the profile (None: choose)."""
     local_accelerator: str | None = None

@@ -10,7 +10,7 @@
 | ``KINETIC_K8S_QPS`` / ``KINETIC_K8S_BURST`` | client-side API rate limit | 20 / 40 |
 | ``KINETIC_IMAGE_REGISTRY`` | where bundled images are pushed | the project's Artifact Registry ``kinetic`` |
 | ``STORAGE_EMULATOR_HOST`` | forwarded to pods when set (a GCS emulator) | unset |
-| ``KINETIC_IMAGE_BASE`` | base image (with ``python3`` and ``venv``) of built images | ``python:3.11-slim`` |
+| ``KINETIC_IMAGE_BASE`` | base image (with ``python3`` and ``venv``) of built images | ``python:X.Y-slim``, the submitting Python's ``X.Y`` |
 """
 
 from __future__ import annotations
@@ -20,9 +20,19 @@ from dataclasses import dataclass, field
 
 from kinetic._core.k8s_spec import PodOptions
 from kinetic._exceptions import ConfigError
+from runner.protocol import python_version
 
 DEFAULT_START_GRACE = 300.0
-DEFAULT_BASE_IMAGE = "python:3.11-slim"
+
+
+def default_base_image(python: str) -> str:
+    """The base image of built images for a client on Python ``python`` (``X.Y``): that
+    Python's slim image, as a payload's code loads only in the Python that pickled it."""
+    return f"python:{python}-slim"
+
+
+DEFAULT_BASE_IMAGE = default_base_image(python_version())
+"""This interpreter's: ``python:X.Y-slim``."""
 _FORWARDED = ("STORAGE_EMULATOR_HOST",)
 """Variables of the submitting process that every pod gets (when set)."""
 _TRUE = ("1", "true", "yes", "on")

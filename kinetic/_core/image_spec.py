@@ -218,6 +218,12 @@ def image_uri(registry: str, tag: str, repository: str = DEFAULT_REPOSITORY) -> 
     return f"{registry.rstrip('/')}/{repository}:{tag}"
 
 
+def prebuilt_tag(version: str, python: str) -> str:
+    """A prebuilt base's tag: Kinetic's ``version`` for Python ``python`` (``X.Y``), as
+    ``0.3.0-py3.12``: a payload's code loads only in the Python that pickled it."""
+    return f"{version}-py{python}"
+
+
 def prebuilt_uri(base_image_repo: str, category: str, version: str) -> str:
     """A prebuilt base image: ``{base_image_repo}/base-{category}:{version}``.
 

@@ -5,7 +5,7 @@ mode       ``container_image``            image
 ========== ============================== =============================================
 bundled    None or ``"bundled"``          built here: the category's runtime image
                                           (shared), and on it the project's requirements
-prebuilt   ``"prebuilt"``                 ``{base_image_repo}/base-{cat}:{version}``;
+prebuilt   ``"prebuilt"``                 ``{base_image_repo}/base-{cat}:{version}-py{X.Y}``;
                                           the pod installs the requirements with uv
 custom     anything else                  used as given
 ========== ============================== =============================================
@@ -133,7 +133,8 @@ async def resolve_job_image(
     if mode == "prebuilt":
         check_installable_remotely(requirements)
         request, _ = await resolve_runtime(requirements, category, options.base_image)
-        uri = image_spec.prebuilt_uri(settings.base_image_repo, category, __version__)
+        tag = image_spec.prebuilt_tag(__version__, accel_runtime.image_python(options.base_image))
+        uri = image_spec.prebuilt_uri(settings.base_image_repo, category, tag)
         if not await runner_image.image_exists(uri):
             raise ConfigError(
                 f"the prebuilt base image {uri} is not in its registry: build it with "

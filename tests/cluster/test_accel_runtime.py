@@ -37,7 +37,8 @@ from typing import Any
 import pytest
 
 import kinetic
-from kinetic._core.accel_runtime import DEFAULTS
+from kinetic._core.accel_runtime import DEFAULTS, image_python
+from kinetic._core.image_spec import prebuilt_tag
 from kinetic._images import modes, prebuilt, runner_image
 from kinetic._images.runtime_resolve import ResolvedRuntime
 from tests import fix_cluster
@@ -153,7 +154,8 @@ def report():
 
 
 def build_base(testbed: fix_cluster.Testbed, category: str) -> str:
-    """``base-{category}:{version}``, built by ``kinetic build-image`` (as a user would)."""
+    """``base-{category}:{version}-py{X.Y}``, built by ``kinetic build-image`` (as a user
+    would)."""
     env = testbed.env
     repo = f"{env['KINETIC_TESTBED_REGISTRY']}/kt-base"
     cli_env = {
@@ -173,7 +175,8 @@ def build_base(testbed: fix_cluster.Testbed, category: str) -> str:
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     [uri] = proc.stdout.split()
-    assert uri == f"{repo}/base-{category}:{kinetic.__version__}"
+    python = image_python(env["KINETIC_TESTBED_BASE_IMAGE"])  # bookworm's: 3.11
+    assert uri == f"{repo}/base-{category}:{prebuilt_tag(kinetic.__version__, python)}"
     return uri
 
 

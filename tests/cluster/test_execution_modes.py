@@ -26,6 +26,8 @@ from typing import Any
 import pytest
 
 import kinetic
+from kinetic._core.accel_runtime import image_python
+from kinetic._core.image_spec import prebuilt_tag
 from kinetic._images import runner_image
 from kinetic._images.docker import Registry
 from tests.fix_cluster import GKETarget
@@ -253,7 +255,8 @@ def test_prebuilt_mode_installs_at_pod_start_with_uv(
         check=False,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.split() == [f"{repo}/base-cpu:{kinetic.__version__}"]
+    tag = prebuilt_tag(kinetic.__version__, image_python(env["KINETIC_TESTBED_BASE_IMAGE"]))
+    assert proc.stdout.split() == [f"{repo}/base-cpu:{tag}"]
 
     # A package index on 127.0.0.1 holding the requirement's wheel (PEP 503 layout).
     index = tmp_path / "index"
@@ -272,7 +275,7 @@ def test_prebuilt_mode_installs_at_pod_start_with_uv(
     )
     remote = kinetic.run(**args)(fn)
     job = remote.run_async(DIST)
-    assert job.image_uri == f"{repo}/base-cpu:{kinetic.__version__}"
+    assert job.image_uri == f"{repo}/base-cpu:{tag}"  # the client's Python, 3.11 here
     assert job.result(timeout=240) == PINNED
 
     # A kept line is installed after the others, by a uv run of its own: it wins over

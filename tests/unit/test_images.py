@@ -405,3 +405,31 @@ def test_the_prebuilt_base_is_the_runtime_image_under_its_own_name(category: str
     assert elsewhere.parent is not None
     assert base.parent is not None
     assert elsewhere.parent.tag == base.parent.tag
+
+
+@pytest.mark.parametrize("python", ["3.11", "3.12", "3.13"])
+def test_images_follow_the_clients_python(python: str) -> None:
+    """A payload's code loads only in the Python that pickled it: a 3.12 client's built
+    images start from python:3.12-slim, resolve for 3.12, and its prebuilt base is the
+    3.12 one; each keyed apart from the others'."""
+    from kinetic._core.accel_runtime import image_python
+    from kinetic._core.gke_config import default_base_image
+
+    base = default_base_image(python)
+    assert base == f"python:{python}-slim"
+    assert image_python(base) == python
+    assert image_spec.resolver_python(image_python(base)) == f"{python}.0"
+    assert image_spec.prebuilt_tag("0.3.0", python) == f"0.3.0-py{python}"
+    others = {default_base_image(p) for p in ("3.11", "3.12", "3.13")} - {base}
+    tags = {image_spec.env_tag(b, ["jax==0.4.30"]) for b in others}
+    assert image_spec.env_tag(base, ["jax==0.4.30"]) not in tags
+
+
+def test_the_default_base_image_is_this_pythons() -> None:
+    import sys
+
+    from kinetic._core.gke_config import DEFAULT_BASE_IMAGE, options_from_env
+
+    here = f"{sys.version_info.major}.{sys.version_info.minor}"
+    assert f"python:{here}-slim" == DEFAULT_BASE_IMAGE
+    assert options_from_env({}).base_image == DEFAULT_BASE_IMAGE
