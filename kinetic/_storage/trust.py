@@ -28,7 +28,7 @@ import stat
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kinetic._exceptions import ConfigError, UntrustedStorageError
+from kinetic._exceptions import ConfigError, JobNotFoundError, UntrustedStorageError
 
 if TYPE_CHECKING:
     from kinetic._core.config import Settings
@@ -60,12 +60,16 @@ def check_location(backend: str, bucket_name: str, *, job_id: str) -> None:
     """Refuse a handle whose storage this process does not trust (module docstring).
 
     :raises UntrustedStorageError: naming the storage, why, and the opt-in.
+    :raises JobNotFoundError: a local handle whose root does not exist (any more).
     """
     if _key(backend, bucket_name) in _TRUSTED:
         return
     if backend == "local":
+        root = Path(bucket_name).parent
+        if not os.path.lexists(root):  # nothing to read, nor to trust
+            raise JobNotFoundError(f"no job {job_id!r}: its local root {root} does not exist")
         try:
-            check_local_root(Path(bucket_name).parent)
+            check_local_root(root)
         except UntrustedStorageError as exc:
             raise UntrustedStorageError(
                 f"job {job_id}'s handle names the local storage {bucket_name}, which is not "

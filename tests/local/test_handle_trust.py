@@ -149,3 +149,11 @@ async def test_a_handle_naming_another_bucket_is_refused(kinetic_env: Path) -> N
     assert "none configured" in str(refused.value)
     with pytest.raises(kinetic.UntrustedStorageError):
         await handle.status()
+
+
+def test_a_handle_whose_local_root_is_gone_names_no_job(kinetic_env: Path, tmp_path: Path) -> None:
+    job = square.run_async(6)
+    assert job.result(cleanup=False) == 36
+    gone = {**job.to_dict(), "bucket_name": str(tmp_path / "gone" / "storage")}
+    with pytest.raises(kinetic.JobNotFoundError, match="does not exist"):
+        kinetic.JobHandle.from_dict(gone).status()
