@@ -46,7 +46,7 @@ from kinetic._core.config import Settings
 from kinetic._core.exception_groups import one_error
 from kinetic._core.gke_config import GKEOptions
 from kinetic._core.status import StatusReport
-from kinetic._exceptions import ObjectNotFoundError
+from kinetic._exceptions import BackendError, ObjectNotFoundError
 from kinetic._storage.base import Storage
 from kinetic._storage.gcs import GCSStorage
 from runner import protocol
@@ -58,6 +58,9 @@ BATCH_CONCURRENCY = 64
 POD_CHUNK = 64
 """The most inputs per stored chunk of a batch with a pod per input (each pod downloads
 the chunk holding its input)."""
+_PROBE_JOB = "kinetic-reachability-probe"
+"""A Job name no Kinetic job has (ids are ``job-…``): the cluster check reads it (404)."""
+_PROBE_TIMEOUT = 15.0
 
 
 class Cluster:
@@ -166,6 +169,7 @@ class ClusterBackend(abc.ABC):
         self.namespace = namespace
         self.options = options or GKEOptions()
         self.storage = storage or GCSStorage(bucket)
+        self._cluster_answered = False  # check_cluster succeeded once
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.bucket!r}, namespace={self.namespace!r})"
@@ -215,13 +219,28 @@ class ClusterBackend(abc.ABC):
 
     # -- launching --------------------------------------------------------------------
 
-    async def check_cluster(self) -> None:  # noqa: B027 - a hook: nothing to check here
+    async def check_cluster(self) -> None:
         """Check, before anything is built or written, that the cluster can run this
-        backend's jobs (nothing to check by default).
+        backend's jobs: its API server answers this client, with its credentials, in the
+        jobs' namespace (once per backend: a GET of a Job that does not exist). An
+        unreachable cluster, or a kubeconfig without it, is said before an image is
+        built or a byte uploaded, not after.
 
-        :raises ConfigError: it cannot (the error says how to fix it).
-        :raises BackendError: the API server failed or could not be reached.
+        :raises ConfigError: it cannot (the Kubernetes configuration cannot be loaded).
+        :raises BackendError: the API server failed, refused or could not be reached.
         """
+        if self._cluster_answered:
+            return
+        path = f"/apis/batch/v1/namespaces/{self.namespace}/jobs/{_PROBE_JOB}"
+        try:
+            await self.client.get(path, what="reach the cluster", timeout=_PROBE_TIMEOUT)
+        except BackendError as exc:
+            raise BackendError(
+                f"the cluster cannot run jobs from here ({exc}); nothing was built or "
+                "written. Check that it is up and that your kubeconfig names it "
+                "(`kinetic doctor` says what fails)"
+            ) from exc
+        self._cluster_answered = True
 
     def prepare(self, job_id: str, template: k8s_spec.JobTemplate) -> LaunchPlan:
         """The plan of job ``job_id`` from ``template`` (this backend's bucket and pod

@@ -85,11 +85,13 @@ class PathwaysBackend(ClusterBackend):
     # -- launching --------------------------------------------------------------------
 
     async def check_cluster(self) -> None:
-        """Discover the LWS API version (cached per process).
+        """Check that the cluster answers (as a GKE backend does), then discover the LWS
+        API version (cached per process).
 
         :raises ConfigError: the cluster has no LeaderWorkerSet CRD (says how to install it).
         :raises BackendError: the API server failed or could not be reached.
         """
+        await super().check_cluster()
         await self.lws.version()
 
     def prepare(self, job_id: str, template: k8s_spec.JobTemplate) -> LaunchPlan:
