@@ -1,7 +1,8 @@
 """Test your own Kinetic jobs with pytest, on the local backend.
 
 A pytest plugin, enabled automatically once ``kinetic-aio`` is installed (the
-``pytest11`` entry point ``kinetic.testing``; ``-p no:kinetic.testing`` turns it off;
+``pytest11`` entry point ``kinetic.testing``, a tiny module, :mod:`kinetic_pytest`, that
+imports Kinetic only when a test asks for the fixture; ``-p no:kinetic.testing`` turns it off;
 without the entry point, ``pytest_plugins = ["kinetic.testing"]`` in a ``conftest.py``
 or ``-p kinetic.testing`` loads it). It provides the fixture :func:`kinetic_local`::
 
@@ -29,7 +30,13 @@ from pathlib import Path
 
 import pytest
 
-__all__ = ["CLEARED_PREFIXES", "LocalKinetic", "kinetic_local", "local_environment"]
+__all__ = [
+    "CLEARED_PREFIXES",
+    "LocalKinetic",
+    "kinetic_local",
+    "local_environment",
+    "local_kinetic",
+]
 
 CLEARED_PREFIXES = ("KINETIC_", "GOOGLE_CLOUD_PROJECT", "CLOUDSDK_")
 """Prefixes of the variables removed for the test: every one of them can choose a
@@ -80,7 +87,14 @@ def local_environment(base: Path) -> dict[str, str]:
 
 @pytest.fixture
 def kinetic_local(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalKinetic]:
-    """Run this test's Kinetic jobs on the local backend, under a temporary root.
+    """Run this test's Kinetic jobs on the local backend, under a temporary root
+    (:func:`local_kinetic`: what the installed plugin's fixture runs too)."""
+    yield from local_kinetic(tmp_path, monkeypatch)
+
+
+def local_kinetic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalKinetic]:
+    """The body of :func:`kinetic_local`: run a test's Kinetic jobs on the local backend,
+    under a temporary root.
 
     Removes every ``KINETIC_*``, ``GOOGLE_CLOUD_PROJECT`` and ``CLOUDSDK_*`` variable,
     then sets ``KINETIC_BACKEND=local``, ``KINETIC_LOCAL_ROOT``, ``KINETIC_CACHE_DIR``

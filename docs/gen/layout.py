@@ -252,6 +252,14 @@ MAP: tuple[tuple[str, str, tuple[Entry, ...]], ...] = (
         ),
     ),
     (
+        "kinetic_pytest/",
+        (
+            "the pytest entry point: kinetic.testing's fixture, importing Kinetic only for a "
+            "test that asks for it"
+        ),
+        (),
+    ),
+    (
         "tests/",
         (
             "unit/, storage/, local/, cluster/ tiers; fix_*.py fixture plugins; testbed/ "

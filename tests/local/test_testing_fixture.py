@@ -126,16 +126,14 @@ def test_without_the_plugin_the_fixture_does_not_exist(tmp_path: Path) -> None:
 
 def test_entry_point_is_declared() -> None:
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
-    assert pyproject["project"]["entry-points"]["pytest11"] == {
-        "kinetic.testing": "kinetic.testing"
-    }
+    assert pyproject["project"]["entry-points"]["pytest11"] == {"kinetic.testing": "kinetic_pytest"}
     installed = {
         ep.name: ep.value
         for ep in metadata.entry_points(group="pytest11")
         if ep.value.startswith("kinetic")
     }
     # An install made before the entry point existed lacks it; any install has no other.
-    assert installed in ({}, {"kinetic.testing": "kinetic.testing"})
+    assert installed in ({}, {"kinetic.testing": "kinetic_pytest"})
 
 
 def test_public_surface_is_curated() -> None:
@@ -159,3 +157,35 @@ def test_local_environment_is_pure_and_complete(tmp_path: Path) -> None:
     for name in ("KINETIC_LOCAL_ROOT", "KINETIC_CACHE_DIR", "KINETIC_PROFILES_FILE"):
         assert Path(env[name]).is_relative_to(tmp_path)
     assert all(k.startswith(kinetic.testing.CLEARED_PREFIXES) for k in env)
+
+
+_UNRELATED_TESTS = textwrap.dedent(
+    """
+    import sys
+
+    def test_a_session_that_uses_no_kinetic_fixture_imports_no_kinetic():
+        assert "kinetic_pytest" in sys.modules  # the installed plugin is loaded
+        assert not [m for m in sys.modules if m == "kinetic" or m.startswith("kinetic.")]
+    """
+)
+
+
+def test_the_installed_plugin_imports_kinetic_only_for_a_test_that_asks(tmp_path: Path) -> None:
+    """Every pytest session of an environment with kinetic-aio loads the plugin: one that
+    never asks for its fixture must not pay for importing Kinetic."""
+    (tmp_path / "test_unrelated.py").write_text(_UNRELATED_TESTS, encoding="utf-8")
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:asyncio", "-c", os.devnull,
+         "--rootdir", str(tmp_path), "-p", "no:cacheprovider", "test_unrelated.py"],
+        cwd=tmp_path,
+        env={k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"},
+        capture_output=True,
+        text=True,
+        timeout=200,
+        check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # The installed plugin's fixture runs Kinetic's own (the user's tests use it).
+    proc = _run_user_tests(tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "3 passed" in proc.stdout, proc.stdout
