@@ -4,8 +4,8 @@
 
 Builds ``{REPO}/base-{category}:{tag}`` (every category by default; the tag defaults
 to Kinetic's version and the base image's Python, ``0.3.0-py3.12``, which is what prebuilt
-mode looks for from a client of that Python; ``--base-image python:3.13-slim`` builds
-for 3.13): each the category's
+mode looks for from a client of that Python; ``--python 3.12 --python 3.13`` builds on
+``python:X.Y-slim`` for each): each the category's
 runtime image, JAX for its accelerator and Keras at this release's defaults (the GPU
 one holds the CUDA wheels: gigabytes), with the selected builder
 (``--builder``, else ``KINETIC_BUILDER``, the profile, then ``cloudbuild`` when a GCP
@@ -20,9 +20,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Sequence
 
 from kinetic._core import image_spec
-from kinetic._exceptions import KineticError
+from kinetic._exceptions import ConfigError, KineticError
+
+SUPPORTED_PYTHONS = ("3.11", "3.12", "3.13")
+"""The Pythons Kinetic supports, hence those a client may submit from."""
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -44,6 +48,16 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     p.add_argument("--builder", choices=("docker", "cloudbuild"))
     p.add_argument("--base-image", help="the image to build on (default: KINETIC_IMAGE_BASE)")
+    p.add_argument(
+        "--python",
+        action="append",
+        choices=SUPPORTED_PYTHONS,
+        help=(
+            "build on python:X.Y-slim for clients of that Python; repeat for several "
+            "(default: the base image, whose Python is this one's unless KINETIC_IMAGE_BASE "
+            "says otherwise)"
+        ),
+    )
     p.add_argument("--rebuild", action="store_true", help="replace images that exist")
     p.add_argument("-y", "--yes", action="store_true", help="do not ask before building")
 
@@ -54,7 +68,6 @@ def run(ns: argparse.Namespace) -> int:
 
     import anyio
 
-    from kinetic._core.accel_runtime import image_python
     from kinetic._core.gke_config import options_from_env
     from kinetic._images.modes import make_builder
     from kinetic._images.prebuilt import build_base_images
@@ -68,10 +81,11 @@ def run(ns: argparse.Namespace) -> int:
         categories = list(dict.fromkeys(ns.category or image_spec.CATEGORIES))
         repo = settings.base_image_repo
         base_image = ns.base_image or options_from_env(os.environ).base_image
-        # For the base image's Python, which jobs of that Python find by this tag.
-        tag = ns.tag or image_spec.prebuilt_tag(__version__, image_python(base_image))
-        targets = [image_spec.prebuilt_uri(repo, c, tag) for c in categories]
-        if not ns.yes and not _confirm(targets, base_image):
+        builds = plan_builds(
+            __version__, base_image, ns.python or [], ns.tag, explicit=bool(ns.base_image)
+        )
+        targets = [image_spec.prebuilt_uri(repo, c, tag) for _, tag in builds for c in categories]
+        if not ns.yes and not _confirm(targets, ", ".join(base for base, _ in builds)):
             print("kinetic: nothing built", file=sys.stderr)
             return 1
 
@@ -83,15 +97,18 @@ def run(ns: argparse.Namespace) -> int:
                 storage = GCSStorage(settings.bucket_name)
             try:
                 builder = make_builder(settings, storage, os.environ)
-                return await build_base_images(
-                    repo,
-                    categories,
-                    tag=tag,
-                    base_image=base_image,
-                    builder=builder,
-                    rebuild=ns.rebuild,
-                    progress=_progress,
-                )
+                uris: list[str] = []
+                for base, tag in builds:
+                    uris += await build_base_images(
+                        repo,
+                        categories,
+                        tag=tag,
+                        base_image=base,
+                        builder=builder,
+                        rebuild=ns.rebuild,
+                        progress=_progress,
+                    )
+                return uris
             finally:
                 if storage is not None:
                     await storage.aclose()
@@ -102,6 +119,26 @@ def run(ns: argparse.Namespace) -> int:
     except KineticError as exc:
         print(f"kinetic: {exc}", file=sys.stderr)
         return 1
+
+
+def plan_builds(
+    version: str, base_image: str, pythons: Sequence[str], tag: str | None, *, explicit: bool
+) -> list[tuple[str, str]]:
+    """``(base image, tag)`` of each build: one per ``--python`` (on ``python:X.Y-slim``),
+    else one on ``base_image``; each tagged for its base's Python (``0.3.0-py3.12``),
+    which jobs of that Python look for, unless ``tag`` names it. Pure.
+
+    :raises ConfigError: ``--python`` with ``--base-image``, or ``--tag`` for several.
+    """
+    from kinetic._core.accel_runtime import image_python
+    from kinetic._core.gke_config import default_base_image
+
+    if pythons and explicit:
+        raise ConfigError("--python builds on python:X.Y-slim: give --base-image or --python")
+    bases = [default_base_image(p) for p in dict.fromkeys(pythons)] or [base_image]
+    if tag is not None and len(bases) > 1:
+        raise ConfigError("--tag names one image per category: build one Python at a time")
+    return [(base, tag or image_spec.prebuilt_tag(version, image_python(base))) for base in bases]
 
 
 def _confirm(targets: list[str], base_image: str) -> bool:
