@@ -79,6 +79,7 @@ def test_every_key_the_client_can_write_is_known_to_the_runner() -> None:
         install=["numpy==2.0"],
         install_kept=["jaxlib==0.4.30"],
     )
+    assert spec["python"] == protocol.python_version()  # where its payload's code loads
     assert protocol.check_spec(dict(spec, debug={"wait": 1.0, "source_root": "/src"})) == {
         **spec,
         "debug": {"wait": 1.0, "source_root": "/src"},
@@ -122,19 +123,3 @@ def test_a_payload_of_another_python_fails_in_phase_fetch_unloaded(
     assert f"this runner is Python {here}" in final["error"]
     assert f"an image with Python {other}" in final["error"]
     assert not planted.exists()
-
-
-def test_the_spec_records_the_submitting_python() -> None:
-    spec = job_spec(
-        job_id="job-1",
-        func_name="f",
-        payload_sha256="a" * 64,
-        context_sha256="b" * 64,
-        cwd=None,
-        sys_path=[],
-        env={},
-        output_dir="/out",
-        has_data=False,
-    )
-    assert spec["python"] == protocol.python_version()
-    protocol.check_spec(spec)  # this runner's own Python: accepted
