@@ -237,11 +237,7 @@ def _idle(job_id: str, host: int) -> int:
     import signal
     import time
 
-    print(
-        f"kinetic runner: host {host} of job {job_id} already ran; idle until it is deleted",
-        file=sys.stderr,
-        flush=True,
-    )
+    print(protocol.idle_line(job_id, host), end="", file=sys.stderr, flush=True)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     while True:
         time.sleep(3600)

@@ -795,6 +795,13 @@ def host_logs_key(job_id: str, host: int) -> str:
     return f"{job_id}/hosts/{host}/logs.txt"
 
 
+def idle_line(job_id: str, host: int) -> str:
+    """What a multi-host job's restarted container says first (and only): its host ran
+    already, and it idles. A reader of the pod's live log that meets this line reads the
+    restarted container's log, not the job's."""
+    return f"kinetic runner: host {host} of job {job_id} already ran; idle until it is deleted\n"
+
+
 def parse_host_key(job_id: str, key: str) -> tuple[int, str] | None:
     """``(host, name)`` of an object key under :func:`hosts_prefix`, else None."""
     rest = key.removeprefix(hosts_prefix(job_id))

@@ -27,9 +27,10 @@ LWS controller) fails after ``start_grace`` seconds, as on GKE.
 from __future__ import annotations
 
 import codecs
+import contextlib
 import logging
-from collections.abc import AsyncIterator, Mapping
-from typing import Any, Unpack
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from typing import Any, Unpack, cast
 
 import anyio
 import anyio.to_thread
@@ -281,16 +282,37 @@ class PathwaysBackend(ClusterBackend):
         sent = 0  # bytes shown: the stored copy holds the same bytes, skip them
         if await self._leader_live(job, finished):
             decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+            # The run may end, and its container restart, between the look that saw it
+            # running and the stream's request: the stream then shows the restarted
+            # container, which says it idles. Its log is not the job's: the stored copy is.
+            idle = protocol.idle_line(job.job_id, 0).encode()
+            head: bytes | None = b""  # the start, held until it cannot be that line
+            restarted = False
+            # An async generator (the client's stream): closed at once when left early.
+            stream = cast(
+                "AsyncGenerator[bytes, None]",
+                self._pod_log_stream(job, lws_spec.pod_name(job.job_id, 0)),
+            )
             try:
-                async for chunk in self._pod_log_stream(job, lws_spec.pod_name(job.job_id, 0)):
-                    sent += len(chunk)
-                    text = decoder.decode(chunk)
-                    if text:
-                        yield text
-                rest = decoder.decode(b"", final=True)
-                if rest:
-                    yield rest
-                return  # the container's run ended: its log is complete
+                async with contextlib.aclosing(stream):
+                    async for chunk in stream:
+                        if head is not None:
+                            head += chunk
+                            if len(head) < len(idle) and idle.startswith(head):
+                                continue
+                            restarted, chunk, head = head.startswith(idle), head, None
+                            if restarted:
+                                break
+                        sent += len(chunk)
+                        text = decoder.decode(chunk)
+                        if text:
+                            yield text
+                if not restarted:
+                    rest = decoder.decode(head or b"", final=True)
+                    if rest:
+                        sent += len(head or b"")
+                        yield rest
+                    return  # the container's run ended: its log is complete
             except Exception as exc:  # noqa: BLE001 - pod gone mid-stream: the stored copy follows
                 log.debug("following the log of job %s broke off: %s", job.job_id, exc)
         for _ in range(20):
