@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kinetic._exceptions import ConfigError, JobNotFoundError, UntrustedStorageError
+from runner.fs import check_private_dir
 
 if TYPE_CHECKING:
     from kinetic._core.config import Settings
@@ -122,12 +123,10 @@ def check_local_root(root: Path) -> None:
         raise UntrustedStorageError(f"{root} cannot be checked ({exc})") from None
     if not stat.S_ISDIR(st.st_mode):
         raise UntrustedStorageError(f"{root} is not a directory")
-    if st.st_uid != uid:
-        raise UntrustedStorageError(f"{root} belongs to uid {st.st_uid}, not to you (uid {uid})")
-    if st.st_mode & 0o022:
-        raise UntrustedStorageError(
-            f"{root} is writable by other users (mode {st.st_mode & 0o777:o})"
-        )
+    try:  # the rule every local root follows (runner.fs), on the root itself
+        check_private_dir(Path(resolved))
+    except PermissionError as exc:
+        raise UntrustedStorageError(str(exc)) from None
 
 
 def _walk(path: str, uid: int, links: int) -> str:
