@@ -91,14 +91,20 @@ def accelerators_page() -> str:
         + "\n## GPUs\n\n"
         "Each GPU type at each count it is offered with, most capable first "
         "(`gpu:N` picks the first type offering N). Spellings: `gpu-l4`, `l4`, "
-        "`gpu:l4`, `nvidia-l4`; `l4x4` or `gpu-l4x4` for four.\n\n"
+        "`gpu:l4`, `nvidia-l4`; `l4x4`, `gpu-l4x4` or `gpu:l4-4` for four.\n\n"
         + _table(("name", "GPUs", "machine type", "GKE label"), gpu_rows)
         + "\n## TPUs\n\n"
         "Each TPU type at each slice size, most capable first. Counts are **chips**, "
-        "as in the original Kinetic (Cloud TPU's `v3-8` is `v3-4` here); a slice may "
-        "also be named by its topology (`v5e-2x4`), and `v5e` is an alias of "
-        "`v5litepod`. A slice on more than one host is a multi-host job: see "
+        "as in the original Kinetic (`v4-8` is 8 chips); a slice may also be named by "
+        "its topology (`v5e-2x4`), and `v5e` is an alias of `v5litepod`. The one "
+        "exception is `v3-8`, the original's example accelerator: Cloud TPU's name of "
+        "the single-host v3 slice, which counts TensorCores (2 per chip), so it means "
+        "`v3-4`. A slice on more than one host is a multi-host job: see "
         "[distributed training](distributed.md).\n\n"
+        "Two accelerators the original's documentation names are refused, with an "
+        "`AcceleratorError` that says why and names the nearest slices GKE offers: "
+        "TPU v2 (`v2-8`, any size: GKE's oldest TPU is v3) and the 2048-chip v3 slice "
+        "(`v3-2048`, 32x64: a v3 Pod is 1024 chips, so the whole Pod is `v3-1024`).\n\n"
         + _table(
             ("name", "chips", "topology", "hosts", "machine type", "GKE accelerator"), tpu_rows
         )

@@ -17,9 +17,22 @@ Accepted names (case and surrounding whitespace ignored; any name may end in ``:
   ``v5litepod``.
 * A bare number N means ``gpu:N`` if some GPU type offers N GPUs, else ``tpu:N``.
 
-These are exactly the names keras-kinetic 0.0.4 accepted, with the same meanings, so that
-node pools created for the original keep matching. TPU counts are chips, not TensorCores:
-the single-host v3 slice that Cloud TPU calls ``v3-8`` is ``v3-4`` here, as in the original.
+These are the names keras-kinetic 0.0.4 accepted, with the same meanings, so that node
+pools created for the original keep matching, plus the names its documentation uses
+that its parser refused:
+
+* ``v3-8`` (``tpu-v3-8``, ``tpu:v3-8``), the original's example accelerator, is Cloud
+  TPU's name of the single-host v3 slice (8 TensorCores, 2 per chip): ``v3-4`` here.
+  Every other TPU count is chips, not TensorCores, as in the original (``v4-8`` is 8 chips).
+* ``<type>-N`` for N GPUs (``gpu:l4-2``), like ``<type>xN``.
+
+Names the original documents whose hardware GKE does not offer are refused with an
+:class:`~kinetic.AcceleratorError` saying so and naming the nearest slice it does offer:
+TPU v2 (``v2-8``; GKE's oldest TPU is v3) and the original's 2048-chip v3 slice
+(``v3-2048``, 32x64: a v3 Pod is 1024 chips). GKE labels v3 nodes by machine type:
+``tpu-v3-device`` for the single-host ``ct3-hightpu-4t``, ``tpu-v3-slice`` for the
+multi-host ``ct3p-hightpu-4t`` (the original selected ``tpu-v3-podslice``, which no GKE
+node carries).
 """
 
 from __future__ import annotations
@@ -178,11 +191,12 @@ class GpuSpec:
 
 @dataclass(frozen=True)
 class TpuTopology:
-    """One slice shape of a TPU type."""
+    """One slice shape of a TPU type; ``gke_accelerator`` overrides the type's label."""
 
     topology: str
     machine_type: str
     num_nodes: int
+    gke_accelerator: str | None = None
 
 
 @dataclass(frozen=True)
@@ -230,19 +244,23 @@ def _tpu(
     topologies: str,
     *,
     whole_slice_machines: Mapping[str, str] | None = None,
+    machine_labels: Mapping[str, str] | None = None,
 ) -> TpuSpec:
     """Catalog entry from space-separated topologies; chips and node counts are derived.
 
     A slice has as many chips as the product of its topology's dimensions, and spans
     chips / chips-per-VM nodes, where the machine type's "-<N>t" suffix is chips per VM.
-    ``whole_slice_machines`` names, per topology, a bigger machine holding the whole slice.
+    ``whole_slice_machines`` names, per topology, a bigger machine holding the whole slice;
+    ``machine_labels``, per machine type, the GKE label its nodes carry when it is not
+    ``gke_accelerator``.
     """
     slices: dict[int, TpuTopology] = {}
     for topology in topologies.split():
         chips = math.prod(int(d) for d in topology.split("x"))
         machine = (whole_slice_machines or {}).get(topology, machine_type)
         per_vm = int(machine.rsplit("-", 1)[1].removesuffix("t"))
-        slices[chips] = TpuTopology(topology, machine, max(1, chips // per_vm))
+        label = (machine_labels or {}).get(machine)
+        slices[chips] = TpuTopology(topology, machine, max(1, chips // per_vm), label)
     return TpuSpec(gke_accelerator, default_chips, MappingProxyType(slices))
 
 
@@ -266,14 +284,41 @@ TPU_CATALOG: Mapping[str, TpuSpec] = MappingProxyType(
             "2x2x1 2x2x2 2x2x4 2x4x4 4x4x4 4x4x8 4x8x8 8x8x8 8x8x16 8x16x16 16x16x16",
         ),
         "v3": _tpu(
-            "tpu-v3-podslice",
+            "tpu-v3-slice",
             4,
             "ct3p-hightpu-4t",
-            "2x2 4x4 4x8 8x8 8x16 16x16 16x32 32x32 32x64",
-            # The single-host v3 slice is a non-pod (ct3) machine.
+            # A v3 Pod is 1024 chips (32x32): no bigger slice exists (see _NOT_ON_GKE).
+            "2x2 4x4 4x8 8x8 8x16 16x16 16x32 32x32",
+            # The single-host v3 slice is a non-pod (ct3) machine, which GKE labels as a
+            # device rather than a slice.
             whole_slice_machines={"2x2": "ct3-hightpu-4t"},
+            machine_labels={"ct3-hightpu-4t": "tpu-v3-device"},
         ),
     }
+)
+
+# Cloud TPU names that count TensorCores where Kinetic counts chips, kept because the
+# original's documentation uses them: (type, count in the name) -> chips.
+_CLOUD_TPU_NAMES: Mapping[tuple[str, int], int] = MappingProxyType({("v3", 8): 4})
+
+# Accelerators the original's documentation names that GKE does not offer: type (any
+# size) or (type, chips), with why and what to ask for instead. The topology a refused
+# slice would have had is refused the same way.
+_V2_NOT_ON_GKE = (
+    "GKE does not offer TPU v2 (its oldest TPU is v3). The nearest slices it offers: "
+    "'tpu-v3-4' (Cloud TPU's v3-8: the same single-host 2x2 shape, one generation newer), "
+    "'tpu-v5litepod-4' or 'tpu-v5litepod-8' (single host), 'tpu-v6e-8'"
+)
+_V3_2048_NOT_ON_GKE = (
+    "GKE offers no 2048-chip (32x64) TPU v3 slice: a v3 Pod is 1024 chips. The nearest: "
+    "'tpu-v3-1024' (32x32, the whole Pod, which Cloud TPU calls v3-2048), "
+    "or 'tpu-v4-2048' / 'tpu-v5litepod-256' for a newer type"
+)
+_NOT_ON_GKE: Mapping[str | tuple[str, int], str] = MappingProxyType(
+    {"v2": _V2_NOT_ON_GKE, ("v3", 2048): _V3_2048_NOT_ON_GKE}
+)
+_NOT_ON_GKE_TOPOLOGIES: Mapping[tuple[str, str], str] = MappingProxyType(
+    {("v3", "32x64"): _V3_2048_NOT_ON_GKE}
 )
 
 _DEFAULT_GPU = "l4"
@@ -288,6 +333,8 @@ _COUNT = re.compile(r"[0-9]+")
 _CPU = re.compile(r"cpu(?::([0-9]+)(?::([0-9]+)gi)?)?")
 # No GPU type or label contains "x", so the last "x<digits>" is the count.
 _GPU_MULTI = re.compile(r"([^x]+)x([0-9]+)")
+# No GPU type or label ends in "-<digits>", so a trailing one is the count ("l4-2").
+_GPU_DASH = re.compile(r"(.+)-([0-9]+)")
 _TPU_TOPOLOGY = re.compile(r"([a-z0-9_]+)-([0-9]+x[0-9]+(?:x[0-9]+)?)")
 _TPU_CHIPS = re.compile(r"([a-z0-9_]+)-([0-9]+)")
 
@@ -321,10 +368,18 @@ def make_tpu(tpu_type: str, chips: int, *, spot: bool = False) -> TpuConfig:
     tpu_type = _TPU_ALIASES.get(tpu_type, tpu_type)
     spec = TPU_CATALOG.get(tpu_type)
     if spec is None:
+        if tpu_type in _NOT_ON_GKE:
+            raise _error(_NOT_ON_GKE[tpu_type])
         raise _error(f"unknown TPU type {tpu_type!r}")
     shape = spec.slices.get(chips)
     if shape is None:
-        hint = " (counts are chips: Cloud TPU's 'v3-8' is 'v3-4')" if tpu_type == "v3" else ""
+        if (tpu_type, chips) in _NOT_ON_GKE:
+            raise _error(_NOT_ON_GKE[tpu_type, chips])
+        hint = (
+            " (counts are chips, not Cloud TPU's TensorCores, 2 per v3 chip)"
+            if tpu_type == "v3"
+            else ""
+        )
         raise _error(
             f"chip count {chips} not supported for {tpu_type!r}; "
             f"supported: {_join(spec.slices)}{hint}"
@@ -333,7 +388,7 @@ def make_tpu(tpu_type: str, chips: int, *, spot: bool = False) -> TpuConfig:
         tpu_type,
         chips,
         shape.topology,
-        spec.gke_accelerator,
+        shape.gke_accelerator or spec.gke_accelerator,
         shape.machine_type,
         shape.num_nodes,
         spot,
@@ -419,6 +474,11 @@ def _parse_gpu(body: str, *, explicit: bool, spot: bool) -> GpuConfig | None:
         gpu_type = _GPU_ALIASES.get(m.group(1), m.group(1))
         if gpu_type in GPU_CATALOG:
             return make_gpu(gpu_type, int(m.group(2)), spot=spot)
+    m = _GPU_DASH.fullmatch(body)
+    if m:
+        gpu_type = _GPU_ALIASES.get(m.group(1), m.group(1))
+        if gpu_type in GPU_CATALOG:
+            return make_gpu(gpu_type, int(m.group(2)), spot=spot)
     return None
 
 
@@ -434,16 +494,21 @@ def _parse_tpu(body: str, *, explicit: bool, spot: bool) -> TpuConfig | None:
             raise _error(f"no TPU type supports {chips} chips; supported: {_join(counts)}")
         return None
     tpu_type = _TPU_ALIASES.get(body, body)
-    if tpu_type in TPU_CATALOG:
-        return make_tpu(tpu_type, TPU_CATALOG[tpu_type].default_chips, spot=spot)
+    if tpu_type in TPU_CATALOG or tpu_type in _NOT_ON_GKE:
+        named = TPU_CATALOG.get(tpu_type)
+        return make_tpu(tpu_type, named.default_chips if named else 0, spot=spot)
     m = _TPU_TOPOLOGY.fullmatch(body)
     if m:
         tpu_type = _TPU_ALIASES.get(m.group(1), m.group(1))
+        if tpu_type in _NOT_ON_GKE:
+            raise _error(_NOT_ON_GKE[tpu_type])
         tpu_spec = TPU_CATALOG.get(tpu_type)
         if tpu_spec is not None:
             for chips, shape in tpu_spec.slices.items():
                 if shape.topology == m.group(2):
                     return make_tpu(tpu_type, chips, spot=spot)
+            if (tpu_type, m.group(2)) in _NOT_ON_GKE_TOPOLOGIES:
+                raise _error(_NOT_ON_GKE_TOPOLOGIES[tpu_type, m.group(2)])
             topologies = ", ".join(shape.topology for shape in tpu_spec.slices.values())
             raise _error(
                 f"topology {m.group(2)!r} not supported for {tpu_type!r}; supported: {topologies}"
@@ -451,8 +516,10 @@ def _parse_tpu(body: str, *, explicit: bool, spot: bool) -> TpuConfig | None:
     m = _TPU_CHIPS.fullmatch(body)
     if m:
         tpu_type = _TPU_ALIASES.get(m.group(1), m.group(1))
-        if tpu_type in TPU_CATALOG:
-            return make_tpu(tpu_type, int(m.group(2)), spot=spot)
+        if tpu_type in TPU_CATALOG or tpu_type in _NOT_ON_GKE:
+            count = int(m.group(2))
+            chips = _CLOUD_TPU_NAMES.get((tpu_type, count), count)
+            return make_tpu(tpu_type, chips, spot=spot)
     return None
 
 
@@ -467,11 +534,12 @@ def valid_forms() -> list[str]:
     return [
         "cpu | cpu:<cpus> | cpu:<cpus>:<memory>gi   e.g. cpu, cpu:4, cpu:4:16gi",
         f"gpu | gpu:<count>   one {_DEFAULT_GPU}, or the most capable GPU offered with <count>",
-        "[gpu-|gpu:]<type>[x<count>]   e.g. gpu-l4, l4, l4x4, a100-80gb, h100x8, nvidia-l4",
+        "[gpu-|gpu:]<type>[x<count>|-<count>]   e.g. gpu-l4, l4, l4x4, l4-2, h100x8, nvidia-l4",
         f"  GPU types and counts: {gpus}",
         f"tpu | tpu:<chips>   {_DEFAULT_TPU} with 4 chips, or the most capable TPU with <chips>",
         "[tpu-|tpu:]<type>[-<chips>|-<topology>]   e.g. tpu-v5litepod-4, v6e-8, v5e-2x4, v3-4",
         f"  TPU types and chips ('v5e' = v5litepod): {tpus}",
+        "  counts are chips; Cloud TPU's 'v3-8' (TensorCores) is v3-4. Not on GKE: TPU v2",
         "append ':spot' to any form for spot capacity   e.g. l4:spot, tpu-v6e-8:spot",
     ]
 

@@ -105,10 +105,11 @@ TPU_NAMES: dict[str, tuple[str, int, str, str, str, int]] = {
     "tpu:v4": ("v4", 4, "2x2x1", "tpu-v4-podslice", "ct4p-hightpu-4t", 1),
     "v4-8": ("v4", 8, "2x2x2", "tpu-v4-podslice", "ct4p-hightpu-4t", 2),
     "tpu:4096": ("v4", 4096, "16x16x16", "tpu-v4-podslice", "ct4p-hightpu-4t", 1024),
-    "tpu:v3": ("v3", 4, "2x2", "tpu-v3-podslice", "ct3-hightpu-4t", 1),
-    "tpu:v3-4": ("v3", 4, "2x2", "tpu-v3-podslice", "ct3-hightpu-4t", 1),
-    "tpu-v3-4": ("v3", 4, "2x2", "tpu-v3-podslice", "ct3-hightpu-4t", 1),
-    "tpu:v3-32": ("v3", 32, "4x8", "tpu-v3-podslice", "ct3p-hightpu-4t", 8),
+    # GKE labels v3 nodes by machine type (the original selected "tpu-v3-podslice").
+    "tpu:v3": ("v3", 4, "2x2", "tpu-v3-device", "ct3-hightpu-4t", 1),
+    "tpu:v3-4": ("v3", 4, "2x2", "tpu-v3-device", "ct3-hightpu-4t", 1),
+    "tpu-v3-4": ("v3", 4, "2x2", "tpu-v3-device", "ct3-hightpu-4t", 1),
+    "tpu:v3-32": ("v3", 32, "4x8", "tpu-v3-slice", "ct3p-hightpu-4t", 8),
 }
 
 # name -> (cpus, memory_gi)
@@ -202,7 +203,9 @@ def test_spot_keyword(name: str) -> None:
         ("h100x3", "GPU count 3 not supported for 'h100'"),
         ("gpu:32", "no GPU type supports count 32"),
         ("tpu:8192", "no TPU type supports 8192 chips"),
-        ("tpu:v3-8", "chip count 8 not supported for 'v3'"),
+        ("tpu:v3-6", "chip count 6 not supported for 'v3'"),
+        ("v3-2x4", "topology '2x4' not supported for 'v3'"),
+        ("l4-3", "GPU count 3 not supported for 'l4'"),
         ("tpu:v5litepod-3x3", "topology '3x3' not supported for 'v5litepod'"),
         ("v5litepod-2x2x2", "topology '2x2x2' not supported"),
         ("cpu:0", "CPU count and memory must be positive"),
@@ -387,3 +390,192 @@ def test_module_is_pure() -> None:
         if isinstance(node, ast.ImportFrom) and node.module
     }
     assert imported.isdisjoint({"asyncio", "anyio", "socket", "os", "subprocess"})
+
+
+# --------------------------------------------------------------------------- the original's docs
+
+# Every accelerator name keras-team/kinetic's documentation uses, and what it is here:
+# README.md (tpu-v5e-1, v5e-1), docs/accelerators.md (the TPU and GPU tables, a100x4,
+# l4x2, cpu, tpu-v6e-8), docs/guides/* (distributed_training, faq, cost_optimization,
+# clusters, data, execution_modes, pytorch_training, vllm_serving, jax_training,
+# llm_finetuning, gemma4_finetuning, async_jobs, batched_jobs), docs/index.rst, AGENTS.md
+# and .gemini/styleguide.md (v3-8, v5e-4), the docstring of its parse_accelerator (gpu:l4-2,
+# tpu:v3-8, ...), and the README of its keras-remote days (v2-8, v3-8).
+# name -> (canonical name, GKE label, topology, machine type, hosts); topology None: a GPU.
+V5E, V6E, V5P, V4 = "tpu-v5-lite-podslice", "tpu-v6e-slice", "tpu-v5p-slice", "tpu-v4-podslice"
+V3_DEVICE, V3_SLICE = "tpu-v3-device", "tpu-v3-slice"
+DOCUMENTED: dict[str, tuple[str, str, str | None, str, int]] = {
+    "tpu-v5e-1": ("tpu-v5litepod-1", V5E, "1x1", "ct5lp-hightpu-1t", 1),
+    "v5e-1": ("tpu-v5litepod-1", V5E, "1x1", "ct5lp-hightpu-1t", 1),
+    "v5e-4": ("tpu-v5litepod-4", V5E, "2x2", "ct5lp-hightpu-4t", 1),
+    "v6e-8": ("tpu-v6e-8", V6E, "2x4", "ct6e-standard-4t", 2),
+    "tpu-v6e-8": ("tpu-v6e-8", V6E, "2x4", "ct6e-standard-4t", 2),
+    "v6e-16": ("tpu-v6e-16", V6E, "4x4", "ct6e-standard-4t", 4),
+    "tpu-v6e-16": ("tpu-v6e-16", V6E, "4x4", "ct6e-standard-4t", 4),
+    "v6e": ("tpu-v6e-8", V6E, "2x4", "ct6e-standard-4t", 2),
+    "v5p-8": ("tpu-v5p-8", V5P, "2x2x2", "ct5p-hightpu-4t", 2),
+    "v5p-16": ("tpu-v5p-16", V5P, "2x2x4", "ct5p-hightpu-4t", 4),
+    "v5p-32": ("tpu-v5p-32", V5P, "2x4x4", "ct5p-hightpu-4t", 8),
+    "v5p": ("tpu-v5p-8", V5P, "2x2x2", "ct5p-hightpu-4t", 2),
+    "v5litepod-1": ("tpu-v5litepod-1", V5E, "1x1", "ct5lp-hightpu-1t", 1),
+    "tpu-v5litepod-1": ("tpu-v5litepod-1", V5E, "1x1", "ct5lp-hightpu-1t", 1),
+    "v5litepod-4": ("tpu-v5litepod-4", V5E, "2x2", "ct5lp-hightpu-4t", 1),
+    "tpu-v5litepod-4": ("tpu-v5litepod-4", V5E, "2x2", "ct5lp-hightpu-4t", 1),
+    "v5litepod-8": ("tpu-v5litepod-8", V5E, "2x4", "ct5lp-hightpu-8t", 1),
+    "tpu-v5litepod-8": ("tpu-v5litepod-8", V5E, "2x4", "ct5lp-hightpu-8t", 1),
+    "v5litepod-16": ("tpu-v5litepod-16", V5E, "4x4", "ct5lp-hightpu-4t", 4),
+    "tpu-v5litepod-16": ("tpu-v5litepod-16", V5E, "4x4", "ct5lp-hightpu-4t", 4),
+    "v5litepod-32": ("tpu-v5litepod-32", V5E, "4x8", "ct5lp-hightpu-4t", 8),
+    "v5litepod-64": ("tpu-v5litepod-64", V5E, "8x8", "ct5lp-hightpu-4t", 16),
+    "v5litepod-128": ("tpu-v5litepod-128", V5E, "8x16", "ct5lp-hightpu-4t", 32),
+    "v5litepod-256": ("tpu-v5litepod-256", V5E, "16x16", "ct5lp-hightpu-4t", 64),
+    "tpu-v5litepod-2x2": ("tpu-v5litepod-4", V5E, "2x2", "ct5lp-hightpu-4t", 1),
+    "tpu:v5litepod-2x2": ("tpu-v5litepod-4", V5E, "2x2", "ct5lp-hightpu-4t", 1),
+    "tpu-v5litepod-2x4": ("tpu-v5litepod-8", V5E, "2x4", "ct5lp-hightpu-8t", 1),
+    "v5litepod": ("tpu-v5litepod-4", V5E, "2x2", "ct5lp-hightpu-4t", 1),
+    "tpu:v5litepod": ("tpu-v5litepod-4", V5E, "2x2", "ct5lp-hightpu-4t", 1),
+    "tpu": ("tpu-v5litepod-4", V5E, "2x2", "ct5lp-hightpu-4t", 1),
+    "tpu:8": ("tpu-v6e-8", V6E, "2x4", "ct6e-standard-4t", 2),
+    "v4": ("tpu-v4-4", V4, "2x2x1", "ct4p-hightpu-4t", 1),
+    "v4-4": ("tpu-v4-4", V4, "2x2x1", "ct4p-hightpu-4t", 1),
+    "v4-8": ("tpu-v4-8", V4, "2x2x2", "ct4p-hightpu-4t", 2),
+    "v4-16": ("tpu-v4-16", V4, "2x2x4", "ct4p-hightpu-4t", 4),
+    "v4-32": ("tpu-v4-32", V4, "2x4x4", "ct4p-hightpu-4t", 8),
+    "v4-64": ("tpu-v4-64", V4, "4x4x4", "ct4p-hightpu-4t", 16),
+    "v4-128": ("tpu-v4-128", V4, "4x4x8", "ct4p-hightpu-4t", 32),
+    "v4-256": ("tpu-v4-256", V4, "4x8x8", "ct4p-hightpu-4t", 64),
+    "v4-512": ("tpu-v4-512", V4, "8x8x8", "ct4p-hightpu-4t", 128),
+    "v4-1024": ("tpu-v4-1024", V4, "8x8x16", "ct4p-hightpu-4t", 256),
+    "v4-2048": ("tpu-v4-2048", V4, "8x16x16", "ct4p-hightpu-4t", 512),
+    "v4-4096": ("tpu-v4-4096", V4, "16x16x16", "ct4p-hightpu-4t", 1024),
+    "v3": ("tpu-v3-4", V3_DEVICE, "2x2", "ct3-hightpu-4t", 1),
+    "v3-4": ("tpu-v3-4", V3_DEVICE, "2x2", "ct3-hightpu-4t", 1),
+    # Cloud TPU's v3-8 (8 TensorCores, 2 per chip): the single-host v3 slice, as v3-4.
+    "v3-8": ("tpu-v3-4", V3_DEVICE, "2x2", "ct3-hightpu-4t", 1),
+    "tpu:v3-8": ("tpu-v3-4", V3_DEVICE, "2x2", "ct3-hightpu-4t", 1),
+    "tpu-v3-8": ("tpu-v3-4", V3_DEVICE, "2x2", "ct3-hightpu-4t", 1),
+    "v3-16": ("tpu-v3-16", V3_SLICE, "4x4", "ct3p-hightpu-4t", 4),
+    "v3-32": ("tpu-v3-32", V3_SLICE, "4x8", "ct3p-hightpu-4t", 8),
+    "v3-64": ("tpu-v3-64", V3_SLICE, "8x8", "ct3p-hightpu-4t", 16),
+    "v3-128": ("tpu-v3-128", V3_SLICE, "8x16", "ct3p-hightpu-4t", 32),
+    "v3-256": ("tpu-v3-256", V3_SLICE, "16x16", "ct3p-hightpu-4t", 64),
+    "v3-512": ("tpu-v3-512", V3_SLICE, "16x32", "ct3p-hightpu-4t", 128),
+    "v3-1024": ("tpu-v3-1024", V3_SLICE, "32x32", "ct3p-hightpu-4t", 256),
+    "h100": ("gpu-h100", "nvidia-h100-80gb", None, "a3-highgpu-1g", 1),
+    "nvidia-h100-80gb": ("gpu-h100", "nvidia-h100-80gb", None, "a3-highgpu-1g", 1),
+    "a100-80gb": ("gpu-a100-80gb", "nvidia-a100-80gb", None, "a2-ultragpu-1g", 1),
+    "gpu:a100-80gb": ("gpu-a100-80gb", "nvidia-a100-80gb", None, "a2-ultragpu-1g", 1),
+    "nvidia-a100-80gb": ("gpu-a100-80gb", "nvidia-a100-80gb", None, "a2-ultragpu-1g", 1),
+    "a100": ("gpu-a100", "nvidia-tesla-a100", None, "a2-highgpu-1g", 1),
+    "gpu-a100": ("gpu-a100", "nvidia-tesla-a100", None, "a2-highgpu-1g", 1),
+    "nvidia-tesla-a100": ("gpu-a100", "nvidia-tesla-a100", None, "a2-highgpu-1g", 1),
+    "a100x4": ("gpu-a100x4", "nvidia-tesla-a100", None, "a2-highgpu-4g", 1),
+    "gpu:a100x4": ("gpu-a100x4", "nvidia-tesla-a100", None, "a2-highgpu-4g", 1),
+    "gpu-a100x4": ("gpu-a100x4", "nvidia-tesla-a100", None, "a2-highgpu-4g", 1),
+    "l4": ("gpu-l4", "nvidia-l4", None, "g2-standard-4", 1),
+    "gpu-l4": ("gpu-l4", "nvidia-l4", None, "g2-standard-4", 1),
+    "gpu:l4": ("gpu-l4", "nvidia-l4", None, "g2-standard-4", 1),
+    "nvidia-l4": ("gpu-l4", "nvidia-l4", None, "g2-standard-4", 1),
+    "l4x2": ("gpu-l4x2", "nvidia-l4", None, "g2-standard-24", 1),
+    # The docstring's multi-GPU example: two L4s, like l4x2.
+    "gpu:l4-2": ("gpu-l4x2", "nvidia-l4", None, "g2-standard-24", 1),
+    "gpu": ("gpu-l4", "nvidia-l4", None, "g2-standard-4", 1),
+    "gpu:4": ("gpu-h100x4", "nvidia-h100-80gb", None, "a3-highgpu-4g", 1),
+    "v100": ("gpu-v100", "nvidia-tesla-v100", None, "n1-standard-8", 1),
+    "nvidia-tesla-v100": ("gpu-v100", "nvidia-tesla-v100", None, "n1-standard-8", 1),
+    "t4": ("gpu-t4", "nvidia-tesla-t4", None, "n1-standard-4", 1),
+    "nvidia-tesla-t4": ("gpu-t4", "nvidia-tesla-t4", None, "n1-standard-4", 1),
+    "p100": ("gpu-p100", "nvidia-tesla-p100", None, "n1-standard-4", 1),
+    "nvidia-tesla-p100": ("gpu-p100", "nvidia-tesla-p100", None, "n1-standard-4", 1),
+    "p4": ("gpu-p4", "nvidia-tesla-p4", None, "n1-standard-4", 1),
+    "nvidia-tesla-p4": ("gpu-p4", "nvidia-tesla-p4", None, "n1-standard-4", 1),
+}
+
+# The GPU table of docs/accelerators.md: (short name, GKE label, "Multi-GPU Counts").
+DOCUMENTED_GPU_COUNTS = [
+    ("h100", "nvidia-h100-80gb", (1, 2, 4, 8)),
+    ("a100-80gb", "nvidia-a100-80gb", (1, 2, 4, 8, 16)),
+    ("a100", "nvidia-tesla-a100", (1, 2, 4, 8, 16)),
+    ("l4", "nvidia-l4", (1, 2, 4, 8)),
+    ("v100", "nvidia-tesla-v100", (1, 2, 4, 8)),
+    ("t4", "nvidia-tesla-t4", (1, 2, 4)),
+    ("p100", "nvidia-tesla-p100", (1, 2, 4)),
+    ("p4", "nvidia-tesla-p4", (1, 2, 4)),
+]
+
+# Documented names of hardware GKE does not offer -> what the refusal must say.
+NOT_ON_GKE: dict[str, tuple[str, ...]] = {
+    "v2-8": ("GKE does not offer TPU v2", "'tpu-v3-4'", "'tpu-v5litepod-4'", "'tpu-v6e-8'"),
+    "tpu-v2-8": ("GKE does not offer TPU v2", "'tpu-v3-4'"),
+    "tpu:v2-32": ("GKE does not offer TPU v2",),
+    "v2": ("GKE does not offer TPU v2",),
+    "v2-2x2": ("GKE does not offer TPU v2",),
+    "v3-2048": ("no 2048-chip (32x64) TPU v3 slice", "v3 Pod is 1024 chips", "'tpu-v3-1024'"),
+    "tpu-v3-2048": ("no 2048-chip (32x64) TPU v3 slice", "'tpu-v3-1024'"),
+    "v3-32x64": ("no 2048-chip (32x64) TPU v3 slice", "'tpu-v3-1024'"),
+}
+
+
+@pytest.mark.parametrize(("name", "expected"), DOCUMENTED.items())
+def test_every_documented_name_resolves(
+    name: str, expected: tuple[str, str, str | None, str, int]
+) -> None:
+    cfg = parse_accelerator(name)
+    if isinstance(cfg, TpuConfig):
+        got = (cfg.name, cfg.gke_accelerator, cfg.topology, cfg.machine_type, cfg.num_nodes)
+        assert node_selector(cfg) == {TPU_SEL: expected[1], TOPO_SEL: expected[2]}
+    else:
+        assert isinstance(cfg, GpuConfig)
+        got = (cfg.name, cfg.gke_label, None, cfg.machine_type, 1)
+        assert node_selector(cfg) == {GPU_SEL: expected[1]}
+    assert got == expected
+    # A handle stores the canonical name: it must come back as the same hardware.
+    assert parse_accelerator(cfg.name) == cfg
+
+
+@pytest.mark.parametrize(("gpu_type", "label", "counts"), DOCUMENTED_GPU_COUNTS)
+def test_documented_gpu_counts(gpu_type: str, label: str, counts: tuple[int, ...]) -> None:
+    for count in counts:
+        for name in (f"{gpu_type}x{count}", f"{label}x{count}", f"gpu:{gpu_type}-{count}"):
+            cfg = parse_accelerator(name)
+            assert isinstance(cfg, GpuConfig)
+            assert (cfg.gpu_type, cfg.count, cfg.gke_label) == (gpu_type, count, label)
+
+
+def test_documented_cpu_names() -> None:
+    assert parse_accelerator("cpu") == CpuConfig()
+    assert parse_accelerator("cpu:8") == CpuConfig(cpus=8)
+
+
+@pytest.mark.parametrize(("name", "says"), NOT_ON_GKE.items())
+def test_documented_names_gke_does_not_offer_are_refused_clearly(
+    name: str, says: tuple[str, ...]
+) -> None:
+    with pytest.raises(AcceleratorError) as info:
+        parse_accelerator(name)
+    message = str(info.value)
+    assert message.startswith(f"Invalid accelerator {name!r}: ")
+    for part in says:
+        assert part in message
+    # The alternatives it names are real: each parses.
+    reason = message.split(": ", 1)[1].split(". Valid forms", 1)[0]
+    alternatives = re.findall(r"'(tpu-[a-z0-9-]+)'", reason)
+    assert alternatives
+    for alternative in alternatives:
+        parse_accelerator(alternative)
+
+
+def test_refused_v2_is_refused_by_the_factory_too() -> None:
+    with pytest.raises(AcceleratorError, match="GKE does not offer TPU v2"):
+        acc.make_tpu("v2", 4)
+    with pytest.raises(AcceleratorError, match="no 2048-chip"):
+        acc.make_tpu("v3", 2048)
+
+
+def test_v3_labels_follow_the_machine_type() -> None:
+    # GKE labels ct3-hightpu-4t nodes tpu-v3-device and ct3p-hightpu-4t ones tpu-v3-slice.
+    labels = {"ct3-hightpu-4t": "tpu-v3-device", "ct3p-hightpu-4t": "tpu-v3-slice"}
+    for chips in acc.TPU_CATALOG["v3"].slices:
+        cfg = acc.make_tpu("v3", chips)
+        assert cfg.gke_accelerator == labels[cfg.machine_type]
+        assert cfg.chips <= 1024  # a v3 Pod

@@ -41,3 +41,24 @@ def test_resolution_of_aliases_and_spot() -> None:
 def test_resolution_of_a_bad_name_lists_the_valid_forms() -> None:
     with pytest.raises(AcceleratorError, match="Valid forms"):
         resolution("gpu-k80")
+
+
+def test_catalog_shows_the_v3_slices_gke_offers_with_gkes_labels() -> None:
+    by_name = {r["name"]: r for r in catalog()}
+    assert by_name["tpu-v3-4"]["gke_label"] == "tpu-v3-device"
+    assert by_name["tpu-v3-1024"]["gke_label"] == "tpu-v3-slice"
+    assert by_name["tpu-v3-1024"]["topology"] == "32x32"
+    assert "tpu-v3-2048" not in by_name  # bigger than a v3 Pod
+
+
+def test_resolution_of_the_originals_documented_names() -> None:
+    # Cloud TPU's v3-8, the original's example accelerator, is the single-host v3 slice.
+    info = resolution("tpu-v3-8")
+    assert (info["name"], info["topology"], info["hosts"]) == ("tpu-v3-4", "2x2", 1)
+    assert info["node_selector"] == {
+        acc.LABEL_TPU_ACCELERATOR: "tpu-v3-device",
+        acc.LABEL_TPU_TOPOLOGY: "2x2",
+    }
+    assert resolution("gpu:l4-2")["name"] == "gpu-l4x2"
+    with pytest.raises(AcceleratorError, match="GKE does not offer TPU v2"):
+        resolution("v2-8")
