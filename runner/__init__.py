@@ -16,5 +16,17 @@ marks this one; ``import kinetic`` and ``python -m runner`` refuse a ``runner``
 without it, saying so (docs/architecture.md, "Packaging notes").
 """
 
+import os as _os
+import sys as _sys
+
 KINETIC_RUNNER = 1
 """The mark of Kinetic's runner (a version of the runner protocol's layout)."""
+
+DEPS_ENV = "KINETIC_RUNNER_DEPS"
+"""A folder of the runner's dependencies that the image lacks, delivered with a job in a
+custom image (:mod:`kinetic._core.runner_delivery`): appended to ``sys.path`` here,
+before anything of the runner imports them, so the image's own packages come first."""
+
+_deps = _os.environ.get(DEPS_ENV)
+if _deps and _deps not in _sys.path:
+    _sys.path.append(_deps)

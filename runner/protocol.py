@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import sys
 from typing import Any, Final, Literal, NotRequired, TypedDict, cast
 
@@ -122,6 +123,40 @@ def python_version() -> str:
     return f"{sys.version_info.major}.{sys.version_info.minor}"
 
 
+PYTHON_ENV = "KINETIC_PYTHON"
+"""The submitting Python's ``X.Y``, in the environment of a runner delivered into a
+custom image: checked before the store is opened (Kinetic's dependencies delivered
+with it are that Python's, and may not import in another)."""
+
+TERMINATION_LOG = "/dev/termination-log"
+"""Where a pod's container leaves its last words (Kubernetes' default path): a runner
+that cannot record its failure in the store says it there, as
+:func:`unrecorded_failure` formats it."""
+_UNRECORDED = re.compile(r"^kinetic runner failed in phase ([a-z]+): (.+)", re.DOTALL)
+
+
+def unrecorded_failure(phase: str, message: str) -> str:
+    """The termination message of a failure the store could not be told of."""
+    return f"kinetic runner failed in phase {phase}: {message}"
+
+
+def parse_unrecorded_failure(text: str) -> tuple[str, str] | None:
+    """(phase, message) of :func:`unrecorded_failure`'s text, else None."""
+    match = _UNRECORDED.match(text.strip())
+    return (match.group(1), match.group(2)) if match else None
+
+
+def wrong_python(wanted: str, here: str) -> str:
+    """Why a payload of Python ``wanted`` is refused by a runner of Python ``here``."""
+    return (
+        f"the job was submitted from Python {wanted}, and this runner is Python {here} "
+        f"({sys.executable}): code pickled by one Python minor version does not load "
+        f"in another. Run it in an image with Python {wanted} (Kinetic's bundled and "
+        f"prebuilt images follow the submitting Python; a custom image must too), or "
+        f"submit from Python {here}"
+    )
+
+
 def check_spec(spec: Any) -> JobSpec:
     """``spec`` (a job's, or a batch manifest's) if this runner can honour it.
 
@@ -140,14 +175,7 @@ def check_spec(spec: Any) -> JobSpec:
         raise PhaseError("fetch", "the job's spec is not a JSON object")
     wanted, here = spec.get("python"), python_version()
     if isinstance(wanted, str) and wanted != here:
-        raise PhaseError(
-            "fetch",
-            f"the job was submitted from Python {wanted}, and this runner is Python {here} "
-            f"({sys.executable}): code pickled by one Python minor version does not load "
-            f"in another. Run it in an image with Python {wanted} (Kinetic's bundled and "
-            f"prebuilt images follow the submitting Python; a custom image must too), or "
-            f"submit from Python {here}",
-        )
+        raise PhaseError("fetch", wrong_python(wanted, here))
     unknown = sorted(set(spec) - JobSpec.__required_keys__ - JobSpec.__optional_keys__)
     if unknown:
         raise PhaseError(
@@ -323,6 +351,8 @@ class GKEBatchRecord(TypedDict):
     max_claims: NotRequired[int]
     reuse_process: NotRequired[bool]
     """Pool workers run inputs in their own process, not a fork each (the user's opt-in)."""
+    runner_image: NotRequired[str]
+    """A custom image's batch: the image Kinetic's runner is delivered from."""
 
 
 class BatchManifest(TypedDict):

@@ -14,12 +14,14 @@ library and ``file://`` stores.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
+from runner import protocol
 from runner.fs import atomic_copy, atomic_write, iter_files
 
 
@@ -104,13 +106,25 @@ def register_store(scheme: str, opener: Opener) -> None:
     _OPENERS[scheme] = opener
 
 
+def _unrecorded(message: str) -> SystemExit:
+    """A failure before any store is open, so that no record can say it: its words go
+    where a pod's status shows them (:data:`runner.protocol.TERMINATION_LOG`), as a
+    failure in phase ``fetch``, and to stderr."""
+    with contextlib.suppress(OSError):
+        # Never created: only a container has the file (and writing it is all it takes).
+        fd = os.open(protocol.TERMINATION_LOG, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW)
+        with open(fd, "w", encoding="utf-8") as log:
+            log.write(protocol.unrecorded_failure("fetch", message))
+    return SystemExit(f"kinetic runner: {message}")
+
+
 def _load_plugins(url: str) -> None:
     for name in filter(None, (n.strip() for n in os.environ.get(STORES_ENV, "").split(","))):
         try:
             importlib.import_module(name)
         except ImportError as exc:
-            raise SystemExit(
-                f"kinetic runner: cannot open {url!r}: the store module {name!r} "
+            raise _unrecorded(
+                f"cannot open {url!r}: the store module {name!r} "
                 f"({STORES_ENV}) cannot be imported here: {exc}"
             ) from None
 
@@ -119,8 +133,13 @@ def open_store(url: str) -> RunnerStore:
     """Open the store named by ``file:///abs/dir``, or by a URL of a scheme a plug-in
     registered (``gs://bucket``: see the module's docstring).
 
-    :raises SystemExit: for a URL that names no store (the message says why).
+    :raises SystemExit: for a URL that names no store, or a store that cannot be loaded
+        here, or (:data:`runner.protocol.PYTHON_ENV`) a runner of another Python than
+        the submitting one's (the message says why, in the pod's status too).
     """
+    wanted, here = os.environ.get(protocol.PYTHON_ENV), protocol.python_version()
+    if wanted and wanted != here:
+        raise _unrecorded(protocol.wrong_python(wanted, here))
     if url.startswith("file://"):
         from urllib.parse import unquote  # only for paths with escapes
 

@@ -119,6 +119,8 @@ class NewJob:
 
     :ivar image: the image its pods run (empty where jobs run with this interpreter).
     :ivar env: the captured variables its process starts with.
+    :ivar runner_image: the image Kinetic's runner is delivered from into a custom
+        ``image`` (:mod:`kinetic._core.runner_delivery`), else empty.
     """
 
     job_id: str
@@ -128,6 +130,7 @@ class NewJob:
     output_dir: str
     env: Mapping[str, str]
     func_name: str
+    runner_image: str = ""
 
 
 class Launch(Protocol):

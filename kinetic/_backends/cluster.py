@@ -214,6 +214,7 @@ class ClusterBackend(abc.ABC):
             env=job.env,
             pod=self.options.pod,
             func_name=job.func_name,
+            runner_image=job.runner_image,
         )
         return ClusterLaunch(self, self.prepare(job.job_id, template))
 

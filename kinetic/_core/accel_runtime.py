@@ -33,6 +33,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from packaging.requirements import InvalidRequirement
 from packaging.requirements import Requirement as PackagingRequirement
@@ -81,6 +82,10 @@ _CATEGORY_ONLY = {
 }
 _RUNTIME_NAMES = frozenset({"jax", "jaxlib", "keras", *_CATEGORY_ONLY})
 _PYTHON_TAG = re.compile(r"(?:^|[^0-9.])(3\.1[0-9]|3\.[89])(?:[^0-9]|$)")
+DEBIAN_PYTHONS = MappingProxyType({"bookworm": "3.11", "trixie": "3.13"})
+"""The ``python3`` of Debian releases, for base images tagged by codename
+(``debian:trixie-slim``, or an image built from Debian's packages)."""
+_CODENAME = re.compile(r"(?:^|[^a-z])(" + "|".join(DEBIAN_PYTHONS) + r")(?:[^a-z]|$)")
 
 
 @dataclass(frozen=True)
@@ -237,7 +242,11 @@ def runtime_request(reqs: Iterable[Requirement], category: str) -> RuntimeReques
 
 def image_python(base_image: str) -> str:
     """The Python ``major.minor`` of a base image, from its tag (``python:3.12-slim`` ->
-    ``3.12``); :data:`DEFAULT_PYTHON` where the tag does not say."""
+    ``3.12``; a Debian codename, ``debian:trixie-slim`` -> ``3.13``);
+    :data:`DEFAULT_PYTHON` where the tag does not say."""
     _, _, tag = base_image.rpartition("/")[2].partition(":")
     match = _PYTHON_TAG.search(tag)
-    return match.group(1) if match else DEFAULT_PYTHON
+    if match:
+        return match.group(1)
+    codename = _CODENAME.search(tag)
+    return DEBIAN_PYTHONS[codename.group(1)] if codename else DEFAULT_PYTHON

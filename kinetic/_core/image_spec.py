@@ -191,12 +191,15 @@ class JobImage:
         function (prebuilt mode), else empty.
     :ivar install_kept: the ``# kn:keep`` lines the runner installs after ``install``,
         in a uv run of their own (prebuilt mode), else empty.
+    :ivar runner: the image Kinetic's runner is delivered from into a custom image's
+        pods (:mod:`kinetic._core.runner_delivery`), else empty.
     """
 
     uri: str
     mode: str
     install: tuple[str, ...] = ()
     install_kept: tuple[str, ...] = ()
+    runner: str = ""
 
 
 def execution_mode(container_image: str | None) -> str:

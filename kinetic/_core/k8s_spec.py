@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from kinetic._core import accelerators, store_plugins
+from kinetic._core import accelerators, runner_delivery, store_plugins
 from kinetic._core.accelerators import AcceleratorConfig
 from kinetic._exceptions import ConfigError
 from runner.protocol import FUSE_ROOT, member_attempt_id, member_job_id
@@ -120,10 +120,10 @@ def container_security(cfg: AcceleratorConfig) -> dict[str, Any]:
     return context
 
 
-def runner_command(bucket: str, job_id: str) -> list[str]:
+def runner_command(bucket: str, job_id: str, *, python: str = "python") -> list[str]:
     """The container command: the runner, reading and writing ``gs://bucket``."""
     return [
-        "python",
+        python,
         "-m",
         "runner",
         "--storage",
@@ -143,6 +143,9 @@ class JobTemplate:
         ``{output_dir}/{member job id}``).
     :ivar env: captured variables for the container (the runner also applies the
         spec's copy); Kinetic's own variables win over them.
+    :ivar runner_image: the image Kinetic's runner is delivered from into ``image`` (a
+        custom image, :mod:`kinetic._core.runner_delivery`); empty when ``image``
+        carries Kinetic.
     """
 
     namespace: str
@@ -153,6 +156,13 @@ class JobTemplate:
     env: Mapping[str, str] | None = None
     pod: PodOptions | None = None
     func_name: str | None = None
+    runner_image: str = ""
+
+    @property
+    def python(self) -> str:
+        """The interpreter of the pods' command: a custom image's ``python3``, or the
+        venv's ``python`` of Kinetic's images."""
+        return runner_delivery.PYTHON if self.runner_image else "python"
 
 
 def job_manifest(template: JobTemplate, job_id: str) -> dict[str, Any]:
@@ -182,7 +192,7 @@ def job_manifest(template: JobTemplate, job_id: str) -> dict[str, Any]:
     container: dict[str, Any] = {
         "name": CONTAINER_NAME,
         "image": image,
-        "command": runner_command(bucket, job_id),
+        "command": runner_command(bucket, job_id, python=template.python),
         "env": [{"name": k, "value": v} for k, v in sorted(variables.items())],
         "resources": container_resources(accelerator),
     }
@@ -208,6 +218,10 @@ def job_manifest(template: JobTemplate, job_id: str) -> dict[str, Any]:
     if pod.host_network:
         pod_spec["hostNetwork"] = True
         pod_spec["dnsPolicy"] = "ClusterFirstWithHostNet"
+    if template.runner_image:
+        runner_delivery.with_delivered_runner(
+            pod_spec, template.runner_image, pull_policy=pod.image_pull_policy
+        )
     annotations = {"kinetic/accelerator": accelerator.name + (":spot" if accelerator.spot else "")}
     if template.func_name:
         annotations["kinetic/function"] = template.func_name
@@ -261,7 +275,7 @@ def member_job_manifest(
     pod_template["metadata"]["labels"] = dict(out["metadata"]["labels"])
     container = pod_template["spec"]["containers"][0]
     container["command"] = [
-        "python", "-m", "runner", "--storage", f"gs://{bucket}", "--group", group_id,
+        template.python, "-m", "runner", "--storage", f"gs://{bucket}", "--group", group_id,
         "--index", str(index), "--attempt", str(attempt), "--upload-logs",
     ]  # fmt: skip
     for var in container["env"]:
@@ -341,7 +355,7 @@ def pool_job_manifest(template: JobTemplate, *, group_id: str, workers: int) -> 
     pod_template["metadata"]["labels"] = dict(out["metadata"]["labels"])
     container = pod_template["spec"]["containers"][0]
     container["command"] = [
-        "python", "-m", "runner.pool", "--storage", f"gs://{bucket}", "--group", group_id,
+        template.python, "-m", "runner.pool", "--storage", f"gs://{bucket}", "--group", group_id,
     ]  # fmt: skip
     container["env"] += [
         {"name": "KINETIC_WORKER", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},

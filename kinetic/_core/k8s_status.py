@@ -10,7 +10,10 @@ Job's events. The rules, first match wins:
 3. A pod that disappeared before it finished: FAILED (Kubernetes would start a
    replacement; Kinetic never retries behind the user's back).
 4. The newest pod: its phase and container state. A terminated container gives
-   the reason (OOMKilled, killed by signal N, exit status N).
+   the reason (OOMKilled, killed by signal N, exit status N); one whose command
+   could not start (no ``python3`` in a custom image) fails in phase ``fetch``, and
+   one whose runner left its failure in the termination message (it could not open
+   the store) in the phase it names.
 5. A Job with no pod: its conditions, or the reason the Job controller could not
    create the pod (``FailedCreate`` events: a missing service account, quota, ...).
 6. Neither: FAILED when the job is recorded (its Job was deleted), else NOT_FOUND.
@@ -26,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kinetic._core.status import JobStatus, StatusReport, describe_exit, status_from_records
+from runner.protocol import parse_unrecorded_failure
 
 IMAGE_PROBLEMS = frozenset(
     {
@@ -42,6 +46,12 @@ IMAGE_PROBLEMS = frozenset(
 
 START_PHASE = "start"
 """The phase named when a job failed before the runner started."""
+
+COMMAND_FAILURES = frozenset({"ContainerCannotRun", "StartError"})
+"""Terminated reasons of a container whose command never ran (Docker's, containerd's):
+the image has no such program (a custom image without ``python3``)."""
+FETCH_PHASE = "fetch"
+"""The runner's first phase: a job whose image cannot run the runner fails in it."""
 
 
 def _get(obj: Mapping[str, Any] | None, *path: str) -> Any:
@@ -84,6 +94,34 @@ def describe_terminated(state: Mapping[str, Any]) -> str:
     )
 
 
+def _image_problem(status: Mapping[str, Any]) -> StatusReport | None:
+    """PENDING with the reason, when the container's image cannot be had."""
+    waiting = _get(status, "state", "waiting")
+    if not isinstance(waiting, Mapping) or waiting.get("reason") not in IMAGE_PROBLEMS:
+        return None
+    image = status.get("image") or ""
+    message = _first_line(waiting.get("message"))
+    return StatusReport(
+        JobStatus.PENDING,
+        reason=f"cannot start the container ({waiting['reason']}) for image {image!r}"
+        + (f": {message}" if message else ""),
+    )
+
+
+def _init_report(status: Mapping[str, Any]) -> StatusReport | None:
+    """What an init container (the runner's delivery into a custom image) says of the
+    pod: FAILED in phase ``fetch`` when it failed, stuck when its image cannot be had."""
+    terminated = _get(status, "state", "terminated")
+    if isinstance(terminated, Mapping) and terminated.get("exitCode") not in (0, None):
+        return StatusReport(
+            JobStatus.FAILED,
+            reason=f"Kinetic's runner could not be delivered into the pod from "
+            f"{status.get('image') or ''!r}: {describe_terminated(terminated)}",
+            phase=FETCH_PHASE,
+        )
+    return _image_problem(status)
+
+
 def pod_report(pod: Mapping[str, Any]) -> StatusReport:
     """The status one pod stands for (no records considered)."""
     phase = _get(pod, "status", "phase")
@@ -92,6 +130,26 @@ def pod_report(pod: Mapping[str, Any]) -> StatusReport:
     terminated = state.get("terminated")
     if phase == "Succeeded":
         return StatusReport(JobStatus.SUCCEEDED)
+    for init in _get(pod, "status", "initContainerStatuses") or []:
+        report = _init_report(init)
+        if report is not None:
+            return report
+    said = (
+        parse_unrecorded_failure(str(terminated.get("message") or ""))
+        if isinstance(terminated, Mapping)
+        else None
+    )
+    if said is not None:  # the runner's last words, when no record could take them
+        return StatusReport(JobStatus.FAILED, reason=said[1], phase=said[0])
+    if isinstance(terminated, Mapping) and terminated.get("reason") in COMMAND_FAILURES:
+        image = statuses[0].get("image") or ""
+        return StatusReport(
+            JobStatus.FAILED,
+            reason=f"the image {image!r} cannot run Kinetic's runner, "
+            f"{describe_terminated(terminated)}. A custom image needs `python3` of the "
+            "submitting Python's version on its PATH (Kinetic brings the rest)",
+            phase=FETCH_PHASE,
+        )
     if phase == "Failed":
         if isinstance(terminated, Mapping):
             return StatusReport(JobStatus.FAILED, reason=describe_terminated(terminated))
@@ -105,15 +163,9 @@ def pod_report(pod: Mapping[str, Any]) -> StatusReport:
         return StatusReport(JobStatus.FAILED, reason=describe_terminated(terminated))
     if isinstance(state.get("running"), Mapping):
         return StatusReport(JobStatus.RUNNING)
-    waiting = state.get("waiting")
-    if isinstance(waiting, Mapping) and waiting.get("reason") in IMAGE_PROBLEMS:
-        image = statuses[0].get("image") or ""
-        message = _first_line(waiting.get("message"))
-        return StatusReport(
-            JobStatus.PENDING,
-            reason=f"cannot start the container ({waiting['reason']}) for image {image!r}"
-            + (f": {message}" if message else ""),
-        )
+    stuck = _image_problem(statuses[0]) if statuses else None
+    if stuck is not None:
+        return stuck
     for cond in _get(pod, "status", "conditions") or []:
         if (
             cond.get("type") == "PodScheduled"

@@ -392,6 +392,7 @@ async def _record(
     if not place.runs_here:  # what the batch's pods run
         manifest["gke"] = {
             "image": image.uri,
+            **({"runner_image": image.runner} if image.runner else {}),
             "namespace": settings.namespace,
             "accelerator": accel.name + (":spot" if accel.spot else ""),
             "fuse_buckets": sorted(data.fuse_buckets),  # mounted read-only in every pod

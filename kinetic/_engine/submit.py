@@ -388,6 +388,7 @@ async def submit(
             output_dir=output_dir,
             env=env,
             func_name=func_name,
+            runner_image=image.runner,
         )
     )
     # The local root holds jobs' records and contexts: never part of a context.

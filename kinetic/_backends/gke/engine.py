@@ -125,6 +125,7 @@ def batch_job(
         env=manifest["spec"]["env"],
         pod=backend.options.pod,
         func_name=manifest["func_name"],
+        runner_image=gke.get("runner_image", ""),
     )
     job = build(template)
     if gke.get("fuse_buckets"):
