@@ -35,6 +35,7 @@ KNOBS: tuple[tuple[str, str, str], ...] = (
     ("k8s_qps", "KINETIC_K8S_QPS", "20"),
     ("k8s_burst", "KINETIC_K8S_BURST", "40"),
     ("image_base", "KINETIC_IMAGE_BASE", "python:3.11-slim"),
+    ("build_ca_bundle", "KINETIC_BUILD_CA_BUNDLE", "the image pip's own CAs"),
     ("package_root", "KINETIC_PACKAGE_ROOT", "found from the function's file"),
     ("cache_dir", "KINETIC_CACHE_DIR", "~/.kinetic/cache"),
 )

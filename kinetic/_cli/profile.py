@@ -171,6 +171,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         flag = "--" + field.replace("_", "-")
         if field == "builder":
             create.add_argument(flag, dest=f"p_{field}", choices=("docker", "cloudbuild"))
+        elif field == "build_install":
+            create.add_argument(flag, dest=f"p_{field}", choices=("index", "wheels"))
         else:
             create.add_argument(flag, dest=f"p_{field}", metavar=field.upper())
     create.add_argument("--use", action="store_true", help="make it the current profile")

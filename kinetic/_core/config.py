@@ -29,6 +29,7 @@ PROFILE_FIELDS = (
     "namespace",
     "base_image_repo",
     "builder",
+    "build_install",
     "local_accelerator",
 )
 
@@ -49,6 +50,10 @@ class Settings:
     """Where prebuilt base images live (``{repo}/base-{category}:{version}-py{X.Y}``)."""
     builder: str | None = None
     """The image builder named by ``KINETIC_BUILDER`` or the profile (None: choose)."""
+    build_install: str | None = None
+    """How builds install an image's set, named by ``KINETIC_BUILD_INSTALL`` or the
+    profile: ``index`` or ``wheels`` (None: per builder, see
+    :func:`kinetic._core.index_install.choose_install`)."""
     local_accelerator: str | None = None
     """``KINETIC_LOCAL_ACCELERATOR`` or the profile: ``cpu`` runs TPU jobs locally on CPUs
     (None: a TPU accelerator is an error on the local backend)."""
@@ -150,6 +155,7 @@ def resolve_settings(
         base_image_repo=pick(base_image_repo, "KINETIC_BASE_IMAGE_REPO", "base_image_repo")
         or DEFAULT_BASE_IMAGE_REPO,
         builder=pick(None, "KINETIC_BUILDER", "builder"),
+        build_install=pick(None, "KINETIC_BUILD_INSTALL", "build_install"),
         local_accelerator=pick(None, "KINETIC_LOCAL_ACCELERATOR", "local_accelerator"),
         cluster_named=bool(
             pick(cluster, "KINETIC_CLUSTER", "cluster") or pick(zone, "KINETIC_ZONE", "zone")
@@ -168,6 +174,7 @@ SETTING_VARIABLES = {
     "namespace": "KINETIC_NAMESPACE",
     "base_image_repo": "KINETIC_BASE_IMAGE_REPO",
     "builder": "KINETIC_BUILDER",
+    "build_install": "KINETIC_BUILD_INSTALL",
     "local_root": "KINETIC_LOCAL_ROOT",
     "local_accelerator": "KINETIC_LOCAL_ACCELERATOR",
 }
@@ -224,6 +231,9 @@ def explain_settings(
             rows.append(SettingSource(name, value, "default", rule))
         elif name == "builder":
             rows.append(SettingSource(name, value, "default", "chosen per build"))
+        elif name == "build_install":
+            rule = "index on cloudbuild, wheels on docker"
+            rows.append(SettingSource(name, value, "default", rule))
         else:
             rows.append(SettingSource(name, value, "default"))
     return rows

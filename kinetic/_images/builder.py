@@ -5,10 +5,16 @@ root, made by :func:`kinetic._core.image_spec.build_context`) and leaves the ima
 pushed under the given URI, or raises. Implementations:
 
 - :class:`kinetic._images.docker.DockerBuilder`: the Docker Engine API over
-  ``DOCKER_HOST`` (build with the network off, then push).
+  ``DOCKER_HOST`` (build with the network off on the wheels path, on the host's
+  network on the index path, then push).
 - :class:`kinetic._images.cloudbuild.CloudBuildBuilder`: Google Cloud Build over its
   REST API (the context is uploaded to the jobs bucket, the build submitted, its
   operation followed and its log streamed).
+
+Each builder has an **install path** (:attr:`ImageBuilder.install`, chosen by
+:func:`kinetic._core.index_install.choose_install`): ``index``, whose contexts hold hashed
+requirement files and whose builds reach the package index, or ``wheels``, whose
+contexts carry the wheels and whose builds need no network.
 
 Contract shared by all: every failure is :class:`~kinetic.ImageBuildError` (foreign
 exceptions never escape) whose message ends with the failing step's log tail; a
@@ -39,6 +45,11 @@ class ImageBuilder(Protocol):
     @property
     def name(self) -> str:
         """``docker`` or ``cloudbuild``."""
+        ...
+
+    @property
+    def install(self) -> str:
+        """The install path its contexts are made for: ``index`` or ``wheels``."""
         ...
 
     async def build_and_push(

@@ -289,6 +289,9 @@ class CloudBuildBuilder:
     :param backoff: upper bound of the first back-off in seconds, doubling per retry
         (full jitter); by default half of ``poll_interval``.
     :param max_backoff: cap on one back-off sleep; by default 15 × ``poll_interval``.
+    :param install: the install path its contexts are made for: ``index`` (the
+        default: hashed requirement files, installed from the package index inside
+        the build) or ``wheels``.
     :raises ConfigError: on an empty project or bucket, or a non-positive option.
     """
 
@@ -304,6 +307,7 @@ class CloudBuildBuilder:
         attempts: int = 5,
         backoff: float | None = None,
         max_backoff: float | None = None,
+        install: str = "index",
     ) -> None:
         if not project or "/" in project:
             raise ConfigError(f"invalid GCP project {project!r}")
@@ -312,6 +316,7 @@ class CloudBuildBuilder:
         if poll_interval <= 0 or attempts < 1:
             raise ConfigError("poll_interval must be > 0 and attempts >= 1")
         self._project = project
+        self._install = install
         self._storage = storage
         self._bucket = bucket
         self._token = token
@@ -330,6 +335,11 @@ class CloudBuildBuilder:
     def name(self) -> str:
         """``cloudbuild``."""
         return "cloudbuild"
+
+    @property
+    def install(self) -> str:
+        """The install path its contexts are made for: ``index`` or ``wheels``."""
+        return self._install
 
     async def build_and_push(
         self,

@@ -1,7 +1,8 @@
 """Docker Engine API (over its unix socket) and registry v2 API, through Kinetic's HTTP
 edge (:mod:`kinetic._http`).
 
-Only what building images needs: ``POST /build`` (network off), ``POST
+Only what building images needs: ``POST /build`` (network off, or the host's for the
+index install path), ``POST
 /images/{name}/push``, and the registry's ``GET /v2/{name}/manifests/{tag}`` to
 ask whether a tag exists (with the registry token handshake where a registry asks
 for it: Artifact Registry, Docker Hub). Both progress streams are JSON lines; an
@@ -119,15 +120,19 @@ class DockerEngine:
         timeout: float = BUILD_TIMEOUT,
         progress: Progress | None = None,
         no_cache: bool = False,
+        network: str = "none",
     ) -> str:
-        """Build ``context`` (a tar with a Dockerfile) as ``tag``, network off; return the log.
+        """Build ``context`` (a tar with a Dockerfile) as ``tag``; return the log.
 
         :param no_cache: build every layer afresh (a cold build), ignoring the layer cache.
+        :param network: the build's network mode: ``none`` (off), or ``host`` for a
+            build that installs from the package index (a daemon started with
+            ``--bridge=none`` has no other network that reaches it).
 
         :raises ImageBuildError: the build failed (the message ends with its log) or the
             daemon could not be reached.
         """
-        params = {"t": tag, "networkmode": "none", "rm": "1", "forcerm": "1", "pull": "0"}
+        params = {"t": tag, "networkmode": network, "rm": "1", "forcerm": "1", "pull": "0"}
         if no_cache:
             params["nocache"] = "1"
         output: list[str] = []
@@ -175,13 +180,23 @@ _CHALLENGE = re.compile(r'(\w+)="([^"]*)"')
 
 
 class DockerBuilder:
-    """:class:`~kinetic._images.builder.ImageBuilder` on a Docker daemon: build with the
-    network off, then push. Layers of an earlier build are reused by the daemon's cache."""
+    """:class:`~kinetic._images.builder.ImageBuilder` on a Docker daemon: build, then
+    push. Layers of an earlier build are reused by the daemon's cache.
+
+    :param install: ``wheels`` (the default: contexts carry the wheels, builds run with
+        the network off) or ``index`` (builds install from the package index on the
+        host's network).
+    :param no_cache: build every layer afresh, ignoring the daemon's layer cache.
+    """
 
     name = "docker"
 
-    def __init__(self, docker_host: str | None = None) -> None:
+    def __init__(
+        self, docker_host: str | None = None, *, install: str = "wheels", no_cache: bool = False
+    ) -> None:
         self.engine = DockerEngine(docker_host)
+        self.install = install
+        self.no_cache = no_cache
 
     async def build_and_push(
         self,
@@ -193,7 +208,15 @@ class DockerBuilder:
     ) -> None:
         try:
             with anyio.fail_after(timeout):
-                await self.engine.build(context, image, timeout=timeout, progress=progress)
+                network = "host" if self.install == "index" else "none"
+                await self.engine.build(
+                    context,
+                    image,
+                    timeout=timeout,
+                    progress=progress,
+                    network=network,
+                    no_cache=self.no_cache,
+                )
                 await self.engine.push(image, timeout=timeout)
         except TimeoutError as exc:
             raise ImageBuildError(f"building and pushing {image} took over {timeout}s") from exc

@@ -31,6 +31,7 @@ from kinetic._core.accel_runtime import RuntimeRequest
 from kinetic._core.config import Settings
 from kinetic._core.gke_config import GKEOptions
 from kinetic._core.image_spec import JobImage
+from kinetic._core.index_install import choose_install
 from kinetic._core.requirements import (
     Requirement,
     check_installable_remotely,
@@ -50,21 +51,27 @@ def make_builder(
     env: Mapping[str, str],
     docker_host: str | None = None,
 ) -> ImageBuilder:
-    """The builder the settings choose (``KINETIC_BUILDER`` > profile > default).
+    """The builder the settings choose (``KINETIC_BUILDER`` > profile > default), with
+    the install path they choose for it (``KINETIC_BUILD_INSTALL`` > profile > ``index``
+    on Cloud Build, ``wheels`` on Docker).
 
     :param storage: the jobs bucket's store (Cloud Build's sources and logs go there).
-    :raises ConfigError: unknown builder, or Cloud Build without a project and bucket.
+    :raises ConfigError: unknown builder or install path, or Cloud Build without a
+        project and bucket.
     """
     name = choose_builder(settings.builder, project=settings.project, env=env)
+    install = choose_install(settings.build_install, name)
     if name == "docker":
         from kinetic._images.docker import DockerBuilder
 
-        return DockerBuilder(docker_host or env.get("DOCKER_HOST"))
+        return DockerBuilder(docker_host or env.get("DOCKER_HOST"), install=install)
     from kinetic._images.cloudbuild import CloudBuildBuilder
 
     if not settings.project or storage is None:
         raise ConfigError("the cloudbuild builder needs a GCP project (KINETIC_PROJECT)")
-    return CloudBuildBuilder(project=settings.project, storage=storage, bucket=settings.bucket_name)
+    return CloudBuildBuilder(
+        project=settings.project, storage=storage, bucket=settings.bucket_name, install=install
+    )
 
 
 _said: set[str] = set()

@@ -1,4 +1,4 @@
-"""Build (once) and push Kinetic's images: content-addressed, offline, cached.
+"""Build (once) and push Kinetic's images: content-addressed, cached.
 
 Three kinds of plan stack (see :mod:`kinetic._core.image_spec`): :func:`env_plan` for
 the environment image (the venv with the runtime set, the heavy one), :func:`runner_plan`
@@ -13,12 +13,16 @@ pinned set (environment images); the environment image and the source of the
 ``kinetic`` and ``runner`` packages (runner images); the runtime image and the user's
 lines (project images). If the registry already has that tag, it is returned at once
 (one registry request; none for a tag this process already saw). Otherwise the images
-it is built ``FROM`` are ensured first, the wheels are downloaded on this host (``pip
-download``, cached under ``~/.cache/kinetic/wheels/``) so the build needs no network,
-the build context is assembled, one builder (the
-Docker Engine or Cloud Build) builds and pushes it, and the registry must then list
-the tag. One build per tag runs at a time: in this process (a lock per tag) and
-across processes sharing a store (:mod:`kinetic._images.build_lock`).
+it is built ``FROM`` are ensured first, the build context is assembled for the builder's
+install path, one builder (the Docker Engine or Cloud Build) builds and pushes it, and
+the registry must then list the tag. On the **index** path (Cloud Build's default) the
+context holds the resolved set with the hashes of its files and the build installs it
+from the package index (:mod:`kinetic._images.index_build`); on the **wheels** path (the
+Docker builder's default) the wheels are downloaded on this host (``pip download``,
+cached under ``~/.cache/kinetic/wheels/``) so the build needs no network. The tag is the
+same on both (:mod:`kinetic._core.index_install`). One build per tag runs at a time: in
+this process (a lock per tag) and across processes sharing a store
+(:mod:`kinetic._images.build_lock`).
 """
 
 from __future__ import annotations
@@ -26,12 +30,13 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib.metadata
+import logging
 import os
 import re
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,7 +47,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 import runner
 from kinetic._core import image_spec
 from kinetic._exceptions import ImageBuildError
-from kinetic._images import build_lock
+from kinetic._images import build_lock, index_build
 from kinetic._images.builder import ImageBuilder, Progress
 from kinetic._images.docker import DockerBuilder, Registry
 from kinetic._images.gauth import google_registry_credentials, is_google_registry
@@ -55,6 +60,7 @@ RUNTIME_REPOSITORY = "kinetic-runtime"
 """Where runtime images go in the image registry (project images: ``kinetic-runner``)."""
 ENV_REPOSITORY = "kinetic-env"
 """Where environment images (the venv with the runtime) go."""
+log = logging.getLogger(__name__)
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*")
 _LOCKS: dict[str, anyio.Lock] = {}
 _KNOWN: set[str] = set()
@@ -366,7 +372,45 @@ async def image_exists(uri: str) -> bool:
     return False
 
 
-def _context(the_plan: BuildPlan) -> bytes:
+def _index_files(the_plan: BuildPlan, env: Mapping[str, str]) -> dict[str, bytes]:
+    """The index path's context files of an ``env`` or ``project`` plan.
+
+    :raises IndexUnavailable: the index path cannot build it here (the reason said).
+    :raises ImageBuildError: the hashes could not be resolved.
+    """
+    if the_plan.kind == "project":
+        return index_build.project_files(
+            the_plan.base_image,
+            the_plan.user_requirements,
+            the_plan.requirements,
+            the_plan.kept_requirements,
+            the_plan.python,
+            env,
+        )
+    return index_build.env_files(the_plan.base_image, the_plan.requirements, the_plan.python, env)
+
+
+def _context(
+    the_plan: BuildPlan, install: str = "wheels", env: Mapping[str, str] | None = None
+) -> tuple[bytes, str | None]:
+    """``the_plan``'s build context for the ``install`` path (``index`` or ``wheels``;
+    a runner image's context, Kinetic's sources, is the same on both), and why the
+    index path fell back to the wheels path (None when it did not). Blocking.
+
+    :raises ImageBuildError: the wheels or the hashes could not be had.
+    """
+    if install == "index" and the_plan.kind != "runner":
+        try:
+            files = _index_files(the_plan, os.environ if env is None else env)
+        except index_build.IndexUnavailable as exc:
+            note = f"{the_plan.uri}: installing from wheels prepared here: {exc}"
+            return image_spec.build_context(_wheels_files(the_plan)), note
+        return image_spec.build_context(files), None
+    return image_spec.build_context(_wheels_files(the_plan)), None
+
+
+def _wheels_files(the_plan: BuildPlan) -> dict[str, bytes]:
+    """The wheels path's context files: every wheel downloaded here. Blocking."""
     if the_plan.kind == "project":
         user_wheels = (
             download_wheels(
@@ -403,7 +447,7 @@ def _context(the_plan: BuildPlan) -> bytes:
     else:
         wheels = download_wheels(the_plan.requirements, the_plan.python)
         files = image_spec.env_context_files(the_plan.base_image, the_plan.requirements, wheels)
-    return image_spec.build_context(files)
+    return files
 
 
 async def ensure_image(
@@ -448,8 +492,10 @@ async def ensure_image(
 async def build(
     the_plan: BuildPlan, builder: ImageBuilder, *, progress: Progress | None = None
 ) -> None:
-    """Fetch the wheels, assemble the context, build and push ``the_plan``'s image, and
-    check that the registry lists it. Unconditional: callers decide whether to build.
+    """Assemble the context for ``builder``'s install path (the hashed requirements on
+    the index path, the wheels fetched here on the wheels path), build and push
+    ``the_plan``'s image, and check that the registry lists it. Unconditional: callers
+    decide whether to build. A fall-back from the index path is said to ``progress``.
 
     :raises ImageBuildError: pip, the build or the push failed.
     :raises BackendError: the registry failed.
@@ -457,7 +503,11 @@ async def build(
     uri = the_plan.uri
     if progress is not None:
         progress(f"building {uri} with {builder.name}")
-    context = await anyio.to_thread.run_sync(_context, the_plan)
+    context, note = await anyio.to_thread.run_sync(_context, the_plan, builder.install)
+    if note is not None:
+        log.warning("%s", note)
+        if progress is not None:
+            progress(f"note: {note}")
     await builder.build_and_push(context, uri, progress=progress)
     _KNOWN.discard(uri)
     if not await image_exists(uri):

@@ -14,7 +14,8 @@ resolver's reason.
 The resolver is ``uv pip compile`` when uv is installed (next to this interpreter or on
 ``PATH``; it reads uv's index settings, ``UV_INDEX_URL`` / ``UV_DEFAULT_INDEX``), else
 ``pip install --dry-run --report`` (pip's settings). Both take only binary wheels: the
-image's build runs with the network off and installs wheels. Results are cached under
+image's build installs wheels (shipped in its context on the wheels path, fetched from
+the index inside the build on the index path, :mod:`kinetic._images.index_build`). Results are cached under
 ``~/.cache/kinetic/resolved/`` (``KINETIC_RESOLVE_CACHE``): for good where every input
 line is an exact ``==`` pin, for a day otherwise. Blocking functions; async callers run
 them in a worker thread.
@@ -22,6 +23,7 @@ them in a worker thread.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -30,7 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -94,7 +96,7 @@ def find_uv() -> str | None:
     return runner_find_uv()
 
 
-def _uv_command(uv: str, python: str, req: Path, constraints: Path | None) -> list[str]:
+def uv_command(uv: str, python: str, req: Path, constraints: Path | None) -> list[str]:
     cmd = [uv, "pip", "compile", "--quiet", "--no-header", "--no-annotate"]
     cmd += ["--python-platform", f"x86_64-{MANYLINUX}"]
     cmd += ["--python-version", image_spec.resolver_python(python)]
@@ -112,7 +114,8 @@ def _pip_command(python: str, req: Path, constraints: Path | None, report: Path)
     return [*cmd, "-c", str(constraints)] if constraints else cmd
 
 
-def _reason(text: str) -> str:
+def reason(text: str) -> str:
+    """The last lines of a resolver's error output that say something."""
     lines = [
         line
         for line in text.strip().splitlines()
@@ -121,7 +124,12 @@ def _reason(text: str) -> str:
     return "\n".join(lines[-25:])
 
 
-def _run(lines: Sequence[str], python: str, constraints: Sequence[str]) -> tuple[str, ...]:
+@contextlib.contextmanager
+def requirement_files(
+    lines: Sequence[str], constraints: Sequence[str]
+) -> Iterator[tuple[Path, Path | None]]:
+    """``lines`` and ``constraints`` (None when empty) written to requirement files in a
+    temporary folder, removed after the block."""
     with tempfile.TemporaryDirectory(prefix="kinetic-resolve-") as tmp:
         req = Path(tmp) / "requirements.txt"
         req.write_text("".join(f"{line}\n" for line in lines))
@@ -129,26 +137,40 @@ def _run(lines: Sequence[str], python: str, constraints: Sequence[str]) -> tuple
         if constraints:
             cons = Path(tmp) / "constraints.txt"
             cons.write_text("".join(f"{line}\n" for line in constraints))
+        yield req, cons
+
+
+def run_resolver(cmd: Sequence[str]) -> str:
+    """Run the resolver command ``cmd``; return its standard output.
+
+    :raises ResolutionFailed: it failed (the message is its reason) or took over
+        :data:`RESOLVE_TIMEOUT` seconds.
+    """
+    try:
+        proc = subprocess.run(
+            list(cmd),
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=RESOLVE_TIMEOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, "UV_NO_PROGRESS": "1"},
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise ResolutionFailed(f"the resolver took over {RESOLVE_TIMEOUT:.0f}s") from exc
+    if proc.returncode != 0:
+        raise ResolutionFailed(reason(proc.stderr or proc.stdout))
+    return proc.stdout
+
+
+def _run(lines: Sequence[str], python: str, constraints: Sequence[str]) -> tuple[str, ...]:
+    with requirement_files(lines, constraints) as (req, cons):
         uv = find_uv()
-        report = Path(tmp) / "report.json"
-        cmd = _uv_command(uv, python, req, cons) if uv else _pip_command(python, req, cons, report)
-        env = {**os.environ, "UV_NO_PROGRESS": "1"}
-        try:
-            proc = subprocess.run(
-                cmd,
-                check=False,
-                capture_output=True,
-                text=True,
-                timeout=RESOLVE_TIMEOUT,
-                stdin=subprocess.DEVNULL,
-                env=env,
-            )
-        except subprocess.TimeoutExpired as exc:
-            raise ResolutionFailed(f"the resolver took over {RESOLVE_TIMEOUT:.0f}s") from exc
-        if proc.returncode != 0:
-            raise ResolutionFailed(_reason(proc.stderr or proc.stdout))
+        report = req.parent / "report.json"
+        cmd = uv_command(uv, python, req, cons) if uv else _pip_command(python, req, cons, report)
+        stdout = run_resolver(cmd)
         if uv:
-            pins = [m.group(0).strip() for m in map(_PIN.match, proc.stdout.splitlines()) if m]
+            pins = [m.group(0).strip() for m in map(_PIN.match, stdout.splitlines()) if m]
         else:
             data = json.loads(report.read_text())
             pins = [
@@ -156,6 +178,11 @@ def _run(lines: Sequence[str], python: str, constraints: Sequence[str]) -> tuple
                 for item in data.get("install", [])
             ]
     return tuple(sorted({_canonical_pin(p) for p in pins}))
+
+
+def is_exact(line: str) -> bool:
+    """Whether requirement ``line`` pins one version (``name==version``, markers aside)."""
+    return _EXACT.match(line.split(";")[0].strip()) is not None
 
 
 def _canonical_pin(pin: str) -> str:
@@ -174,7 +201,7 @@ def resolve(lines: Sequence[str], python: str, constraints: Sequence[str] = ()) 
     if key in _MEMO:
         return _MEMO[key]
     path = cache_dir() / f"{key}.json"
-    exact = all(_EXACT.match(line.split(";")[0].strip()) for line in lines)
+    exact = all(is_exact(line) for line in lines)
     try:
         fresh = exact or time.time() - path.stat().st_mtime < UNPINNED_TTL
         if fresh:

@@ -30,6 +30,7 @@ import pytest
 from aiohttp import web
 
 from kinetic._exceptions import ImageBuildError
+from kinetic._images import runner_image
 from kinetic._images.cloudbuild import (
     LOG_TAIL_LINES,
     RUNNING_STATUSES,
@@ -265,6 +266,51 @@ async def test_successful_build_uploads_source_submits_and_streams_log(
     # Every log line, in order, exactly once: no half lines, the unterminated last included.
     assert seen == fake.log_lines
     assert fake.cancelled == []
+
+
+async def test_a_bundled_build_submits_the_index_paths_context(
+    gcs_storage: GCSStorage, gcs_bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Cloud Build's default install path: the context uploaded for a project image is
+    its hashed requirements, installed from the index inside the build; no wheel is
+    downloaded here. The registry the image is pushed to is the same loopback server."""
+    monkeypatch.setenv("KINETIC_WHEEL_CACHE", str(tmp_path / "wheels"))
+    fake = FakeCloudBuild(gcs_storage, log_of(3), working_polls=1)
+
+    async def handle(request: Request) -> web.Response:
+        if request.path.startswith("/v2/"):  # the registry lists the image once built
+            return reply(200 if fake.builds else 404, json={})
+        return await fake.handle(request)
+
+    async with serve(handle) as server:
+        builder = CloudBuildBuilder(
+            PROJECT,
+            gcs_storage,
+            gcs_bucket,
+            base_url=server.url,
+            token=injected_token,
+            poll_interval=0.01,
+        )
+        assert builder.install == "index"
+        registry = f"{server.url.removeprefix('http://')}/kt"
+        env = runner_image.env_plan(registry, "python:3.11-slim", ("six==1.16.0",))
+        runtime = await anyio.to_thread.run_sync(runner_image.runner_plan, env)
+        project = runner_image.project_plan(runtime, ("tabulate==0.9.0",))
+        await runner_image.build(project, builder)
+
+    (create,) = fake.sent("create")
+    body = json.loads(create.content)
+    assert body["images"] == [project.uri]
+    uploaded = await gcs_storage.read(body["source"]["storageSource"]["object"])
+    assert len(uploaded) < 4_000  # what left this machine: kilobytes
+    with tarfile.open(fileobj=io.BytesIO(gzip.decompress(uploaded))) as tar:
+        files = {m.name: tar.extractfile(m).read() for m in tar.getmembers()}  # type: ignore[union-attr]
+    assert set(files) == {"Dockerfile", "user-requirements.txt", "runtime-constraints.txt"}
+    assert b"pip install --require-hashes" in files["Dockerfile"]
+    assert b"--no-index" not in files["Dockerfile"]
+    assert files["user-requirements.txt"].startswith(b"tabulate==0.9.0 \\\n    --hash=sha256:")
+    assert files["runtime-constraints.txt"] == b"six==1.16.0\n"
+    assert not (tmp_path / "wheels").exists()
 
 
 async def test_failed_build_names_step_status_and_log_tail(
