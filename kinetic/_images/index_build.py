@@ -43,18 +43,24 @@ def _uv() -> str:
 
 
 def hashed_set(
-    lines: Sequence[str], python: str, constraints: Sequence[str] = ()
+    lines: Sequence[str],
+    python: str,
+    constraints: Sequence[str] = (),
+    preferences: Sequence[str] = (),
 ) -> tuple[HashedPin, ...]:
     """The exact set that installs ``lines`` (index options included) under
     ``constraints`` on Linux x86-64 with CPython ``python``, each pin with the hashes
     of all its files. Cached under the resolver's cache when every line is an exact pin.
+
+    :param preferences: ``name==version`` pins kept wherever ``lines`` allow them (uv
+        keeps the versions of an existing output file), as pip keeps what is installed.
 
     :raises IndexUnavailable: uv is not installed.
     :raises ImageBuildError: the resolution failed (the message ends with uv's reason).
     """
     uv = _uv()
     key_text = json.dumps(
-        ["hashes", runtime_resolve.MANYLINUX, python, list(lines), list(constraints)]
+        ["hashes", runtime_resolve.MANYLINUX, python, [*lines], [*constraints], [*preferences]]
     )
     path = (
         runtime_resolve.cache_dir() / f"h{hashlib.sha256(key_text.encode()).hexdigest()[:24]}.txt"
@@ -64,13 +70,17 @@ def hashed_set(
         return index_install.parse_hashed(path.read_text())
     with runtime_resolve.requirement_files(lines, constraints) as (req, cons):
         cmd = [*runtime_resolve.uv_command(uv, python, req, cons), "--generate-hashes"]
+        out = req.parent / "resolved.txt"
+        if preferences:
+            out.write_text("".join(f"{pin}\n" for pin in preferences))
+            cmd += ["-o", str(out)]
         try:
             stdout = runtime_resolve.run_resolver(cmd)
         except runtime_resolve.ResolutionFailed as exc:
             raise ImageBuildError(
                 f"resolving the hashes of the image's requirements failed:\n{exc}"
             ) from None
-    pins = index_install.parse_hashed(stdout)
+        pins = index_install.parse_hashed(out.read_text() if preferences else stdout)
     if exact:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -141,7 +151,8 @@ def project_files(
 ) -> dict[str, bytes]:
     """A project image's index-path context: the set of ``user_requirements`` under the
     runtime's pins ``constraints`` less those pins (the runtime image has them), and
-    the set of the ``kept`` lines on their own.
+    the set of the ``kept`` lines on their own, keeping the versions installed before
+    them wherever the kept lines allow (as the wheels path's pip does).
 
     :raises IndexUnavailable: uv is missing, or an index cannot be used.
     :raises ImageBuildError: the hashes could not be resolved.
@@ -158,7 +169,8 @@ def project_files(
     text = index_install.hashed_requirements_text(pins, options)
     kept_text = None
     if kept:
-        kept_pins = hashed_set((*options, *kept), python)
+        before = (*constraints, *(p.pin for p in pins))
+        kept_pins = hashed_set((*options, *kept), python, preferences=before)
         kept_text = index_install.hashed_requirements_text(kept_pins, options)
     return index_install.project_context_files(
         runtime_image, text, constraints, kept_text, ca_bundle(env)

@@ -90,3 +90,23 @@ def test_an_index_the_build_cannot_use_falls_back_to_wheels_and_says_why(
     assert project.uri in note
     files = members(context)
     assert "user-wheels/tabulate-0.9.0-py3-none-any.whl" in files
+
+
+def test_kept_lines_keep_the_versions_installed_before_them_where_they_allow() -> None:
+    # A runtime holding older releases than a lone resolution of the kept line takes.
+    older = ("numpy==2.0.2", "rich==13.9.0")
+    env = runner_image.env_plan("registry.test/kt", BASE, older)
+    runtime = runner_image.runner_plan(env)
+    project = runner_image.project_plan(runtime, (), kept=("keras==3.8.0",))
+    context, _ = runner_image._context(project, "index", {})
+    kept = {
+        p.name: p.version
+        for p in index_install.parse_hashed(members(context)["kept-requirements.txt"].decode())
+    }
+    assert kept["keras"] == "3.8.0"  # the override, as written
+    # Its dependencies stay at the versions installed before it (keras 3.8 accepts them),
+    # as pip keeps what is installed on the wheels path.
+    assert kept["numpy"] == "2.0.2"
+    assert kept["rich"] == "13.9.0"
+    lone = dict(pin.split("==") for pin in runtime_resolve.resolve(["keras==3.8.0"], "3.11"))
+    assert (lone["numpy"], lone["rich"]) != ("2.0.2", "13.9.0")  # what the test tells apart
