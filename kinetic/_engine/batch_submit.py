@@ -392,7 +392,6 @@ async def _record(
     if not place.runs_here:  # what the batch's pods run
         manifest["gke"] = {
             "image": image.uri,
-            **({"runner_image": image.runner} if image.runner else {}),
             "namespace": settings.namespace,
             "accelerator": accel.name + (":spot" if accel.spot else ""),
             "fuse_buckets": sorted(data.fuse_buckets),  # mounted read-only in every pod
@@ -400,6 +399,8 @@ async def _record(
             "lease_s": protocol.POOL_LEASE_SECONDS,
             "reuse_process": map_opts.reuse_process,
         }
+        if image.runner:  # a custom image: its pods get Kinetic's runner from this one
+            manifest["gke"]["runner_image"] = image.runner
     await storage.write(protocol.group_payload_key(group_id), fn_bytes)
 
     async def _write_chunk(numbered: tuple[int, bytes]) -> None:

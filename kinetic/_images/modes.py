@@ -7,7 +7,8 @@ bundled    None or ``"bundled"``          built here: the category's runtime ima
                                           (shared), and on it the project's requirements
 prebuilt   ``"prebuilt"``                 ``{base_image_repo}/base-{cat}:{version}-py{X.Y}``;
                                           the pod installs the requirements with uv
-custom     anything else                  used as given
+custom     anything else                  used as given; Kinetic's runner comes with
+                                          the job (:mod:`kinetic._images.delivery`)
 ========== ============================== =============================================
 
 In bundled and prebuilt mode the project's requirements (read by the caller, the
@@ -26,7 +27,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import anyio.to_thread
 
-from kinetic._core import accel_runtime, image_spec
+from kinetic._core import accel_runtime, image_spec, runner_delivery
 from kinetic._core.accel_runtime import RuntimeRequest
 from kinetic._core.config import Settings
 from kinetic._core.gke_config import GKEOptions
@@ -38,7 +39,7 @@ from kinetic._core.requirements import (
     requirements_lines,
 )
 from kinetic._exceptions import ConfigError
-from kinetic._images import runner_image, runtime_resolve
+from kinetic._images import delivery, runner_image, runtime_resolve
 from kinetic._images.builder import ImageBuilder, Progress, choose_builder
 from kinetic._images.runtime_resolve import ResolvedRuntime
 from kinetic._storage.base import Storage
@@ -134,9 +135,19 @@ async def resolve_job_image(
     :raises BackendError: the registry failed, or (prebuilt) lacks the base image.
     """
     mode = image_spec.execution_mode(container_image)
+
+    def builder() -> ImageBuilder:
+        return make_builder(settings, storage, env)
+
     if mode == "custom":
         assert container_image is not None
-        return JobImage(container_image, "custom")
+        if not runner_delivery.needs_delivery(container_image):
+            return JobImage(container_image, "custom")
+        # The image need not carry Kinetic: its pods get the runner from this one.
+        runner = await delivery.ensure_delivery_image(
+            settings, options, storage, builder, progress=progress
+        )
+        return JobImage(container_image, "custom", runner=runner)
     if mode == "prebuilt":
         check_installable_remotely(requirements)
         request, _ = await resolve_runtime(requirements, category, options.base_image)
@@ -158,9 +169,6 @@ async def resolve_job_image(
     runtime = await anyio.to_thread.run_sync(
         runner_image.runtime_plan, registry, options.base_image, resolved
     )
-
-    def builder() -> ImageBuilder:
-        return make_builder(settings, storage, env)
 
     lines = tuple(requirements_lines(request.project))
     kept = tuple(requirements_lines(request.kept))

@@ -61,9 +61,11 @@ def test_a_custom_images_job_copies_the_runner_in_and_runs_it_with_python3() -> 
 
 def test_a_kinetic_image_job_is_unchanged() -> None:
     spec = pod_spec(k8s_spec.job_manifest(template(runner_image=""), "job-1"))
-    assert "initContainers" not in spec and "volumes" not in spec
+    assert "initContainers" not in spec
+    assert "volumes" not in spec
     job = spec["containers"][0]
-    assert job["command"][0] == "python" and "workingDir" not in job
+    assert job["command"][0] == "python"
+    assert "workingDir" not in job
     assert DEPS_ENV not in {e["name"] for e in job["env"]}
 
 
@@ -127,7 +129,8 @@ def test_an_image_without_python3_fails_in_phase_fetch_saying_what_it_needs() ->
     report = k8s_status.pod_report(pod({"terminated": no_exec}))
     assert (report.status, report.phase) == (JobStatus.FAILED, "fetch")
     assert report.reason is not None
-    assert "reg/no-python:1" in report.reason and "`python3`" in report.reason
+    assert "reg/no-python:1" in report.reason
+    assert "`python3`" in report.reason
     assert "executable file not found" in report.reason
     started = {"reason": "StartError", "exitCode": 128, "message": "no such file"}
     assert k8s_status.pod_report(pod({"terminated": started})).phase == "fetch"
@@ -140,12 +143,15 @@ def test_a_failed_delivery_fails_in_phase_fetch_and_an_unpullable_one_cannot_sta
     failed = {"terminated": {"reason": "Error", "exitCode": 1, "message": "cp: no space"}}
     report = k8s_status.pod_report(pod({"waiting": {"reason": "PodInitializing"}}, failed))
     assert (report.status, report.phase) == (JobStatus.FAILED, "fetch")
-    assert report.reason is not None and RUNNER_IMAGE in report.reason
+    assert report.reason is not None
+    assert RUNNER_IMAGE in report.reason
     assert "cp: no space" in report.reason
     pulling = {"waiting": {"reason": "ImagePullBackOff", "message": "not found"}}
     stuck = k8s_status.pod_report(pod({"waiting": {"reason": "PodInitializing"}}, pulling))
-    assert stuck.status is JobStatus.PENDING and k8s_status.cannot_start(stuck)
-    assert stuck.reason is not None and RUNNER_IMAGE in stuck.reason
+    assert stuck.status is JobStatus.PENDING
+    assert k8s_status.cannot_start(stuck)
+    assert stuck.reason is not None
+    assert RUNNER_IMAGE in stuck.reason
     done = {"terminated": {"reason": "Completed", "exitCode": 0}}
     running = k8s_status.pod_report(pod({"running": {}}, done))
     assert running.status is JobStatus.RUNNING
