@@ -7,13 +7,15 @@ that failed stopped the whole batch in phase ``fetch``. Wrapped in :class:`Patie
 every operation is tried again, with growing pauses, for up to ``patience`` seconds.
 
 Every operation of :class:`runner.store.RunnerStore` may be repeated: reads and
-listings change nothing, and a write puts the same bytes again. A create-if-absent whose
-answer was lost may have created the object: before creating again the store reads it,
-and bytes equal to its own (a claim names its worker and its lease's end) mean that the
-first try won.
+listings change nothing, and a write puts the same bytes again. A create-if-absent (or a
+replace at a generation) whose answer was lost may have written the object: before
+trying again the store reads it, and bytes equal to its own (a claim names its worker
+and its lease's end) mean that the first try won.
 
-The pool bounds the patience below a claim's lease, so a worker still trying has not had
-its span taken over by another (it gives up, and dies, first).
+The pool bounds the patience below a claim's lease. A renewal still in flight when the
+lease ends may yet land, but it is a replace at the generation its worker last wrote:
+if another worker took the span over meanwhile (which replaces the claim first), the
+renewal fails, and its worker drops the span (:mod:`runner.pool_machine`).
 """
 
 from __future__ import annotations
@@ -104,6 +106,32 @@ class PatientStore:
         return self._patiently(
             f"create of {key}", lambda: self.store.create_if_absent(key, data), again
         )
+
+    def read_versioned(self, key: str) -> tuple[bytes, int]:
+        return self._patiently(f"read of {key}", lambda: self.store.read_versioned(key))
+
+    def create_versioned(self, key: str, data: bytes) -> int | None:
+        return self._patiently(
+            f"create of {key}",
+            lambda: self.store.create_versioned(key, data),
+            lambda: self._ours(key, data) or self.store.create_versioned(key, data),
+        )
+
+    def replace_if(self, key: str, data: bytes, generation: int) -> int | None:
+        return self._patiently(
+            f"replace of {key}",
+            lambda: self.store.replace_if(key, data, generation),
+            lambda: self._ours(key, data) or self.store.replace_if(key, data, generation),
+        )
+
+    def _ours(self, key: str, data: bytes) -> int | None:
+        """The object's generation when it holds ``data``: a failed try wrote it (its
+        answer was lost), else None."""
+        try:
+            found, generation = self.store.read_versioned(key)
+        except FileNotFoundError:
+            return None
+        return generation if found == data else None
 
     def download(self, key: str, path: Path) -> None:
         self._patiently(f"download of {key}", lambda: self.store.download(key, path))

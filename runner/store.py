@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
-from runner import protocol
+from runner import protocol, versioned
 from runner.fs import atomic_copy, atomic_write, iter_files
 
 
@@ -40,6 +40,19 @@ class RunnerStore(Protocol):
 
     def create_if_absent(self, key: str, data: bytes) -> bool:
         """Create the object unless one exists; whether it was created (atomic)."""
+        ...
+
+    def read_versioned(self, key: str) -> tuple[bytes, int]:
+        """The object's bytes and its generation (which every change of it changes)."""
+        ...
+
+    def create_versioned(self, key: str, data: bytes) -> int | None:
+        """:meth:`create_if_absent`, with the new object's generation (None: it existed)."""
+        ...
+
+    def replace_if(self, key: str, data: bytes, generation: int) -> int | None:
+        """Replace the object if it is still at ``generation`` (atomic); its new
+        generation, or None when it changed or is missing."""
         ...
 
     def download(self, key: str, path: Path) -> None:
@@ -64,16 +77,16 @@ class FileStore:
         atomic_write(self.root / key, data)
 
     def create_if_absent(self, key: str, data: bytes) -> bool:
-        path = self.root / key
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        atomic_write(tmp, data)
-        try:
-            os.link(tmp, path)  # fails if the name exists: the atomic check
-        except FileExistsError:
-            return False
-        finally:
-            tmp.unlink()
-        return True
+        return self.create_versioned(key, data) is not None
+
+    def read_versioned(self, key: str) -> tuple[bytes, int]:
+        return versioned.read_versioned(self.root / key)
+
+    def create_versioned(self, key: str, data: bytes) -> int | None:
+        return versioned.create_versioned(self.root / key, data)
+
+    def replace_if(self, key: str, data: bytes, generation: int) -> int | None:
+        return versioned.replace_if(self.root / key, data, generation)
 
     def download(self, key: str, path: Path) -> None:
         with open(self.root / key, "rb") as src:

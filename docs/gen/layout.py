@@ -246,7 +246,14 @@ MAP: tuple[tuple[str, str, tuple[Entry, ...]], ...] = (
                 "patient_store.py",
                 (
                     "a store whose operations wait out a passing storage failure (the pool "
-                    "worker's), and know a create whose answer was lost"
+                    "worker's), and know a create or replace whose answer was lost"
+                ),
+            ),
+            (
+                "versioned.py",
+                (
+                    "objects as files with generations: read, create, and replace only at "
+                    "the generation read (a pool claim's fence)"
                 ),
             ),
         ),

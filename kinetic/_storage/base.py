@@ -64,6 +64,27 @@ class Storage(Protocol):
         """
         ...
 
+    async def read_versioned(
+        self, key: str, *, timeout: float = DEFAULT_TIMEOUT
+    ) -> tuple[bytes, int]:
+        """The object's bytes and its generation, from one read (every change of the
+        object changes its generation). Raises ObjectNotFoundError when absent."""
+        ...
+
+    async def create_versioned(
+        self, key: str, data: bytes, *, timeout: float = DEFAULT_TIMEOUT
+    ) -> int | None:
+        """:meth:`create_if_absent`, with the new object's generation (None: one existed)."""
+        ...
+
+    async def replace_if(
+        self, key: str, data: bytes, generation: int, *, timeout: float = DEFAULT_TIMEOUT
+    ) -> int | None:
+        """Replace the object with ``data`` if it is still at ``generation`` (atomic; GCS:
+        the ``ifGenerationMatch`` precondition); its new generation, or None when it
+        changed or is missing."""
+        ...
+
     async def exists(self, key: str, *, timeout: float = DEFAULT_TIMEOUT) -> bool:
         """Whether the object exists."""
         ...

@@ -252,6 +252,27 @@ class GCSStorage:
 
         return await self._call(f"read {key!r}", op, key=key, timeout=timeout)
 
+    async def read_versioned(
+        self, key: str, *, timeout: float = DEFAULT_TIMEOUT
+    ) -> tuple[bytes, int]:
+        """The object's bytes and their generation (the ``x-goog-generation`` header of
+        the one download).
+
+        :raises ConfigError: ``key`` is not a valid key.
+        :raises ObjectNotFoundError: the object does not exist.
+        :raises StorageError: any other failure, or ``timeout`` seconds ran out.
+        """
+        check_key(key)
+
+        async def op(client: _GCloudStorage, t: int) -> tuple[bytes, int]:
+            stream = await client.download_stream(self._bucket, key, timeout=t)
+            async with stream as response:
+                data = await response.read()
+                header = response.headers.get("x-goog-generation", "")
+            return data, _generation_of({"generation": header}, key)
+
+        return await self._call(f"read {key!r}", op, key=key, timeout=timeout)
+
     async def write(self, key: str, data: bytes, *, timeout: float = DEFAULT_TIMEOUT) -> None:
         """Create or replace the object with ``data`` (one request; GCS makes it atomic).
 
@@ -291,7 +312,18 @@ class GCSStorage:
         self, key: str, data: bytes, *, timeout: float = DEFAULT_TIMEOUT
     ) -> bool:
         """Create the object unless one exists (``ifGenerationMatch=0``); return whether
-        it was created.
+        it was created (see :meth:`create_versioned`).
+
+        :raises ConfigError: ``key`` is not a valid key.
+        :raises StorageError: on failure, or when ``timeout`` seconds ran out.
+        """
+        return await self.create_versioned(key, data, timeout=timeout) is not None
+
+    async def create_versioned(
+        self, key: str, data: bytes, *, timeout: float = DEFAULT_TIMEOUT
+    ) -> int | None:
+        """Create the object unless one exists (``ifGenerationMatch=0``); its generation,
+        or None when one existed.
 
         Each call tags its object with a token of its own (custom metadata): when an
         attempt's answer is lost (a reset) after the object was created, the retry meets
@@ -300,42 +332,64 @@ class GCSStorage:
         :raises ConfigError: ``key`` is not a valid key.
         :raises StorageError: on failure, or when ``timeout`` seconds ran out.
         """
+        return await self._conditional_upload(key, data, 0, "create", timeout)
+
+    async def replace_if(
+        self, key: str, data: bytes, generation: int, *, timeout: float = DEFAULT_TIMEOUT
+    ) -> int | None:
+        """Replace the object if it is still at ``generation`` (``ifGenerationMatch``);
+        its new generation, or None when it changed or is missing. A lost answer is
+        recognized as :meth:`create_versioned` recognizes one.
+
+        :raises ConfigError: ``key`` is not a valid key.
+        :raises StorageError: on failure, or when ``timeout`` seconds ran out.
+        """
+        if generation <= 0:
+            raise ConfigError(f"replace_if needs an object's generation, got {generation}")
+        return await self._conditional_upload(key, data, generation, "replace", timeout)
+
+    async def _conditional_upload(
+        self, key: str, data: bytes, generation: int, what: str, timeout: float
+    ) -> int | None:
         check_key(key)
         token = os.urandom(12).hex()
         tries = 0
 
-        async def op(client: _GCloudStorage, t: int) -> None:
+        async def op(client: _GCloudStorage, t: int) -> dict[str, Any]:
             nonlocal tries
             tries += 1
             # Metadata makes this a multipart upload: the one kind every GCS
             # implementation checks the precondition on.
-            await client.upload(
+            return await client.upload(
                 self._bucket,
                 key,
                 data,
                 content_type=_CONTENT_TYPE,
-                parameters={"ifGenerationMatch": "0"},
-                metadata={"metadata": {"kinetic": "create-if-absent", "writer": token}},
+                parameters={"ifGenerationMatch": str(generation)},
+                metadata={"metadata": {"kinetic": what, "writer": token}},
                 force_resumable_upload=False,
                 timeout=t,
             )
 
         try:
-            await self._call(f"create {key!r}", op, key=None, timeout=timeout)
+            made = await self._call(f"{what} {key!r}", op, key=None, timeout=timeout)
         except StorageError as exc:
             cause = exc.__cause__
             if isinstance(cause, aiohttp.ClientResponseError) and cause.status == 412:
-                return tries > 1 and await self._written_by(key, token, timeout)
+                return await self._written_by(key, token, timeout) if tries > 1 else None
             raise
-        return True
+        return _generation_of(made, key)
 
-    async def _written_by(self, key: str, token: str, timeout: float) -> bool:
-        """Whether ``key`` is the object a create_if_absent call with ``token`` made."""
+    async def _written_by(self, key: str, token: str, timeout: float) -> int | None:
+        """The generation of ``key`` if it is the object a conditional upload with
+        ``token`` made, else None."""
         try:
             found = await self._metadata(key, timeout)
         except ObjectNotFoundError:
-            return False
-        return bool((found.get("metadata") or {}).get("writer") == token)
+            return None
+        if (found.get("metadata") or {}).get("writer") != token:
+            return None
+        return _generation_of(found, key)
 
     async def _metadata(self, key: str, timeout: float) -> dict[str, Any]:
         check_key(key)
@@ -543,6 +597,17 @@ class GCSStorage:
                     await session.close()
                 except Exception as exc:
                     raise StorageError(f"{self.url}: closing the session failed") from exc
+
+
+def _generation_of(found: Mapping[str, Any], key: str) -> int:
+    """An object's generation, from its metadata (or a download's header).
+
+    :raises StorageError: it names none.
+    """
+    try:
+        return int(found["generation"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise StorageError(f"no generation in the answer for {key!r}") from exc
 
 
 def _is_transient(exc: BaseException) -> bool:

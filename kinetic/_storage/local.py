@@ -22,6 +22,7 @@ import anyio.to_thread
 
 from kinetic._exceptions import ConfigError, ObjectNotFoundError, StorageError
 from kinetic._storage.base import DEFAULT_TIMEOUT, TRANSFER_TIMEOUT, check_key
+from runner import versioned
 from runner.fs import (
     atomic_copy,
     atomic_write,
@@ -128,22 +129,25 @@ class LocalStorage:
     async def create_if_absent(
         self, key: str, data: bytes, *, timeout: float = DEFAULT_TIMEOUT
     ) -> bool:
+        return await self.create_versioned(key, data, timeout=timeout) is not None
+
+    async def read_versioned(
+        self, key: str, *, timeout: float = DEFAULT_TIMEOUT
+    ) -> tuple[bytes, int]:
+        return await self._run(timeout, versioned.read_versioned, self.path_for(key))
+
+    async def create_versioned(
+        self, key: str, data: bytes, *, timeout: float = DEFAULT_TIMEOUT
+    ) -> int | None:
+        # Written aside, then hard-linked into place: link() fails if the name exists,
+        # so the object appears whole and only one creator wins.
+        return await self._run(timeout, versioned.create_versioned, self.path_for(key), data)
+
+    async def replace_if(
+        self, key: str, data: bytes, generation: int, *, timeout: float = DEFAULT_TIMEOUT
+    ) -> int | None:
         path = self.path_for(key)
-
-        def _create() -> bool:
-            # Written aside, then hard-linked into place: link() fails if the name exists,
-            # so the object appears whole and only one creator wins.
-            tmp = path.with_name(f".tmp-create-{os.getpid()}-{id(data)}-{path.name}")
-            atomic_write(tmp, data)
-            try:
-                os.link(tmp, path)
-            except FileExistsError:
-                return False
-            finally:
-                tmp.unlink(missing_ok=True)
-            return True
-
-        return bool(await self._run(timeout, _create))
+        return await self._run(timeout, versioned.replace_if, path, data, generation)
 
     async def exists(self, key: str, *, timeout: float = DEFAULT_TIMEOUT) -> bool:
         return bool(await self._run(timeout, self.path_for(key).is_file))

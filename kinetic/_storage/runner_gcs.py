@@ -44,6 +44,15 @@ class GCSStore:
     def create_if_absent(self, key: str, data: bytes) -> bool:
         return self._run(self._storage.create_if_absent(key, data))
 
+    def read_versioned(self, key: str) -> tuple[bytes, int]:
+        return self._run(self._storage.read_versioned(key))
+
+    def create_versioned(self, key: str, data: bytes) -> int | None:
+        return self._run(self._storage.create_versioned(key, data))
+
+    def replace_if(self, key: str, data: bytes, generation: int) -> int | None:
+        return self._run(self._storage.replace_if(key, data, generation))
+
     def download(self, key: str, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self._run(self._storage.download_file(key, path))

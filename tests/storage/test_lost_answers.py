@@ -39,3 +39,21 @@ async def test_create_if_absent_whose_answer_was_lost_still_reads_as_created(
         proxy.set_faults(Faults(script=("reset-after",)))
         assert await store.create_if_absent("claims/0", b"mine too") is False
         assert await store.read("claims/0") == b"mine"
+
+
+@pytest.mark.anyio
+async def test_a_replace_whose_answer_was_lost_still_reads_as_replaced(
+    proxy: FaultProxy, gcs_bucket: str
+) -> None:
+    async with GCSStorage(gcs_bucket, backoff=0.01) as store:
+        made = await store.create_versioned("claims/1", b"lease to 10")
+        assert made is not None
+        proxy.set_faults(Faults(script=("reset-after",)))
+        renewed = await store.replace_if("claims/1", b"lease to 20", made)
+        assert proxy.counts["reset-after"] == 1
+        assert renewed is not None
+        assert await store.read_versioned("claims/1") == (b"lease to 20", renewed)
+        # A replacer that lost to another is told so, whatever happened to its answer.
+        proxy.set_faults(Faults(script=("reset-after",)))
+        assert await store.replace_if("claims/1", b"taken over", made) is None
+        assert (await store.read("claims/1")) == b"lease to 20"

@@ -132,6 +132,37 @@ async def test_create_if_absent_has_one_winner(store: Storage) -> None:
     assert {k async for k in store.list("locks/")} == {"locks/one", "locks/race"}
 
 
+async def test_a_replace_at_a_generation_is_fenced_by_every_change(store: Storage) -> None:
+    """What a pool's claims rely on: of a late renewal and a takeover, one wins."""
+    made = await store.create_versioned("claims/0", b"lease to 10")
+    assert made is not None
+    assert await store.create_versioned("claims/0", b"another") is None
+    assert await store.read_versioned("claims/0") == (b"lease to 10", made)
+    renewed = await store.replace_if("claims/0", b"lease to 20", made)
+    assert renewed is not None
+    assert renewed != made
+    # A replace at the generation read before that change fails, and changes nothing.
+    assert await store.replace_if("claims/0", b"taken over", made) is None
+    assert await store.read_versioned("claims/0") == (b"lease to 20", renewed)
+    assert await store.replace_if("claims/missing", b"x", renewed) is None
+    # Racing replacers at one generation: exactly one wins.
+    wins: list[bytes] = []
+
+    async def race(n: int) -> None:
+        data = f"replacer {n}".encode()
+        if await store.replace_if("claims/0", data, renewed) is not None:
+            wins.append(data)
+
+    async with anyio.create_task_group() as tg:
+        for n in range(6):
+            tg.start_soon(race, n)
+    assert len(wins) == 1
+    assert (await store.read_versioned("claims/0"))[0] == wins[0]
+    assert {k async for k in store.list("claims/")} == {"claims/0"}  # nothing left aside
+    with pytest.raises(ObjectNotFoundError):
+        await store.read_versioned("claims/missing")
+
+
 # -- missing objects ---------------------------------------------------------------
 
 

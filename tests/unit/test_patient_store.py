@@ -42,6 +42,18 @@ class Outage(FileStore):
             raise StoreUnavailable("connection reset after the request was served")
         return won
 
+    def read_versioned(self, key: str) -> tuple[bytes, int]:
+        self._request()
+        return super().read_versioned(key)
+
+    def replace_if(self, key: str, data: bytes, generation: int) -> int | None:
+        self._request()
+        made = super().replace_if(key, data, generation)
+        if self.lost_answers:
+            self.lost_answers -= 1
+            raise StoreUnavailable("connection reset after the request was served")
+        return made
+
     def list(self, prefix: str) -> list[str]:
         self._request()
         return super().list(prefix)
@@ -120,3 +132,18 @@ def test_a_failure_that_will_not_pass_is_raised_at_once(tmp_path: Path) -> None:
     with pytest.raises(OSError, match="403"):
         PatientStore(Refusing(tmp_path), patience=30.0, clock=clock, sleep=clock.sleep).read("k")
     assert clock.slept == []
+
+
+def test_a_replace_whose_answer_was_lost_is_known_to_have_won(tmp_path: Path) -> None:
+    clock = Clock()
+    store = Outage(tmp_path)
+    made = store.create_versioned("claims/0", b"lease to 10")
+    assert made is not None
+    store.lost_answers = 1
+    renewed = patient(store, clock).replace_if("claims/0", b"lease to 20", made)
+    assert renewed is not None
+    assert store.read_versioned("claims/0") == (b"lease to 20", renewed)
+    # Lost to another replacer (its generation moved on): still lost, however retried.
+    store.lost_answers = 1
+    assert patient(store, clock).replace_if("claims/0", b"taken", made) is None
+    assert store.read("claims/0") == b"lease to 20"
