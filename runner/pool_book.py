@@ -34,6 +34,52 @@ hole is bounded by a reach that every claim of its span states.
 
 Span sizes adapt (:func:`span_size`): short while inputs are slow or few remain, long
 while they are fast, so the tail does not wait on one worker.
+
+Which outcome of an input stands
+--------------------------------
+Delivery is at-least-once, so an input may have several durable outcomes: records in
+bursts of different claims (a worker whose burst landed after its lease ran out, when a
+takeover had run the input again) and an outcome object of its own. Every reader
+(:mod:`kinetic._backends.gke.pool`: ``results()``, ``as_completed()``,
+``attach_batch``, ``kinetic batch status``) reports the same one, whatever the order it
+listed and read them in (:func:`outcome_rank`, :class:`OutcomeChoice`):
+
+1. the outcome object of its own stands: there is at most one (create-if-absent). A
+   worker writes it (a large result) before the burst that covers the input; a cancel
+   only when its reader knew no record of the input;
+2. else the record in the burst of the *earliest claim*: the lowest claim start, then
+   claim number, then burst name. The claims that cover one input were created in that
+   order (a takeover ``n + 1`` only once claim ``n``'s lease ran out; a hole's slot, a
+   span further on, only once the takeover that cut the span), so this is the claim the
+   input was given to first. A late burst is most often that claim's, too (a write
+   delayed by storage about its lease's end, while the takeover still runs the input):
+   it is also the one that landed first.
+
+Listings give names, not the order objects were created in, and of two bursts written
+concurrently either may land first under the same names: no rule on names can make "the
+first durable" stand. So a reader reports a record only once no record it has not seen
+can stand over it:
+
+* an outcome object of its own: at once (nothing stands over it);
+* a record of the input's *first claim* (claim 0 of a span in no hole:
+  :meth:`PoolBook.first_claim`), as for nearly every input: at once. Only an object of
+  its own could stand over it, and one is created after a record only in the races
+  left open below;
+* a record of a later claim (a takeover, a hole's slot): :attr:`OutcomeChoice.hold`
+  seconds (the batch's lease) after the reader first listed its burst. Every earlier
+  claim of the input lost its lease before that claim was created, and a worker writes
+  a burst after its lease ran out only once it made sure that its claim was not taken
+  over (:mod:`runner.pool_machine`), retrying a write for a quarter of a lease at most:
+  such a late burst lands within the hold, and stands over the held record, which no
+  reader has reported yet. Or sooner: once no worker may write anymore (a reader that
+  saw no pod of the pool left, then listed the bursts), every record is in sight.
+
+A reader never changes an outcome it reported: a record that comes later is ignored
+(counted: :attr:`OutcomeChoice.late`). Left open, where readers that reported before
+and after may disagree: a worker paused longer than the hold between its check and its
+write; a cancel whose object is created in the instant between its look (no record of
+the input) and its create, as the input's burst lands; a takeover's large result (an
+object of its own) after a late burst of the input's first claim.
 """
 
 from __future__ import annotations
@@ -41,6 +87,7 @@ from __future__ import annotations
 import bisect
 import math
 from dataclasses import dataclass, replace
+from typing import Generic, TypeVar
 
 from runner import protocol
 
@@ -346,6 +393,18 @@ class PoolBook:
         self._stale.add(region)
         self.changes += 1
         return True
+
+    def first_claim(self, start: int, number: int) -> bool:
+        """Whether claim ``number`` of the span at ``start`` is the first claim of every
+        input it covers: claim 0 of a span in no hole. A span after a taken-over one of
+        its region may lie in that one's hole (its claim, which tells, may not be read):
+        its claim 0 counts as a later claim (module docstring: "Which outcome stands").
+        Bursts are listed before claims: the takeover that cut a hole is listed by then."""
+        if number > 0:
+            return False
+        region = self.options.region_of(start)
+        region_of = self.options.region_of
+        return not any(s < start and region_of(s) == region for s in self._taken)
 
     def learn_burst(self, first: int, end: int) -> bool:
         """Inputs ``[first, end)`` have outcomes (a burst's name); True when news."""
@@ -680,3 +739,82 @@ def parse_claim(start: int, number: int, data: bytes) -> Span | None:
         return Span(start, number, worker, expires, end, first, tries, reach, slot)
     except (ValueError, KeyError, TypeError, AttributeError):
         return None
+
+
+# --- which outcome of an input stands (module docstring) -----------------------------
+
+Rank = tuple[int, int, int, str]
+"""Of two durable records of one input, the one of the lower rank stands."""
+OWN_OUTCOME: Rank = (0, 0, 0, "")
+"""The rank of an input's outcome object of its own: it stands over every burst."""
+
+V = TypeVar("V")
+
+
+def outcome_rank(burst: str) -> Rank:
+    """The rank of a record in the burst named ``burst`` (relative to the bursts prefix):
+    the earliest claim's stands — the lowest claim start, then claim number, then name.
+
+    :raises ValueError: ``burst`` is not a burst's name.
+    """
+    parsed = protocol.parse_burst_name(burst)
+    if parsed is None:
+        raise ValueError(f"not a burst's name: {burst!r}")
+    return (1, parsed[2], parsed[3], burst)
+
+
+class OutcomeChoice(Generic[V]):
+    """Which durable record of each input a reader reports, and when (module docstring:
+    "Which outcome of an input stands"). Pure: times are a monotonic clock's, passed in.
+
+    :param hold: seconds a record of a later claim waits after its burst was first listed.
+    """
+
+    def __init__(self, hold: float) -> None:
+        self.hold = hold
+        self.reported: dict[int, Rank] = {}
+        """The rank of the record reported of each input (never changed)."""
+        self.late = 0
+        """Records that would have stood over one reported before (see the docstring)."""
+        self._held: dict[int, tuple[Rank, float, V]] = {}  # index -> rank, seen, value
+
+    def offer(self, index: int, rank: Rank, value: V, *, first: bool, seen: float) -> None:
+        """A durable record of input ``index``, of ``rank`` (:data:`OWN_OUTCOME` or
+        :func:`outcome_rank`). ``first``: it is of the input's first claim
+        (:meth:`PoolBook.first_claim`); ``seen``: when its burst was first listed."""
+        reported = self.reported.get(index)
+        if reported is not None:
+            if rank < reported:
+                self.late += 1
+            return
+        held = self._held.get(index)
+        if held is not None and held[0] <= rank:
+            return
+        self._held[index] = (rank, float("-inf") if first or rank == OWN_OUTCOME else seen, value)
+
+    def known(self, index: int) -> bool:
+        """Whether a record of the input is known (reported, or held)."""
+        return index in self.reported or index in self._held
+
+    def release(self, now: float) -> list[tuple[int, V]]:
+        """The records to report now (each input once, ever), by input."""
+        due = sorted(i for i, (_, seen, _) in self._held.items() if seen + self.hold <= now)
+        out = []
+        for index in due:
+            rank, _, value = self._held.pop(index)
+            self.reported[index] = rank
+            out.append((index, value))
+        return out
+
+    @property
+    def held(self) -> int:
+        """Records known but not reported yet."""
+        return len(self._held)
+
+    def next_due(self) -> float | None:
+        """When the next held record is reported, or None when none is held."""
+        return min((seen + self.hold for _, seen, _ in self._held.values()), default=None)
+
+    def forget_held(self, index: int) -> None:
+        """Drop the held record of ``index`` (one that stands over it is on its way)."""
+        self._held.pop(index, None)

@@ -629,6 +629,8 @@ def decode_outcome(data: bytes) -> tuple[OutcomeHeader, bytes]:
 #   _groups/{group_id}/results/{index:07d}.res      one input's own outcome (a cancel of
 #                                                   that input, or a large result); it
 #                                                   stands over any burst's record of it
+#                                                   (of two bursts' records, the earliest
+#                                                   claim's: runner/pool_book.py)
 #   _groups/{group_id}/holes/{start:07d}.{n:03d}.{end:07d}.{reach:07d}.{slot:07d}.{ms:013d}
 #                                                   claim n cut the span: [end, reach)
 #                                                   is claimed in slots (hole_name)

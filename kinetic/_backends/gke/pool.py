@@ -28,9 +28,15 @@ machine) only *reads*, and decides with :mod:`kinetic._core.pool_plan`:
 
 ``cancel()`` records ``stop.json`` and deletes the Job and its pods (two requests).
 Delivery is at-least-once: an input whose worker died before its burst was written
-runs again once its claim's lease expired. Each input is reported once: an outcome
-object of its own stands over burst records, and of two bursts with the same input
-(a worker that stalled past its lease) the first one read stands.
+runs again once its claim's lease expired. Each input is reported once, and every
+reader reports the same outcome of it, whatever order it listed and read them in: the
+rule is :mod:`runner.pool_book`'s ("Which outcome of an input stands", applied by
+:class:`~runner.pool_book.OutcomeChoice`). An outcome object of its own stands over
+burst records, and of two bursts with the same input (a worker whose burst landed
+after its lease ran out) the earliest claim's; a record of a takeover (or of a hole's
+slot) is reported a lease after it was first listed, when an earlier claim's late
+burst would have landed, or at once when a look found no worker that may still write
+(a batch that ended: a new process reads it whole at once).
 
 :class:`GKEBatchEngines` is the backend's batch runner: it hands each batch to this
 engine or to the one-Job-per-input engine (:mod:`kinetic._backends.gke.batch`),
@@ -56,6 +62,7 @@ from kinetic._core.exception_groups import one_error
 from kinetic._exceptions import ObjectNotFoundError
 from kinetic._storage.base import Storage
 from runner import protocol, results_log
+from runner.pool_book import OWN_OUTCOME, OutcomeChoice, outcome_rank
 
 if TYPE_CHECKING:
     from kinetic._backends.cluster import ClusterBackend
@@ -123,13 +130,14 @@ class GKEPool(GroupEngine["_Follower"]):
         return _input_section(text or "", index)
 
     async def cancel_input(self, job: JobRef) -> None:
-        """Record the input cancelled unless an outcome stands; its worker skips it, or
-        ends it at its next look for cancels (a pod runs many inputs: it is not deleted).
-        The outcome object of its own stands over a burst written after the look."""
+        """Record the input cancelled unless an outcome of it is known (reported, or held:
+        another reader may have reported it); its worker skips it, or ends it at its next
+        look for cancels (a pod runs many inputs: it is not deleted). The outcome object
+        of its own stands over a burst written after the look."""
         group_id, index = str(job.group_id), input_index(job)
         follower = self.follower(group_id)
         await follower.refresh()
-        if index in follower.outcomes:
+        if follower.known(index):
             return
         header = protocol.cancelled_header()
         payload = bytes(
@@ -152,9 +160,12 @@ class _Follower:
         self.book: pool_plan.PoolBook | None = None
         self.state = pool_plan.FollowState()
         self.outcomes: Loaded = {}
+        """The outcomes reported (:attr:`choice` says which, and when)."""
+        self.choice: OutcomeChoice[tuple[protocol.OutcomeHeader, bytes]] | None = None
         self.lock = anyio.Lock()
         self._bursts_read: set[str] = set()
-        self._singles: set[int] = set()  # inputs with an outcome object of their own
+        self._bursts_seen: dict[str, float] = {}  # burst -> when first listed (monotonic)
+        self._singles: set[int] = set()  # inputs whose outcome object of its own was read
 
     @property
     def storage(self) -> Storage:
@@ -169,6 +180,7 @@ class _Follower:
             key = protocol.group_manifest_key(self.group_id)
             self.manifest = protocol.load_manifest(await self.storage.read(key))
             self.book = pool_plan.PoolBook(pool_plan.PoolOptions.from_manifest(self.manifest))
+            self.choice = OutcomeChoice(hold=self.book.options.lease_s)
         return self.book
 
     @property
@@ -225,16 +237,34 @@ class _Follower:
                 await self.refresh()
         return {i: self.outcomes[i] for i in indices if i in self.outcomes}
 
-    def forget(self, index: int) -> None:
-        self.outcomes.pop(index, None)
-        self._singles.discard(index)
+    def known(self, index: int) -> bool:
+        """Whether an outcome of input ``index`` is known (reported, or held)."""
+        return self.choice is not None and self.choice.known(index)
 
-    def _learn(self, index: int, header: protocol.OutcomeHeader, payload: bytes) -> None:
+    def forget(self, index: int) -> None:
+        """Read input ``index``'s outcome object of its own again (just created or found):
+        it stands over any record held, and a reported outcome is kept."""
+        self._singles.discard(index)
+        if self.choice is not None and index not in self.choice.reported:
+            self.choice.forget_held(index)
+
+    def _report(self, due: float | None = None) -> None:
+        """Report the records whose time came (:class:`~runner.pool_book.OutcomeChoice`),
+        or every one due by ``due`` (monotonic)."""
         assert self.book is not None
-        if index in self.outcomes and index not in self._singles:
-            return  # the first burst read stands (see the module docstring)
-        self.outcomes[index] = (header, payload)
-        self.book.learn_outcome(index, protocol.as_input_state(header.get("state")))
+        assert self.choice is not None
+        late = self.choice.late
+        now = anyio.current_time() if due is None else due
+        for index, (header, payload) in self.choice.release(now):
+            self.outcomes[index] = (header, payload)
+            self.book.learn_outcome(index, protocol.as_input_state(header.get("state")))
+        if self.choice.late > late:
+            log.warning(
+                "batch %s: %d outcome(s) came after another outcome of their input was "
+                "reported: kept the reported ones",
+                self.group_id,
+                self.choice.late - late,
+            )
 
     async def _read_burst(self, name: str) -> None:
         key = protocol.group_bursts_prefix(self.group_id) + name
@@ -252,9 +282,13 @@ class _Follower:
                 "error": f"its outcome (burst {name}) is corrupted: {exc}",
             }
             records = [(i, header, b"") for i in range(parsed[0], parsed[1])]
+        assert self.book is not None
+        assert self.choice is not None
+        rank = outcome_rank(name)
+        first = self.book.first_claim(rank[1], rank[2])
+        seen = self._bursts_seen[name]
         for index, header, payload in records:
-            if index not in self._singles:
-                self._learn(index, header, payload)
+            self.choice.offer(index, rank, (header, payload), first=first, seen=seen)
 
     async def _read_claim(self, start: int, number: int) -> pool_plan.Span | None:
         try:
@@ -273,9 +307,10 @@ class _Follower:
 
     async def refresh(self) -> None:
         """List bursts, single outcomes and claims; read what is new (and claims whose
-        lease seems to have run out: their holder may have renewed them); read the
-        stop record. Bursts are listed before single outcomes: a single written before
-        the burst that covers its input is then always seen first."""
+        lease seems to have run out: their holder may have renewed them); report the
+        outcomes whose time came; read the stop record. Bursts are listed before single
+        outcomes: a single written before the burst that covers its input is then always
+        seen first; and before claims: the claims of a listed burst are listed too."""
         book = await self._load()
         bursts = protocol.group_bursts_prefix(self.group_id)
         new_bursts = [
@@ -284,6 +319,13 @@ class _Follower:
             if (name := key.removeprefix(bursts)) not in self._bursts_read
             and protocol.parse_burst_name(name) is not None
         ]
+        listed = anyio.current_time()  # they were there by now (a hold counts from here)
+        for name in new_bursts:
+            if name not in self._bursts_seen:
+                self._bursts_seen[name] = listed
+                span = protocol.parse_burst_name(name)
+                assert span is not None
+                book.learn_burst(span[0], span[1])  # durable outcomes, maybe held
         results = protocol.group_results_prefix(self.group_id)
         singles = [
             index
@@ -291,12 +333,13 @@ class _Follower:
             if (index := protocol.parse_outcome_name(key.removeprefix(results))) is not None
             and index not in self._singles
         ]
+        choice = self.choice
+        assert choice is not None
         if singles:
-            self._singles.update(singles)  # they stand over bursts: read them first
+            self._singles.update(singles)
 
             def learn_single(index: int, header: protocol.OutcomeHeader, payload: bytes) -> None:
-                self.outcomes.pop(index, None)
-                self._learn(index, header, payload)
+                choice.offer(index, OWN_OUTCOME, (header, payload), first=True, seen=listed)
 
             await read_outcomes(self.storage, self.group_id, singles, learn_single)
         limiter = anyio.CapacityLimiter(_IO_CONCURRENCY)
@@ -326,6 +369,7 @@ class _Follower:
                     tg.start_soon(burst, name)
                 for start, number in stale:
                     tg.start_soon(claim, start, number)
+        self._report()
         if book.stop is None:
             stop = await self.read_stop()
             if stop is not None:
@@ -350,6 +394,8 @@ class _Follower:
         if pool_plan.look_due(self.state, now=anyio.current_time(), stopped=book.stop is not None):
             view = await self.look()  # before storage: a finished pool's outcomes are all seen
         await self.refresh()
+        if view is not None and _no_writer(view):
+            self._report(due=float("inf"))  # no late burst can come: report what is held
         decision = pool_plan.follow_step(
             book,
             self.state,
@@ -383,9 +429,14 @@ class _Follower:
                 decision = await self._decide(drive=True)
                 events = self._events(known, decision)
                 assert self.book is not None
-                if events.done or events.stop is not None or self.book.settled:
+                assert self.choice is not None
+                held = self.choice.next_due()
+                if events.done or events.stop is not None or (self.book.settled and held is None):
                     return events
-            await anyio.sleep(decision.wait)
+            wait = decision.wait
+            if held is not None:  # an outcome held back is reported then
+                wait = min(wait, max(0.0, held - anyio.current_time()))
+            await anyio.sleep(wait)
 
     async def snapshot(self, known: Collection[int]) -> BatchEvents:
         """One look without acting: outcomes, running inputs, the stop once settled."""
@@ -456,6 +507,13 @@ class GKEBatchEngines:
 
     async def cancel_input(self, job: JobRef) -> None:
         await (await self.engine(str(job.group_id))).cancel_input(job)
+
+
+def _no_writer(view: pool_plan.ClusterView) -> bool:
+    """Whether no worker of the pool may write anymore: no pod runs or starts, and none
+    being deleted is still within its grace (``ending``, where the view counts them).
+    Every burst is then in storage, and an outcome held back is the one that stands."""
+    return view.active == 0 and not getattr(view, "ending", 0)
 
 
 def _input_section(text: str, index: int) -> str:
