@@ -10,6 +10,7 @@
                               (:mod:`kinetic._cli.build_image`)
     kinetic context [PATH]    what travels with a job, and its size
                               (:mod:`kinetic._cli.context`)
+    kinetic dashboard         jobs and batches in a browser (:mod:`kinetic._cli.dashboard`)
     kinetic up | down | status | pool ...
                               set up (and take down) a cluster for Kinetic
                               (:mod:`kinetic._cli.infra`)
@@ -27,7 +28,17 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from kinetic._cli import accelerators, build_image, config, context, doctor, infra, jobs, profile
+from kinetic._cli import (
+    accelerators,
+    build_image,
+    config,
+    context,
+    dashboard,
+    doctor,
+    infra,
+    jobs,
+    profile,
+)
 from kinetic._cli._output import EXIT_FAILED, EXIT_INTERRUPTED
 from kinetic._version import __version__
 
@@ -40,6 +51,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "doctor": doctor.run,
     "build-image": build_image.run,
     "context": context.run,
+    "dashboard": dashboard.run,
     "up": infra.run,
     "down": infra.run,
     "status": infra.run,
@@ -67,6 +79,7 @@ def _parser() -> argparse.ArgumentParser:
     doctor.add_parser(sub)
     build_image.add_parser(sub)
     context.add_parser(sub)
+    dashboard.add_parser(sub)
     infra.add_parsers(sub)
     return parser
 
