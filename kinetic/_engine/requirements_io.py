@@ -7,12 +7,19 @@ Blocking functions; async callers run them in a worker thread. The rules live in
 from __future__ import annotations
 
 import importlib.metadata
-from collections.abc import Iterable
+import os
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from kinetic._core.requirements import Requirement, choose_requirements, packaging_requirement
+from kinetic._core.dependency_sources import (
+    GROUPS_VARIABLE,
+    parse_group_names,
+    project_requirements,
+)
+from kinetic._core.requirements import Requirement, packaging_requirement
+from kinetic._core.uv_lock import LOCK_FILE
 from kinetic._exceptions import RequirementsError
 
 __all__ = ["missing_distributions", "read_project_requirements"]
@@ -27,21 +34,31 @@ def _read_optional(path: Path) -> str | None:
         raise RequirementsError(f"cannot read {path}: {exc}") from exc
 
 
-def read_project_requirements(package_root: Path) -> list[Requirement]:
-    """The dependencies declared at ``package_root`` (see :func:`choose_requirements`).
+def read_project_requirements(
+    package_root: Path, env: Mapping[str, str] | None = None
+) -> list[Requirement]:
+    """The dependencies declared at ``package_root`` (see
+    :mod:`kinetic._core.dependency_sources`: ``requirements.txt``, else ``uv.lock``,
+    else ``pyproject.toml``'s dependencies and selected groups).
 
-    Reads only ``package_root/requirements.txt`` and, when that does not exist,
-    ``package_root/pyproject.toml``: never a file above the root, which belongs to
-    some other project. Missing files mean no dependencies. Blocking.
+    Reads only files of ``package_root`` (``requirements.txt``; when it does not exist,
+    ``pyproject.toml`` and ``uv.lock``): never a file above the root, which belongs to
+    some other project. Missing files mean no dependencies. ``KINETIC_DEPENDENCY_GROUPS``
+    of ``env`` (default: this process's environment) selects dependency groups. Blocking.
 
-    :raises RequirementsError: if a file exists but cannot be read or parsed; the
-        message names it.
+    :raises RequirementsError: if a file exists but cannot be read or parsed, a lock is
+        out of date, or a selected group is not defined; the message names the file.
     """
+    env = os.environ if env is None else env
     requirements_txt = _read_optional(package_root / "requirements.txt")
-    pyproject_toml = None
+    pyproject_toml = uv_lock = None
     if requirements_txt is None:
         pyproject_toml = _read_optional(package_root / "pyproject.toml")
-    return choose_requirements(requirements_txt, pyproject_toml)
+        if pyproject_toml is not None:
+            uv_lock = _read_optional(package_root / LOCK_FILE)
+    setting = env.get(GROUPS_VARIABLE)
+    groups = None if setting is None else parse_group_names(setting)
+    return project_requirements(requirements_txt, pyproject_toml, uv_lock, groups)
 
 
 def missing_distributions(reqs: Iterable[Requirement]) -> list[str]:

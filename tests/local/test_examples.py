@@ -2,8 +2,11 @@
 
 ``examples/keras_training.py`` is the original's front-page example (a small
 ``keras.Sequential`` fit whose final loss comes back); ``examples/jax_training.py`` a
-jitted training step. Each runs as a real job with this interpreter (the test extra
-holds the runtime's default jax and keras), with ``KERAS_BACKEND`` set by Kinetic.
+jitted training step; ``examples/checkpointing.py`` a Keras fit that checkpoints to a
+fixed ``KINETIC_OUTPUT_DIR`` and resumes after a stop; ``examples/sweep.py`` a
+hyper-parameter sweep with ``run_async_map``. Each runs as a real job with this
+interpreter (the test extra holds the runtime's default jax and keras), with
+``KERAS_BACKEND`` set by Kinetic.
 """
 
 from __future__ import annotations
@@ -60,3 +63,30 @@ def test_jax_example_runs_a_jitted_training_step(monkeypatch: pytest.MonkeyPatch
     assert out["device"] == "cpu"
     assert out["jax"] == DEFAULTS["jax"]
     assert out["final_loss"] < out["first_loss"] / 10  # it trained
+
+
+def test_checkpointing_example_resumes_where_the_stopped_run_was(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("KINETIC_EXAMPLE_CHECKPOINTS", str(tmp_path / "checkpoints"))
+    example = load_example("checkpointing", monkeypatch)
+    with pytest.raises(RuntimeError, match="stopped after epoch 2"):
+        example.train(4, stop_after=2)
+    assert (tmp_path / "checkpoints" / "epoch.txt").read_text() == "2"
+    out = example.train(4)
+    assert out["resumed_from"] == 2
+    assert out["epochs"] == 4
+    assert math.isfinite(out["loss"])
+    assert (tmp_path / "checkpoints" / "model.keras").is_file()
+
+
+def test_sweep_example_runs_one_job_per_rate_and_picks_the_best(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    example = load_example("sweep", monkeypatch)
+    best = example.sweep([0.001, 0.05, 0.2])
+    assert best["learning_rate"] == 0.2  # the largest stable rate converges furthest
+    assert best["loss"] < 0.05
+    printed = capsys.readouterr().out
+    inputs = [line.split()[1] for line in printed.splitlines() if line.startswith("input ")]
+    assert sorted(inputs) == ["0", "1", "2"]
