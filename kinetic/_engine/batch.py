@@ -27,7 +27,7 @@ import time
 from array import array
 from collections import Counter
 from collections.abc import AsyncIterator, Collection, Iterator, Mapping
-from typing import Any
+from typing import Any, Generic, Literal, overload
 
 import anyio
 import anyio.lowlevel
@@ -37,6 +37,7 @@ from kinetic._backends.base import Backend
 from kinetic._core.arg_checks import check_timeout
 from kinetic._core.records import job_names, utcnow_iso
 from kinetic._core.status import JobStatus, stopped_report
+from kinetic._core.value_type import T
 from kinetic._engine.batch_runner import BatchRunner, Loaded, runner_for
 from kinetic._engine.handle import JobHandle
 from kinetic._engine.outcome import CARRY_LIMIT, CleanupTally, KnownOutcome
@@ -113,8 +114,12 @@ def _state(code: int) -> protocol.InputState:
     return state
 
 
-class BatchHandle:
+class BatchHandle(Generic[T]):
     """A batch of inputs fanned out over one function (``kinetic.aio.BatchHandle``).
+
+    ``T`` is the type of each input's value: the function's return type for
+    ``fn.run_async_map(...)``, ``Any`` for a batch rebuilt by :func:`attach_batch`
+    unless the caller annotates it. Only type checkers see it.
 
     :ivar group_id: the batch id (``grp-…``).
     :ivar name: the name given at submission, or None.
@@ -136,7 +141,7 @@ class BatchHandle:
         self.name = manifest.get("name")
         self.tags = dict(manifest.get("tags") or {})
         self._total = manifest["total"]
-        self._job_cache: dict[int, JobHandle] = {}
+        self._job_cache: dict[int, JobHandle[T]] = {}
         self._submission_failures = dict(submission_failures or {})
         # Per input compactly: nothing is built per input until asked (jobs, statuses).
         self._states = _States(self._total)  # succeeded/failed/cancelled per index
@@ -164,11 +169,11 @@ class BatchHandle:
         return self._total
 
     @property
-    def jobs(self) -> list[JobHandle | None]:
+    def jobs(self) -> list[JobHandle[T] | None]:
         """A handle per input index (``None`` where submission failed). Built on first use."""
         return [self._job(i) for i in range(self._total)]
 
-    def _job(self, index: int) -> JobHandle | None:
+    def _job(self, index: int) -> JobHandle[T] | None:
         if index in self._submission_failures:
             return None
         job = self._job_cache.get(index)
@@ -292,7 +297,7 @@ class BatchHandle:
 
     async def as_completed(
         self, timeout: float | None = None, *, poll_interval: float | None = None
-    ) -> AsyncIterator[JobHandle]:
+    ) -> AsyncIterator[JobHandle[T]]:
         """Yield each input's handle as it finishes, in completion order.
 
         ``poll_interval`` is accepted for compatibility with the original API:
@@ -316,7 +321,7 @@ class BatchHandle:
 
     async def _as_completed_chunks(
         self, timeout: float | None = None, *, slice_size: int | None = _HANDLE_SLICE
-    ) -> AsyncIterator[list[JobHandle]]:
+    ) -> AsyncIterator[list[JobHandle[T]]]:
         """As :meth:`as_completed`, a list of ready handles at a time (for the sync facade).
 
         :param slice_size: at most this many handles per list; None: each list holds
@@ -332,9 +337,9 @@ class BatchHandle:
                 loaded = await self._read_outcomes(part)
                 yield await anyio.to_thread.run_sync(self._carrying_handles, part, loaded)
 
-    def _carrying_handles(self, chunk: list[int], loaded: Loaded) -> list[JobHandle]:
+    def _carrying_handles(self, chunk: list[int], loaded: Loaded) -> list[JobHandle[T]]:
         outcomes = self._outcomes(chunk, loaded)
-        jobs: list[JobHandle] = []
+        jobs: list[JobHandle[T]] = []
         for index in chunk:
             job = self._job(index)
             if job is None:
@@ -347,14 +352,32 @@ class BatchHandle:
             jobs.append(job)
         return jobs
 
+    @overload
+    async def results(
+        self,
+        timeout: float | None = None,
+        ordered: bool = True,
+        cleanup: bool = True,
+        return_exceptions: Literal[False] = False,
+    ) -> list[T]: ...
+    @overload
     async def results(
         self,
         timeout: float | None = None,
         ordered: bool = True,
         cleanup: bool = True,
         return_exceptions: bool = False,
-    ) -> list[Any]:
+    ) -> list[T | Exception]: ...
+    async def results(
+        self,
+        timeout: float | None = None,
+        ordered: bool = True,
+        cleanup: bool = True,
+        return_exceptions: bool = False,
+    ) -> list[T] | list[T | Exception]:
         """Wait for every input and return their values.
+
+        Typed ``list[T]``; with ``return_exceptions=True``, ``list[T | Exception]``.
 
         :param ordered: input order (True) or completion order (False).
         :param cleanup: delete the inputs' results and artifacts afterwards (the manifest
@@ -498,7 +521,7 @@ class BatchHandle:
             )
         return ResultError(f"input {index} ({job_id}): {reason}", job_id=job_id)
 
-    async def failures(self) -> list[JobHandle]:
+    async def failures(self) -> list[JobHandle[T]]:
         """Handles of the inputs that failed or were cancelled (accurate after cleanup)."""
         if not self._cleaned:
             await self._refresh()

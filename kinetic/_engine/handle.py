@@ -18,7 +18,7 @@ import inspect
 import logging
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Protocol, Self
+from typing import TYPE_CHECKING, Any, Generic, Protocol, Self
 
 import anyio
 import anyio.to_thread
@@ -28,6 +28,7 @@ from kinetic._core.arg_checks import check_count, check_timeout
 from kinetic._core.exception_groups import one_error
 from kinetic._core.records import JobRecord
 from kinetic._core.status import JobStatus, StatusReport
+from kinetic._core.value_type import T
 from kinetic._engine import runtime
 from kinetic._engine.batch_runner import BatchInput, runner_for
 from kinetic._engine.outcome import INLINE_DECODE_LIMIT, KnownOutcome
@@ -100,8 +101,14 @@ class _SingleJob:
         await self.backend.delete_objects(self.job)
 
 
-class JobHandle(JobRecord):
-    """A submitted job. Fields as :class:`JobRecord`; methods are coroutines."""
+class JobHandle(JobRecord, Generic[T]):
+    """A submitted job. Fields as :class:`JobRecord`; methods are coroutines.
+
+    ``T`` is the type of the job's value (what :meth:`result` returns): the wrapped
+    function's return type for ``fn.run_async(...)``, ``Any`` for a handle rebuilt from
+    storage (``attach``, :meth:`from_dict`) unless the caller names it
+    (``JobHandle[int].from_dict(d)``). Only type checkers see it.
+    """
 
     # Set on the batch inputs a batch stream yielded: their outcome, already read.
     _outcome: KnownOutcome | None = None
@@ -190,7 +197,7 @@ class JobHandle(JobRecord):
         cleanup_poll_interval: float = 2.0,
         stream_logs: bool | None = None,
         on_status_change: StatusChangeCallback | None = None,
-    ) -> Any:
+    ) -> T:
         """Wait for the job and return its value, or raise what it ended with.
 
         :param timeout: seconds to wait; ``None`` waits for as long as the job runs.
@@ -221,7 +228,8 @@ class JobHandle(JobRecord):
         if cleanup is None:
             cleanup = not self.debug
         if self._outcome is not None and not stream_logs and on_status_change is None:
-            return await self._outcome.take(cleanup)
+            taken: T = await self._outcome.take(cleanup)
+            return taken
         target = self._target()
 
         async def notify(report: StatusReport) -> None:
@@ -248,7 +256,7 @@ class JobHandle(JobRecord):
         if scope.cancelled_caught or report is None:
             raise JobTimeoutError(f"timed out after {timeout}s waiting for job {self.job_id}")
 
-        value = await self._collect(target, report)
+        value: T = await self._collect(target, report)
         if cleanup:
             # An ended job holds nothing on some backends: cleanup is deleting its objects.
             stop = not isinstance(target, _SingleJob) or target.backend.ended_jobs_hold_resources

@@ -64,10 +64,9 @@ class AsyncRemoteFunction(Generic[P, R]):
 
             debugged: R = await debug_call(handle)
             return debugged
-        value: R = await handle.result(stream_logs=True)
-        return value
+        return await handle.result(stream_logs=True)
 
-    async def run_async(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle:
+    async def run_async(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle[R]:
         """Submit the call as a job; return its handle once it is launched.
 
         :raises ConfigError: for invalid settings; :raises SerializationError: when an
@@ -88,7 +87,7 @@ class AsyncRemoteFunction(Generic[P, R]):
         tags: Mapping[str, str] | None = None,
         pod_per_input: bool = False,
         reuse_process: bool = False,
-    ) -> BatchHandle:
+    ) -> BatchHandle[R]:
         """Fan the function out over ``inputs``; return once every input is durably recorded.
 
         :param input_mode: ``"auto"`` (a dict with identifier keys -> ``**kwargs``, a

@@ -38,7 +38,7 @@ class RemoteFunction(Generic[P, R]):
         """Run the call as a job, print its output, and return its value."""
         return call(functools.partial(self.aio, *args, **kwargs))
 
-    def run_async(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle:
+    def run_async(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle[R]:
         """Submit the call as a job and return its handle once launched."""
         return JobHandle._from_aio(call(functools.partial(self.aio.run_async, *args, **kwargs)))
 
@@ -54,7 +54,7 @@ class RemoteFunction(Generic[P, R]):
         tags: Mapping[str, str] | None = None,
         pod_per_input: bool = False,
         reuse_process: bool = False,
-    ) -> BatchHandle:
+    ) -> BatchHandle[R]:
         """Fan out over ``inputs``; see ``kinetic.aio.RemoteFunction.run_async_map``."""
         return BatchHandle(
             call(

@@ -10,32 +10,34 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Awaitable, Callable, Iterator
-from typing import Any, TypeVar
+from typing import Any, Generic, Literal, TypeVar, overload
 
 import anyio
 
 from kinetic._core.exception_groups import one_error
 from kinetic._core.status import JobStatus
+from kinetic._core.value_type import T
 from kinetic._engine import batch as _aio_batch
 from kinetic._engine import batch_submit as _aio_batch_submit
 from kinetic._engine.handle import JobHandle as _AioJobHandle
 from kinetic._sync.handle import JobHandle
 from kinetic._sync.portal import call, iterate
 
-T = TypeVar("T")
+W = TypeVar("W")
 
 _REFRESH = 0.2  # seconds between progress repaints (a display, not a wait)
 
 
-class BatchHandle:
+class BatchHandle(Generic[T]):
     """A batch of inputs fanned out over one function (blocking API).
 
-    Same methods as ``kinetic.aio.BatchHandle``; ``aio`` is the async twin.
+    Same methods as ``kinetic.aio.BatchHandle``; ``aio`` is the async twin. ``T`` is the
+    type of each input's value, as ``kinetic.aio.BatchHandle[T]``'s.
     """
 
-    def __init__(self, aio: _aio_batch.BatchHandle) -> None:
+    def __init__(self, aio: _aio_batch.BatchHandle[T]) -> None:
         self.aio = aio
-        self._jobs: dict[int, JobHandle] = {}
+        self._jobs: dict[int, JobHandle[T]] = {}
 
     def __repr__(self) -> str:
         return repr(self.aio).replace("<BatchHandle", "<kinetic.BatchHandle")
@@ -57,7 +59,7 @@ class BatchHandle:
         return self.aio.total
 
     @property
-    def jobs(self) -> list[JobHandle | None]:
+    def jobs(self) -> list[JobHandle[T] | None]:
         """A handle per input index (``None`` where submission failed)."""
         return [self._job(h) if h is not None else None for h in self.aio.jobs]
 
@@ -65,7 +67,7 @@ class BatchHandle:
     def submission_failures(self) -> dict[int, Exception]:
         return self.aio.submission_failures
 
-    def _job(self, h: _AioJobHandle) -> JobHandle:
+    def _job(self, h: _AioJobHandle[T]) -> JobHandle[T]:
         index = h.group_index if h.group_index is not None else -1
         job = self._jobs.get(index)
         if job is None:
@@ -92,7 +94,7 @@ class BatchHandle:
 
     def as_completed(
         self, timeout: float | None = None, *, poll_interval: float | None = None
-    ) -> Iterator[JobHandle]:
+    ) -> Iterator[JobHandle[T]]:
         """Yield each input's handle as it finishes, in completion order.
 
         ``poll_interval`` is accepted for compatibility; completions are pushed, not polled.
@@ -101,13 +103,29 @@ class BatchHandle:
             for h in chunk:
                 yield self._job(h)
 
+    @overload
+    def results(
+        self,
+        timeout: float | None = None,
+        ordered: bool = True,
+        cleanup: bool = True,
+        return_exceptions: Literal[False] = False,
+    ) -> list[T]: ...
+    @overload
     def results(
         self,
         timeout: float | None = None,
         ordered: bool = True,
         cleanup: bool = True,
         return_exceptions: bool = False,
-    ) -> list[Any]:
+    ) -> list[T | Exception]: ...
+    def results(
+        self,
+        timeout: float | None = None,
+        ordered: bool = True,
+        cleanup: bool = True,
+        return_exceptions: bool = False,
+    ) -> list[T] | list[T | Exception]:
         """Block for every input's value; see ``kinetic.aio.BatchHandle.results``."""
         return _with_progress(
             self.aio,
@@ -120,7 +138,7 @@ class BatchHandle:
             ),
         )
 
-    def failures(self) -> list[JobHandle]:
+    def failures(self) -> list[JobHandle[T]]:
         """Handles of the inputs that failed or were cancelled."""
         return [self._job(h) for h in call(self.aio.failures)]
 
@@ -133,11 +151,11 @@ class BatchHandle:
         call(self.aio.cleanup, k8s, gcs)
 
 
-def _with_progress(batch: _aio_batch.BatchHandle, work: Callable[[], Awaitable[T]]) -> T:
+def _with_progress(batch: _aio_batch.BatchHandle[Any], work: Callable[[], Awaitable[W]]) -> W:
     if not sys.stderr.isatty():
         return call(work)
 
-    async def run() -> T:
+    async def run() -> W:
         from rich.console import Console
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 

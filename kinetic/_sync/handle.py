@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Generic, Self
 
 from kinetic._core.records import JobRecord
 from kinetic._core.status import JobStatus, StatusReport
+from kinetic._core.value_type import T
 from kinetic._engine import handle as _aio_handle
 from kinetic._engine.outcome import KnownOutcome, capture
 from kinetic._sync.portal import call, iterate
@@ -23,16 +24,19 @@ if TYPE_CHECKING:
 StatusChangeCallback = Callable[[JobStatus], None]
 
 
-class JobHandle(JobRecord):
-    """A submitted job (blocking API). Fields as the async handle; see ``kinetic.aio.JobHandle``."""
+class JobHandle(JobRecord, Generic[T]):
+    """A submitted job (blocking API). Fields as the async handle; see ``kinetic.aio.JobHandle``.
+
+    ``T`` is the type of the job's value, as ``kinetic.aio.JobHandle[T]``'s.
+    """
 
     # Set on the batch inputs a batch stream yielded: their outcome, already read.
     _outcome: KnownOutcome | None = None
 
     @property
-    def aio(self) -> _aio_handle.JobHandle:
+    def aio(self) -> _aio_handle.JobHandle[T]:
         """The same job as a ``kinetic.aio.JobHandle``."""
-        h = _aio_handle.JobHandle(**self.record().__dict__)
+        h: _aio_handle.JobHandle[T] = _aio_handle.JobHandle(**self.record().__dict__)
         h._outcome = self._outcome
         return h
 
@@ -44,7 +48,7 @@ class JobHandle(JobRecord):
         return cls._from_aio(_aio_handle.JobHandle.from_dict(d, trust_storage=trust_storage))
 
     @classmethod
-    def _from_aio(cls, h: _aio_handle.JobHandle) -> Self:
+    def _from_aio(cls, h: _aio_handle.JobHandle[Any]) -> Self:
         job = cls(**h.record().__dict__)
         job._outcome = h._outcome
         return job
@@ -77,7 +81,7 @@ class JobHandle(JobRecord):
         cleanup_poll_interval: float = 2.0,
         stream_logs: bool | None = None,
         on_status_change: StatusChangeCallback | None = None,
-    ) -> Any:
+    ) -> T:
         """Block for the job's value; see ``kinetic.aio.JobHandle.result``.
 
         Ctrl-C stops waiting (KeyboardInterrupt) and leaves the job running.
@@ -85,7 +89,8 @@ class JobHandle(JobRecord):
         outcome = self._outcome
         if outcome is not None and not stream_logs and on_status_change is None:
             # Decoded on this thread: no crossing into the loop for an outcome in hand.
-            return _take_blocking(outcome, not self.debug if cleanup is None else cleanup)
+            taken: T = _take_blocking(outcome, not self.debug if cleanup is None else cleanup)
+            return taken
         return call(
             functools.partial(
                 self.aio.result,

@@ -27,6 +27,11 @@ OPTIONAL_IMPORTS = {
     "debugpy": ("debug", "debugpy"),  # runner/debug.py: debug=True jobs only
     "pytest": ("test", "pytest"),  # kinetic.testing: a plugin that pytest itself loads
 }
+TYPING_ONLY = {
+    # import name: why type checkers have it with no dependency declared; imported only
+    # under `if TYPE_CHECKING:`, never at run time
+    "typing_extensions": "its stubs ship with every type checker (typeshed's standard library)",
+}
 BRIEF_PACKAGES = (
     "anyio",
     "gcloud-aio-storage",
@@ -90,7 +95,7 @@ def test_runtime_dependencies_are_exactly_what_the_code_imports() -> None:
     runtime = {
         _distribution(name): files
         for name, files in imported.items()
-        if name.split(".")[0] not in OPTIONAL_IMPORTS
+        if name.split(".")[0] not in OPTIONAL_IMPORTS and name not in TYPING_ONLY
     }
     declared = _names(PROJECT["dependencies"])
     assert not set(runtime) - declared, f"imported, not declared: {set(runtime) - declared}"
@@ -106,6 +111,26 @@ def test_each_optional_import_has_its_extra() -> None:
         if importlib.util.find_spec(name) is not None:
             assert _distribution(name) == dist
     assert extras["debug"] == {"debugpy"}
+
+
+def test_typing_only_imports_are_for_type_checkers_only() -> None:
+    imported = _imports()
+    for name in TYPING_ONLY:
+        assert name in imported, f"{name} is no longer imported: drop it from TYPING_ONLY"
+        for file in imported[name]:
+            tree = ast.parse((REPO / file).read_text())
+            guarded = {
+                id(node)
+                for block in ast.walk(tree)
+                if isinstance(block, ast.If) and ast.unparse(block.test).endswith("TYPE_CHECKING")
+                for statement in block.body
+                for node in ast.walk(statement)
+            }
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ImportFrom) and node.module == name:
+                    assert id(node) in guarded, f"{file}: {name} imported at run time"
+                if isinstance(node, ast.Import) and name in (a.name for a in node.names):
+                    assert id(node) in guarded, f"{file}: {name} imported at run time"
 
 
 def test_the_test_extra_holds_both_async_test_plugins_and_the_kubeconfig_witness() -> None:
