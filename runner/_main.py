@@ -33,6 +33,7 @@ from runner.job import (
 from runner.protocol import PhaseError
 from runner.scratch import scratch_dir
 from runner.store import RunnerStore, open_store
+from runner.time_limit import TimeLimit, TimeLimitExceeded, reached
 
 if TYPE_CHECKING:
     from runner.gpu_lease import GpuLease
@@ -99,21 +100,56 @@ def run_job(
         return protocol.EXIT_RUNNER_ERROR
 
     phase = "execute"
+    limit = _time_limit(store, job_id, spec, host)
     try:
         try:
+            if limit is not None:
+                limit.start()
             value = fn(*args, **kwargs)
         finally:
+            if limit is not None:
+                limit.stop()
             if new_output_dir is not None:  # made for the job, and it wrote nothing there
                 with contextlib.suppress(OSError):
                     new_output_dir.rmdir()
     except BaseException as exc:  # noqa: BLE001 - SystemExit too: it must not skip the record
         import traceback
 
+        if limit is not None:
+            limit.stop()  # again: the limit may have been reached inside the first stop
+            if not limit.claim():
+                limit.wait_for_end()
         traceback.print_exc()
-        _record_failure(store, job_id, phase, exc, user=True, host=host)
+        if limit is not None and reached():  # whatever the function made of the exception
+            if not isinstance(exc, TimeLimitExceeded):
+                exc = limit.error()
+            _record_failure(store, job_id, phase, exc, user=False, host=host)
+        else:
+            _record_failure(store, job_id, phase, exc, user=True, host=host)
         return protocol.EXIT_USER_ERROR
+    if limit is not None:
+        if not limit.claim():
+            limit.wait_for_end()
+        if reached():  # it caught the exception and returned: the limit was still passed
+            _record_failure(store, job_id, phase, limit.error(), user=False, host=host)
+            return protocol.EXIT_USER_ERROR
     _flush_std()
     return _record_success(store, job_id, value, host=host)
+
+
+def _time_limit(
+    store: RunnerStore, job_id: str, spec: protocol.JobSpec, host: int | None
+) -> TimeLimit | None:
+    """The job's run-time limit (``spec["timeout"]``), not started; None without one.
+    When the function does not unwind after it, the watchdog records the failure."""
+    seconds = spec.get("timeout")
+    if seconds is None:
+        return None
+    limit = TimeLimit(
+        float(seconds),
+        lambda: _record_failure(store, job_id, "execute", limit.error(), user=False, host=host),
+    )
+    return limit
 
 
 def _new_local_dir(path: str) -> Path | None:
@@ -228,6 +264,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if lease is not None:
             lease.close()
         store.close()
+        if reached():  # recorded, logs uploaded: end whatever the job started too
+            TimeLimit.end_group()
 
 
 def _idle(job_id: str, host: int) -> int:

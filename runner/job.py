@@ -144,7 +144,7 @@ def build_failure(
     """The result payload and final record for a failure. Call from the ``except`` block."""
     import traceback  # only on failure: it is slow to import
 
-    tb = traceback.format_exc()
+    tb = "".join(traceback.format_exception(exc))  # format_exc() when exc is being handled
     error_type = f"{type(exc).__module__}.{type(exc).__qualname__}"
     error = f"{type(exc).__name__}: {exc}"
     if what is not None:

@@ -116,6 +116,9 @@ class JobSpec(TypedDict):
     python: NotRequired[str]
     """The submitting interpreter's ``X.Y``: the payload's code was pickled there, and
     loads in that minor version only (:func:`check_spec`)."""
+    timeout: NotRequired[float]
+    """The run-time limit of phase ``execute``, in seconds (``kinetic.run(timeout=)``):
+    the runner ends the job when its function runs longer (:mod:`runner.time_limit`)."""
 
 
 def python_version() -> str:
@@ -199,6 +202,17 @@ class DebugSpec(TypedDict):
     """A local job whose kernel refuses it a private network may listen on the
     machine's loopback (``KINETIC_DEBUG_SHARED_PORT``), where any local user can attach;
     without it, such a job fails in phase ``debug``."""
+
+
+TIME_LIMIT_ERROR_TYPE: Final = "runner.time_limit.TimeLimitExceeded"
+"""The ``error_type`` of a job that ran past its run-time limit: a failure of its own
+(``JobFailedError`` in phase ``execute``), never a user exception to rebuild."""
+
+
+def time_limit_message(seconds: float) -> str:
+    """Why a job that ran past its run-time limit failed (the runner's record, and a
+    Kubernetes Job past its deadline)."""
+    return f"the job ran past its time limit of {seconds:g} s (timeout={seconds:g})"
 
 
 class FinalRecord(TypedDict):

@@ -172,6 +172,13 @@ MAP: tuple[tuple[str, str, tuple[Entry, ...]], ...] = (
             ),
             ("_member.py", "one input of a pod-per-input GKE batch, as a job of its own"),
             (
+                "time_limit.py",
+                (
+                    "a job's run-time limit (`timeout=`): SIGALRM in its function, a "
+                    "watchdog that records the failure and kills its process group"
+                ),
+            ),
+            (
                 "job.py",
                 "one job's building blocks, shared by every mode: workspace, phases, outcomes",
             ),

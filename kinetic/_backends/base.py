@@ -131,6 +131,8 @@ class NewJob:
     env: Mapping[str, str]
     func_name: str
     runner_image: str = ""
+    timeout: float | None = None
+    """The run-time limit (its runner enforces it; a cluster backend backs it up)."""
 
 
 class Launch(Protocol):

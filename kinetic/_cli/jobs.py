@@ -133,8 +133,7 @@ def _jobs(ns: argparse.Namespace) -> int:
         if ns.json:
             emit_json(job_document(job.to_dict(), report))
         else:
-            detail = f"  ({report.reason})" if report.reason else ""
-            print(f"{report.status.value}{detail}")
+            print(status_line(report))
         return EXIT_FAILED if report.status is kinetic.JobStatus.FAILED else EXIT_OK
     if ns.action == "logs":
         if ns.follow:
@@ -167,6 +166,14 @@ def _jobs(ns: argparse.Namespace) -> int:
     job.cleanup()
     print(f"cleaned up {job.job_id}")
     return EXIT_OK
+
+
+def status_line(report: StatusReport) -> str:
+    """``jobs status``'s line: the status, then the phase that failed and why. Pure."""
+    if not report.reason:
+        return report.status.value
+    where = f"in phase {report.phase}: " if report.phase else ""
+    return f"{report.status.value}  ({where}{report.reason})"
 
 
 def job_document(record: dict[str, Any], report: StatusReport | KineticError) -> dict[str, Any]:

@@ -82,6 +82,21 @@ def check_timeout(name: str, value: object, *, optional: bool = True) -> None:
         raise ConfigError(f"{name} must be {what}, got {_kind(value)}")
 
 
+def check_run_time_limit(value: object) -> float | None:
+    """``run(timeout=)``: None, or a positive number of seconds (as a float).
+
+    :raises ConfigError: naming ``timeout``; a limit of 0 would end every job at once.
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ConfigError(
+            f"timeout must be a positive number of seconds (the job's run-time limit) "
+            f"or None, got {_kind(value)}"
+        )
+    return float(value)
+
+
 def check_count(name: str, value: object) -> None:
     """``value`` must be a non-negative integer (a count of lines, say).
 

@@ -15,6 +15,7 @@ CPU and memory: ``cpu:N`` gets N CPUs, plain ``cpu`` a small default request.
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -146,6 +147,7 @@ class JobTemplate:
     :ivar runner_image: the image Kinetic's runner is delivered from into ``image`` (a
         custom image, :mod:`kinetic._core.runner_delivery`); empty when ``image``
         carries Kinetic.
+    :ivar timeout: a single job's run-time limit in seconds (:func:`active_deadline`).
     """
 
     namespace: str
@@ -157,12 +159,31 @@ class JobTemplate:
     pod: PodOptions | None = None
     func_name: str | None = None
     runner_image: str = ""
+    timeout: float | None = None
 
     @property
     def python(self) -> str:
         """The interpreter of the pods' command: a custom image's ``python3``, or the
         venv's ``python`` of Kinetic's images."""
         return runner_delivery.PYTHON if self.runner_image else "python"
+
+
+DEADLINE_GRACE_S = 600
+"""Seconds a Job with a run-time limit may run past it before Kubernetes ends it
+(:func:`active_deadline`): its pod's start (scheduling, a node's scale-up, the image
+pull) and the runner's steps before the function count towards the Job's deadline,
+not towards the limit, which the runner enforces itself (:mod:`runner.time_limit`)."""
+
+TIMEOUT_ANNOTATION = "kinetic/timeout"
+"""The Job's annotation naming its run-time limit in seconds (read back when Kubernetes
+ends the Job at its deadline: :mod:`kinetic._core.k8s_status`)."""
+
+
+def active_deadline(timeout: float) -> int:
+    """The ``activeDeadlineSeconds`` of a Job whose function may run ``timeout`` seconds:
+    a backstop to the runner's own limit, for a runner that cannot enforce it (native
+    code that never lets Python run, a hung step before the function)."""
+    return math.ceil(timeout) + DEADLINE_GRACE_S
 
 
 def job_manifest(template: JobTemplate, job_id: str) -> dict[str, Any]:
@@ -225,6 +246,15 @@ def job_manifest(template: JobTemplate, job_id: str) -> dict[str, Any]:
     annotations = {"kinetic/accelerator": accelerator.name + (":spot" if accelerator.spot else "")}
     if template.func_name:
         annotations["kinetic/function"] = template.func_name
+    job_spec: dict[str, Any] = {
+        "backoffLimit": 0,
+        "completions": 1,
+        "parallelism": 1,
+        "template": {"metadata": {"labels": labels}, "spec": pod_spec},
+    }
+    if template.timeout is not None:
+        annotations[TIMEOUT_ANNOTATION] = f"{template.timeout:g}"
+        job_spec["activeDeadlineSeconds"] = active_deadline(template.timeout)
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -234,12 +264,7 @@ def job_manifest(template: JobTemplate, job_id: str) -> dict[str, Any]:
             "labels": labels,
             "annotations": annotations,
         },
-        "spec": {
-            "backoffLimit": 0,
-            "completions": 1,
-            "parallelism": 1,
-            "template": {"metadata": {"labels": labels}, "spec": pod_spec},
-        },
+        "spec": job_spec,
     }
 
 

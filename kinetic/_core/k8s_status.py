@@ -7,6 +7,9 @@ Job's events. The rules, first match wins:
 1. The runner's final record (``status.json``) is the truth: SUCCEEDED or FAILED
    with the runner's error and phase.
 2. A cancel record: FAILED, ``cancelled``.
+   Then a Job that Kubernetes ended at its deadline (``DeadlineExceeded``: a job's
+   run-time limit, ``kinetic.run(timeout=)``, whose runner could not enforce it
+   itself): FAILED in phase ``execute``, naming the limit, whatever its pod says.
 3. A pod that disappeared before it finished: FAILED (Kubernetes would start a
    replacement; Kinetic never retries behind the user's back).
 4. The newest pod: its phase and container state. A terminated container gives
@@ -28,8 +31,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from kinetic._core.k8s_spec import TIMEOUT_ANNOTATION
 from kinetic._core.status import JobStatus, StatusReport, describe_exit, status_from_records
-from runner.protocol import parse_unrecorded_failure
+from runner.protocol import parse_unrecorded_failure, time_limit_message
 
 IMAGE_PROBLEMS = frozenset(
     {
@@ -193,6 +197,37 @@ def job_conditions_report(job: Mapping[str, Any]) -> StatusReport | None:
     return None
 
 
+DEADLINE_EXCEEDED = "DeadlineExceeded"
+"""The reason of a Job's ``Failed`` condition once it ran past ``activeDeadlineSeconds``
+(and of its ``FailureTarget`` condition, set first while its pod is being ended)."""
+
+
+def deadline_report(job: Mapping[str, Any] | None) -> StatusReport | None:
+    """FAILED in phase ``execute``, naming the run-time limit, when Kubernetes ended the
+    Job at its deadline; else None."""
+    for cond in _get(job, "status", "conditions") or []:
+        if (
+            cond.get("type") in ("Failed", "FailureTarget")
+            and cond.get("status") == "True"
+            and cond.get("reason") == DEADLINE_EXCEEDED
+        ):
+            break
+    else:
+        return None
+    deadline = _get(job, "spec", "activeDeadlineSeconds")
+    timeout = _get(job, "metadata", "annotations", TIMEOUT_ANNOTATION)
+    try:
+        limit = time_limit_message(float(timeout)) + " and "
+    except (TypeError, ValueError):  # a deadline Kinetic did not set
+        limit = ""
+    return StatusReport(
+        JobStatus.FAILED,
+        reason=f"{limit}Kubernetes ended its Job at the Job's deadline "
+        f"(activeDeadlineSeconds={deadline})",
+        phase="execute",
+    )
+
+
 def failed_create_reason(events: Sequence[Mapping[str, Any]]) -> str | None:
     """Why the Job controller could not create the pod, from the Job's events."""
     relevant = [e for e in events if e.get("reason") == "FailedCreate"]
@@ -225,6 +260,9 @@ def status_from_k8s(
     settled = status_from_records(final=final, cancelled=cancelled)
     if settled is not None:
         return settled
+    deadline = deadline_report(job)
+    if deadline is not None:
+        return deadline
     if lost_pod is not None:
         return StatusReport(
             JobStatus.FAILED,

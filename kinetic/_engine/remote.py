@@ -11,7 +11,7 @@ import anyio
 import anyio.to_thread
 
 from kinetic._backends.base import Backend
-from kinetic._core.arg_checks import check_run_args
+from kinetic._core.arg_checks import check_run_args, check_run_time_limit
 from kinetic._core.config import BACKENDS
 from kinetic._core.functions import check_function
 from kinetic._core.ids import check_job_id
@@ -109,7 +109,14 @@ class AsyncRemoteFunction(Generic[P, R]):
             ``pod_per_input``.
         :raises ConfigError: for invalid options or empty inputs; :raises SerializationError:
             naming an input that cannot be pickled. Nothing is left behind in either case.
+            A function with a run-time limit (``run(timeout=)``) is refused: batches do
+            not enforce it yet.
         """
+        if self.options.timeout is not None:
+            raise ConfigError(
+                "run(timeout=...) limits single jobs only: a batch's inputs do not enforce "
+                "a run-time limit yet. Decorate the function for batches without timeout="
+            )
         map_opts = MapOptions(
             input_mode=check_input_mode(input_mode),
             max_concurrent=max_concurrent,
@@ -155,6 +162,7 @@ def run(
     spot: bool = False,
     output_dir: str | None = None,
     debug: bool = False,
+    timeout: float | None = None,
 ) -> Callable[[Callable[P, R]], AsyncRemoteFunction[P, R]]:
     """Decorate a function so that calling it runs it as a job; the async original.
 
@@ -174,6 +182,11 @@ def run(
     :param debug: the job waits (``KINETIC_DEBUG_WAIT_TIMEOUT`` seconds, 600) for a
         debugger before running (see ``JobHandle.debug_attach``); keeps its artifacts
         after its result is collected, and calling the function does not stream its output.
+    :param timeout: the job's run-time limit in seconds: a function that runs longer is
+        ended (with every process it started) and the job fails with
+        :class:`JobFailedError` in phase ``execute``, naming the limit. Not the wait's
+        bound (``result(timeout=)``). On GKE the Kubernetes Job's
+        ``activeDeadlineSeconds`` backs it up. Batches: not enforced yet (refused).
     :raises ConfigError: for invalid arguments, at decoration time.
     :raises InvalidFunctionError: when the decorated object cannot run as a job.
     """
@@ -212,6 +225,7 @@ def run(
         spot=spot,
         output_dir=output_dir,
         debug=debug,
+        timeout=check_run_time_limit(timeout),
     )
 
     def decorate(fn: Callable[P, R]) -> AsyncRemoteFunction[P, R]:

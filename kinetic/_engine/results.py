@@ -10,7 +10,12 @@ import cloudpickle
 from kinetic._exceptions import JobFailedError, RemoteError, ResultError
 from runner import protocol
 
-_NOT_REBUILT = ("builtins.SystemExit", "builtins.KeyboardInterrupt", "builtins.GeneratorExit")
+_NOT_REBUILT = (
+    "builtins.SystemExit",
+    "builtins.KeyboardInterrupt",
+    "builtins.GeneratorExit",
+    protocol.TIME_LIMIT_ERROR_TYPE,  # the job's run-time limit: a failure of its own
+)
 
 
 def load_payload(data: bytes, job_id: str) -> dict[str, Any]:
@@ -52,7 +57,8 @@ def unwrap(payload: dict[str, Any], job_id: str) -> Any:
 
     The user's own exception is re-raised as its original type with the remote
     traceback as a note. ``SystemExit`` and runner failures raise
-    :class:`JobFailedError` naming the phase; a user exception that could not be
+    :class:`JobFailedError` naming the phase (a run-time limit, too: ``execute``, and the
+    limit); a user exception that could not be
     carried over raises :class:`RemoteError`.
     """
     if payload["success"]:

@@ -91,6 +91,8 @@ class RunOptions:
     spot: bool = False
     output_dir: str | None = None
     debug: bool = False
+    timeout: float | None = None
+    """The run-time limit of the function, in seconds (:mod:`runner.time_limit`)."""
 
     def __post_init__(self) -> None:
         if self.accelerator is not None:
@@ -389,6 +391,7 @@ async def submit(
             env=env,
             func_name=func_name,
             runner_image=image.runner,
+            timeout=opts.timeout,
         )
     )
     # The local root holds jobs' records and contexts: never part of a context.
@@ -434,6 +437,8 @@ async def submit(
         spec["private_volumes"] = True
     if debug_spec is not None:
         spec["debug"] = debug_spec
+    if opts.timeout is not None:  # the runner enforces it, wherever the job runs
+        spec["timeout"] = opts.timeout
     handle = JobHandle(
         **shared_handle(
             backend=backend.name,

@@ -98,6 +98,7 @@ def run(
     spot: bool = False,
     output_dir: str | None = None,
     debug: bool = False,
+    timeout: float | None = None,
 ) -> Callable[[Callable[P, R]], RemoteFunction[P, R]]:
     """Decorate a function so that calling it runs it as a job and blocks for its value.
 
@@ -118,6 +119,7 @@ def run(
         spot=spot,
         output_dir=output_dir,
         debug=debug,
+        timeout=timeout,
     )
 
     def wrap(fn: Callable[P, R]) -> RemoteFunction[P, R]:

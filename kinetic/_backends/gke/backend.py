@@ -128,6 +128,7 @@ class GKEBackend(ClusterBackend):
             or any((p.get("metadata") or {}).get("deletionTimestamp") for p in pods)
             or any(k8s_status.pod_finished(p) for p in pods)
             or (k8s_job is not None and k8s_status.job_conditions_report(k8s_job) is not None)
+            or k8s_status.deadline_report(k8s_job) is not None
         )
         records: dict[str, Any] = {"final": None, "cancelled": False, "recorded": True}
         if over:

@@ -1,0 +1,137 @@
+"""A job's run-time limit (``kinetic.run(timeout=SECONDS)``), enforced by its runner.
+
+The limit bounds phase ``execute``: the user's function, from its call to its return.
+Fetching, installing and unpacking before it are not counted (on GKE a backstop
+counts them too: the Job's ``activeDeadlineSeconds``, see
+:func:`kinetic._core.k8s_spec.job_manifest`).
+
+How it is enforced, in two steps:
+
+1. At the limit, ``SIGALRM`` (an interval timer of this process) raises
+   :class:`TimeLimitExceeded` in the main thread, where the function runs. It derives
+   from ``BaseException``, as ``KeyboardInterrupt`` does, so the function's
+   ``except Exception`` does not swallow it; a blocking system call (``sleep``, a
+   read, ``wait``) is interrupted. The runner records the failure in phase
+   ``execute``, naming the limit (:func:`runner.protocol.time_limit_error`), uploads
+   the logs, and kills its process group (:meth:`TimeLimit.end_group`): the job's own
+   child processes end with it.
+2. If the function is not unwound :data:`HARD_GRACE_S` seconds later (it caught the
+   exception, or sits in native code that never returns to Python), a watchdog thread
+   records the same failure itself and kills the process group at once.
+
+Exactly one outcome is recorded: the main thread and the watchdog each
+:meth:`~TimeLimit.claim` it, and only the first one may record. What cannot be
+enforced here: native code that holds the GIL for ever keeps both steps from running;
+on GKE the Job's deadline still ends it (``DeadlineExceeded``, which the client
+reports as the same failure).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+from collections.abc import Callable
+from types import FrameType
+
+from runner.protocol import time_limit_message
+
+HARD_GRACE_S = 10.0
+"""Seconds the function has to unwind after :class:`TimeLimitExceeded` before the
+watchdog records the failure and kills the process group."""
+
+_reached = False
+
+
+def reached() -> bool:
+    """Whether a limit of this process was reached: its runner then kills its process
+    group once the failure and the logs are recorded (a runner runs one job)."""
+    return _reached
+
+
+def _mark_reached() -> None:
+    global _reached
+    _reached = True
+
+
+class TimeLimitExceeded(BaseException):
+    """Raised in the job's main thread when its run-time limit is reached."""
+
+
+class TimeLimit:
+    """The run-time limit of one job's execute phase (module docstring).
+
+    :param seconds: the limit.
+    :param on_hard_expiry: what the watchdog does when the function did not unwind in
+        time: record the failure (it is called at most once, and only when the outcome
+        was not claimed by the main thread); the process group is killed after it.
+    """
+
+    def __init__(self, seconds: float, on_hard_expiry: Callable[[], None]) -> None:
+        self.seconds = seconds
+        self._on_hard_expiry = on_hard_expiry
+        self._lock = threading.Lock()
+        self._claimed = False
+        self._done = threading.Event()
+        self._previous: Callable[[int, FrameType | None], object] | int | None = None
+        self._watchdog: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Arm the limit. Call from the main thread, right before the function runs."""
+        self._previous = signal.signal(signal.SIGALRM, self._alarm)
+        signal.setitimer(signal.ITIMER_REAL, self.seconds)
+        self._watchdog = threading.Thread(
+            target=self._watch, name="kinetic-time-limit", daemon=True
+        )
+        self._watchdog.start()
+
+    def _alarm(self, signum: int, frame: FrameType | None) -> None:
+        _mark_reached()
+        raise self.error()
+
+    def error(self) -> TimeLimitExceeded:
+        """The exception that says this limit was reached."""
+        return TimeLimitExceeded(time_limit_message(self.seconds))
+
+    def _watch(self) -> None:
+        if self._done.wait(self.seconds + HARD_GRACE_S):
+            return
+        _mark_reached()
+        if not self.claim():
+            return  # the main thread records the outcome
+        with contextlib.suppress(BaseException):
+            self._on_hard_expiry()
+        self.end_group()
+
+    def claim(self) -> bool:
+        """Take the right to record the job's outcome: True for the first caller only.
+
+        The main thread calls it once the function returned or raised; a False answer
+        means the watchdog records the failure and is about to kill the process (the
+        caller then waits for that, :meth:`wait_for_end`).
+        """
+        with self._lock:
+            if self._claimed:
+                return False
+            self._claimed = True
+            return True
+
+    def stop(self) -> None:
+        """Disarm the timer (the function returned or raised); the watchdog ends."""
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        if self._previous is not None:
+            signal.signal(signal.SIGALRM, self._previous)
+        self._done.set()
+
+    @staticmethod
+    def wait_for_end() -> None:
+        """Block until the watchdog's kill ends this process."""
+        threading.Event().wait()
+
+    @staticmethod
+    def end_group() -> None:
+        """Kill this process's group (the job and every process it started), this
+        process last. A pod's PID 1 survives its own SIGKILL: it returns, and exits."""
+        with contextlib.suppress(OSError):
+            os.killpg(os.getpgrp(), signal.SIGKILL)

@@ -1,0 +1,72 @@
+"""``kinetic.run(timeout=)`` on the testbed: the runner ends a job past its limit, and a
+Job that Kubernetes ends at its deadline (``DeadlineExceeded``) fails naming the limit."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+
+import pytest
+
+import kinetic
+from kinetic import JobStatus
+from tests.fix_cluster import GKETarget
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(240)]
+
+
+def sleeper(seconds: float) -> str:
+    print("sleeping", flush=True)
+    time.sleep(seconds)
+    return "slept"
+
+
+def kubectl(gke: GKETarget, *args: str) -> str:
+    out = subprocess.run(
+        ["kubectl", "--namespace", gke.namespace, *args],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+        env={**os.environ, "KUBECONFIG": gke.testbed.env["KUBECONFIG"]},
+    )
+    return out.stdout
+
+
+def wait_running(job: kinetic.JobHandle) -> None:
+    deadline = time.monotonic() + 120
+    while job.status() is not JobStatus.RUNNING:
+        assert time.monotonic() < deadline, "the job never ran"
+        time.sleep(0.2)
+
+
+def test_a_job_past_its_limit_fails_in_phase_execute_naming_it(gke: GKETarget) -> None:
+    job = kinetic.run(**gke.run_args(timeout=3))(sleeper).run_async(120)
+    manifest = json.loads(kubectl(gke, "get", "job", job.k8s_name, "-o", "json"))
+    assert manifest["spec"]["activeDeadlineSeconds"] == 603  # the backstop, past the limit
+    assert manifest["metadata"]["annotations"]["kinetic/timeout"] == "3"
+    with pytest.raises(kinetic.JobFailedError) as info:
+        job.result(timeout=120, cleanup=False)
+    assert info.value.phase == "execute"
+    assert "time limit of 3 s (timeout=3)" in str(info.value)
+    report = job.status_report()
+    assert (report.status, report.phase) == (JobStatus.FAILED, "execute")
+    assert "sleeping" in job.logs()  # the logs were uploaded before the kill
+    job.cleanup()
+
+
+def test_a_job_kubernetes_ends_at_its_deadline_fails_naming_the_limit(gke: GKETarget) -> None:
+    job = kinetic.run(**gke.run_args(timeout=300))(sleeper).run_async(200)
+    wait_running(job)
+    # The runner's limit is minutes away: Kubernetes' deadline comes first.
+    kubectl(gke, "patch", "job", job.k8s_name, "-p", '{"spec":{"activeDeadlineSeconds":2}}')
+    with pytest.raises(kinetic.JobFailedError) as info:
+        job.result(timeout=120, cleanup=False)
+    assert info.value.phase == "execute"
+    assert "time limit of 300 s (timeout=300)" in str(info.value)
+    assert "activeDeadlineSeconds=2" in str(info.value)
+    report = job.status_report()
+    assert (report.status, report.phase) == (JobStatus.FAILED, "execute")
+    job.cleanup()
