@@ -39,23 +39,26 @@ def run(
     """
     import anyio
 
+    from kinetic._core.exception_groups import one_error
     from kinetic._sync.portal import call
 
     async def main() -> None:
-        async with anyio.create_task_group() as tg:
-            dashboard: Dashboard = await tg.start(
-                lambda task_status: serve(
-                    port=port,
-                    token=token,
-                    backend=backend,
-                    project=project,
-                    zone=zone,
-                    cluster=cluster,
-                    namespace=namespace,
-                    task_status=task_status,
+        # A ConfigError or a port in use reaches the caller as itself, not in a group.
+        with one_error():
+            async with anyio.create_task_group() as tg:
+                dashboard: Dashboard = await tg.start(
+                    lambda task_status: serve(
+                        port=port,
+                        token=token,
+                        backend=backend,
+                        project=project,
+                        zone=zone,
+                        cluster=cluster,
+                        namespace=namespace,
+                        task_status=task_status,
+                    )
                 )
-            )
-            if on_ready is not None:
-                on_ready(dashboard)
+                if on_ready is not None:
+                    on_ready(dashboard)
 
     call(main)

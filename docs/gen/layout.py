@@ -143,6 +143,14 @@ MAP: tuple[tuple[str, str, tuple[Entry, ...]], ...] = (
             ),
             ("_cli/", "the `kinetic` command: one module per command group"),
             (
+                "dashboard.py, _dashboard/",
+                (
+                    "`kinetic dashboard`: jobs and batches in a browser on 127.0.0.1 behind a "
+                    "token; a small HTTP/1.1 server on anyio streams, server-rendered pages, "
+                    "reads bounded per refresh"
+                ),
+            ),
+            (
                 "_infra/",
                 (
                     "`kinetic up/down/status/pool`: what the cluster needs (plan.py, pure) and "

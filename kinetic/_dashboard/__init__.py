@@ -17,7 +17,6 @@ from functools import partial
 
 import anyio
 import anyio.abc
-import anyio.to_thread
 from anyio.abc import SocketAttribute
 
 from kinetic._dashboard.app import App
@@ -62,20 +61,9 @@ async def serve(
     :raises ConfigError: for invalid settings.
     :raises OSError: when the port cannot be bound.
     """
-    from kinetic._engine import runtime
-    from kinetic._engine.preload import settings_with_code
+    from kinetic._engine.remote import _listing_target  # where `kinetic jobs list` reads
 
-    settings = await anyio.to_thread.run_sync(
-        partial(
-            settings_with_code,
-            backend=backend,
-            project=project,
-            zone=zone,
-            cluster=cluster,
-            namespace=namespace,
-        )
-    )
-    source = Source(runtime.backend_for_settings(settings))
+    source = Source(await _listing_target(project, zone, cluster, namespace, backend))
     token = token or secrets.token_urlsafe(32)
     listener = await anyio.create_tcp_listener(local_host=HOST, local_port=port)
     async with listener:

@@ -196,9 +196,7 @@ class App:
             batch = link(f"/batches/{handle.group_id}", self.token)
             facts.append(("batch", f'<a href="{batch}">{escape(str(handle.group_id))}</a>'))
             facts.append(("input", str(handle.group_index)))
-        cancel = ""
-        if status in ("PENDING", "RUNNING"):
-            cancel = f'<p><a href="{link(base + "/cancel", self.token)}">Cancel this job…</a></p>'
+        cancel = f'<div id="actions">{self._job_actions(base, status)}</div>'
         body = (
             f"<h1>{escape(job_id)}</h1>"
             + pages.table(("", ""), [[k, v] for k, v in facts])
@@ -211,6 +209,12 @@ class App:
             200,
             pages.page(job_id, body, self.token, events=link(base + "/events", self.token)),
         )
+
+    def _job_actions(self, base: str, status: str) -> str:
+        if status not in ("PENDING", "RUNNING"):
+            return ""
+        href = link(base + "/cancel", self.token)
+        return f'<p><a href="{href}" id="cancel">Cancel this job…</a></p>'
 
     def _status_html(self, handle: JobHandle, report: object) -> str:
         status = _status(report)
@@ -260,6 +264,7 @@ class App:
             {
                 "status": self._status_html(handle, report),
                 "result": await self._result_html(handle, status),
+                "actions": "",
             },
         )
         yield ("end", f"ended: {status}")
@@ -292,7 +297,14 @@ class App:
             "failures": pages.failures(p, gid, token),
             "slowest": pages.slowest(p.slowest(time.monotonic()), gid, token),
             "inputs": pages.grid(p, gid, token, offset),
+            "actions": self._batch_actions(watch),
         }
+
+    def _batch_actions(self, watch: BatchWatch) -> str:
+        if watch.progress.finished:
+            return ""
+        href = link(f"/batches/{watch.group_id}/cancel", self.token)
+        return f'<p><a href="{href}" id="cancel">Cancel this batch…</a></p>'
 
     async def batch_page(self, group_id: str, offset: int) -> Response:
         watch = await self.source.batch(group_id)
@@ -302,10 +314,7 @@ class App:
         m = watch.manifest
         name = m.get("name")
         title = f"{group_id} ({name})" if name else group_id
-        cancel = ""
-        if not watch.progress.finished:
-            href = link(f"/batches/{group_id}/cancel", self.token)
-            cancel = f'<p><a href="{href}" id="cancel">Cancel this batch…</a></p>'
+        cancel = f'<div id="actions">{parts["actions"]}</div>'
         body = (
             f"<h1>{escape(title)}</h1><p><small>{escape(m.get('func_name', ''))} · "
             f"{escape(m.get('created_at', ''))}</small></p>"

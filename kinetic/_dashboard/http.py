@@ -83,7 +83,7 @@ class Response:
             "Cache-Control": "no-store",
             "Connection": "close",
             "X-Content-Type-Options": "nosniff",
-            "Referrer-Policy": "no-referrer",  # the token is in the URL: never send it on
+            "Referrer-Policy": "same-origin",  # the token is in the URL: never send it out
             "X-Frame-Options": "DENY",
             **self.headers,
         }
@@ -100,7 +100,7 @@ class EventStream:
     HEAD = (
         b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream; charset=utf-8\r\n"
         b"Cache-Control: no-store\r\nConnection: close\r\nX-Accel-Buffering: no\r\n"
-        b"Referrer-Policy: no-referrer\r\n\r\n"
+        b"Referrer-Policy: same-origin\r\n\r\n"
     )
 
 

@@ -30,6 +30,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import anyio.to_thread
 
 from kinetic._backends.base import Backend
@@ -46,6 +47,7 @@ from runner import protocol
 REFRESH_INTERVAL = 1.0
 FAILED_PER_REFRESH = 4096
 _CONCURRENCY = 16
+_APPLY_SLICE = 8192  # finished inputs applied per step of the loop (~2 ms)
 _HISTORY = 20  # statuses kept per job
 _RESULT_TYPE_LIMIT = 64 << 20  # results larger than this are sized, not unpickled
 
@@ -105,11 +107,15 @@ class BatchWatch:
             events = await self.runner.snapshot(self.group_id, p.known)
             self.reads += 1
             self._backlog += p.apply(
-                [(i, str(s)) for i, s in events.done],
-                events.running,
-                running_complete=events.snapshot_complete,
-                now=now,
+                [], events.running, running_complete=events.snapshot_complete, now=now
             )
+            done = events.done
+            for start in range(0, len(done), _APPLY_SLICE):
+                # A supervisor's snapshot names every finished input: a slice at a time,
+                # so pages are answered between slices (each slice is applied whole).
+                part = [(i, str(s)) for i, s in done[start : start + _APPLY_SLICE]]
+                self._backlog += p.apply(part, [], running_complete=False, now=now)
+                await anyio.lowlevel.checkpoint()
             if events.stop is not None and not p.finished:
                 self.stop = events.stop
                 report = stopped_report(events.stop)
