@@ -26,6 +26,17 @@ import anyio.to_thread
 
 _NAMES = ("chromium", "chromium-browser", "google-chrome")
 
+ARTIFACTS = (
+    Path(
+        os.environ.get("KINETIC_ARTIFACTS")
+        or Path(__file__).resolve().parents[1] / "build" / "artifacts"
+    )
+    / "dashboard"
+)
+"""Where the browser tests keep their screenshots: ``$KINETIC_ARTIFACTS/dashboard/``
+(read at import, before the tests' environment isolation), by default
+``build/artifacts/dashboard/`` in the repository."""
+
 
 def chromium_binary() -> str:
     """The path of a Chromium, installed with apt when missing (as tests/testbed/up

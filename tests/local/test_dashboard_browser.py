@@ -7,7 +7,6 @@ Screenshots of each page are kept under ``$KINETIC_ARTIFACTS/dashboard/`` (defau
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap
@@ -18,13 +17,11 @@ import anyio
 import pytest
 
 import kinetic
-from tests.cdp import launch
+from tests.cdp import ARTIFACTS, launch
 from tests.fix_env import module_project
 
 pytestmark = pytest.mark.local
 
-REPO = Path(__file__).resolve().parents[2]
-ARTIFACTS = Path(os.environ.get("KINETIC_ARTIFACTS") or REPO / "build" / "artifacts") / "dashboard"
 
 _MODULE = textwrap.dedent(
     """
