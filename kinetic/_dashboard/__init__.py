@@ -11,19 +11,22 @@ The public side is :mod:`kinetic.dashboard` (``serve``, ``run``, ``Dashboard``).
 
 from __future__ import annotations
 
+import logging
 import secrets
 from dataclasses import dataclass
-from functools import partial
 
 import anyio
 import anyio.abc
+import anyio.to_thread
 from anyio.abc import SocketAttribute
 
 from kinetic._dashboard.app import App
 from kinetic._dashboard.http import serve_connection
 from kinetic._dashboard.source import Source
+from runner.peer import Gate
 
 HOST = "127.0.0.1"
+log = logging.getLogger("kinetic")
 
 
 @dataclass(frozen=True)
@@ -69,5 +72,16 @@ async def serve(
     async with listener:
         bound = int(listener.extra(SocketAttribute.local_port))
         app = App(source, token, bound)
+        # Any local user may connect to a loopback port: only ours are answered, the
+        # token is then checked as well (runner.peer reads the socket's owner).
+        gate = Gate("dashboard", log.warning)
+
+        async def connection(stream: anyio.abc.SocketStream) -> None:
+            sock = stream.extra(SocketAttribute.raw_socket)
+            if not await anyio.to_thread.run_sync(gate.admit, sock):
+                await stream.aclose()
+                return
+            await serve_connection(stream, app.handle)
+
         task_status.started(Dashboard(bound, token, source.storage_url))
-        await listener.serve(partial(serve_connection, handler=app.handle))
+        await listener.serve(connection)

@@ -1,10 +1,11 @@
 """The dashboard's routes: who may ask (the token, the Host, the origin of a POST), and
 the pages and event streams they get.
 
-Access: the server listens on 127.0.0.1 only. Every request carries the token (query
-``t``, or form field ``t`` of a POST), compared in constant time; a wrong or missing
-one gets 403 before anything is read. The Host header must name the loopback address
-and port (a DNS-rebinding page gets 403). A POST (cancel) must also come from the
+Access: the server listens on 127.0.0.1 only, and answers connections of its own uid
+only (:class:`runner.peer.Gate`, in :func:`kinetic._dashboard.serve`). Every request
+carries the token (query ``t``, or form field ``t`` of a POST), compared in constant
+time; a wrong or missing one gets 403 before anything is read. The Host header must
+name the loopback address and port (a DNS-rebinding page gets 403). A POST (cancel) must also come from the
 dashboard's own origin (``Origin``/``Sec-Fetch-Site``, when the browser sends them)
 as an urlencoded form; cancels go through a confirm page first.
 

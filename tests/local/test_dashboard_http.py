@@ -3,6 +3,7 @@ batch's refresh reads its records a bounded number of times, whatever its size."
 
 from __future__ import annotations
 
+import socket
 import textwrap
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -13,6 +14,7 @@ import pytest
 import kinetic
 from kinetic._dashboard import Dashboard, serve
 from tests.fix_env import module_project
+from tests.other_user import OTHER_UID, as_other_user, need_root
 
 pytestmark = pytest.mark.local
 
@@ -55,6 +57,32 @@ async def test_a_wrong_or_missing_token_gets_403(dash: Dashboard) -> None:
     assert (await _ask(port, get.format(f"/?t={token}"), host="evil.example:80"))[0] == 403
     # Malformed requests get 400, never an answer from a page.
     assert (await _ask(port, "GARBAGE"))[0] == 400
+
+
+async def test_another_user_gets_nothing_even_with_the_token(
+    dash: Dashboard, caplog: pytest.LogCaptureFixture
+) -> None:
+    need_root()
+    port, token = dash.port, dash.token
+
+    def probe() -> str:
+        # A plain socket: create_connection would import the idna codec, which this
+        # user cannot read under /root.
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.settimeout(20)
+            sock.connect(("127.0.0.1", port))
+            request = f"GET /?t={token} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n"
+            try:
+                sock.sendall(request.encode())
+                answer = sock.recv(1024)
+            except (ConnectionResetError, BrokenPipeError):
+                return "closed"
+        return answer.split(b"\r\n")[0].decode() if answer else "closed"
+
+    with caplog.at_level("WARNING", logger="kinetic"):
+        assert await anyio.to_thread.run_sync(as_other_user, probe) == "closed"
+    assert any(f"uid {OTHER_UID}" in r.getMessage() for r in caplog.records), caplog.text
+    assert (await _ask(port, f"GET /?t={token} HTTP/1.1\r\nHost: HOST"))[0] == 200
 
 
 async def test_a_cancel_must_be_posted_from_the_page_with_the_token(dash: Dashboard) -> None:
