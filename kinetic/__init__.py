@@ -19,6 +19,7 @@ from __future__ import annotations
 # First: Kinetic's own top-level `runner` package, or a clear error naming the impostor.
 from kinetic import _runner_guard  # noqa: F401  # isort: skip
 from kinetic import aio
+from kinetic._core.secret_spec import Secret
 from kinetic._core.status import JobStatus, StatusReport
 from kinetic._data.data import Data
 from kinetic._exceptions import (
@@ -79,6 +80,7 @@ __all__ = [
     "RequirementsError",
     "ResultError",
     "RuntimeConflictError",
+    "Secret",
     "SerializationError",
     "StatusReport",
     "StorageError",

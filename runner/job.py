@@ -26,7 +26,8 @@ from runner.store import RunnerStore
 def prepare_workspace(store: RunnerStore, spec: protocol.JobSpec, workdir: Path) -> Path:
     """Check the spec, fetch, verify and unpack the context archive, enter it (cwd,
     sys.path, env), then install the spec's requirements, then its ``# kn:keep`` lines
-    (prebuilt mode). Return the root of the project's files (the shared tree, or the
+    (prebuilt mode), then resolve the local secrets it names (:mod:`runner.secrets`) into
+    its environment. Return the root of the project's files (the shared tree, or the
     job's own copy).
 
     On the local backend (``KINETIC_CONTEXT_CACHE`` names a shared cache) the archive is
@@ -34,7 +35,8 @@ def prepare_workspace(store: RunnerStore, spec: protocol.JobSpec, workdir: Path)
     directory of links into it (:mod:`runner.contexts`). Elsewhere (a pod, which runs
     one job) it is extracted into ``workdir``.
 
-    :raises PhaseError: naming the phase (fetch, verify, unpack, install) that failed.
+    :raises PhaseError: naming the phase (fetch, verify, unpack, install, secrets) that
+        failed.
     """
     protocol.check_spec(spec)
     root = workdir / "workspace"
@@ -58,7 +60,44 @@ def prepare_workspace(store: RunnerStore, spec: protocol.JobSpec, workdir: Path)
             install_requirements(install, workdir)
         if kept:  # the user's override: last, and resolved on its own
             install_requirements(kept, workdir, kept=True)
+    if spec.get("secrets"):
+        _enter_secrets(spec)
+    _check_mounted_secrets()
     return code_root
+
+
+def _check_mounted_secrets() -> None:
+    """:raises PhaseError: (phase ``secrets``) a pod's mounted Secret is missing."""
+    from runner.secrets import MOUNTS_ENV, SecretError, check_mounted
+
+    if MOUNTS_ENV not in os.environ:
+        return
+    try:
+        check_mounted(os.environ)
+    except SecretError as exc:
+        raise PhaseError("secrets", str(exc)) from None
+
+
+def _enter_secrets(spec: protocol.JobSpec) -> None:
+    """Put the spec's local secrets in the environment, as a pod gets them: every key of
+    a whole secret below the captured variables, mapped keys above them, Kinetic's own
+    variables above all.
+
+    :raises PhaseError: (phase ``secrets``) naming the secret that cannot be resolved.
+    """
+    from runner.secrets import SecretError, resolve
+
+    try:
+        found = resolve(spec.get("secrets", []), os.environ)
+    except SecretError as exc:
+        raise PhaseError("secrets", str(exc)) from None
+    own = {"JOB_ID", *spec["env"]}
+    for name, value in found.whole.items():
+        if name not in own and not name.startswith("KINETIC_"):
+            os.environ[name] = value
+    for name, value in found.mapped.items():
+        if name != "JOB_ID" and not name.startswith("KINETIC_"):
+            os.environ[name] = value
 
 
 def _fetch_context(store: RunnerStore, spec: protocol.JobSpec) -> bytes:

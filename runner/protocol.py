@@ -32,6 +32,7 @@ PHASES: Final = (
     "verify",
     "unpack",
     "install",
+    "secrets",
     "deserialize",
     "resolve",
     "debug",
@@ -116,9 +117,25 @@ class JobSpec(TypedDict):
     python: NotRequired[str]
     """The submitting interpreter's ``X.Y``: the payload's code was pickled there, and
     loads in that minor version only (:func:`check_spec`)."""
+    secrets: NotRequired[list[SecretRecord]]
+    """Secrets the runner resolves itself, on this machine (a local job: ``runner/secrets.py``):
+    references only, never values; an unresolvable one ends the job in phase ``secrets``.
+    A pod's secrets come from Kubernetes instead (the Job's manifest, a batch's ``gke``)."""
     timeout: NotRequired[float]
     """The run-time limit of phase ``execute``, in seconds (``kinetic.run(timeout=)``):
     the runner ends the job when its function runs longer (:mod:`runner.time_limit`)."""
+
+
+class SecretRecord(TypedDict):
+    """A reference to a secret, as a spec or a batch manifest records it: never a value.
+
+    No ``keys`` and no ``mount``: every key as an environment variable. ``keys``: the
+    named keys, each as the variable it maps to. ``mount``: every key as a read-only
+    file in that directory."""
+
+    name: str
+    keys: NotRequired[dict[str, str]]
+    mount: NotRequired[str]
 
 
 def python_version() -> str:
@@ -367,6 +384,8 @@ class GKEBatchRecord(TypedDict):
     """Pool workers run inputs in their own process, not a fork each (the user's opt-in)."""
     runner_image: NotRequired[str]
     """A custom image's batch: the image Kinetic's runner is delivered from."""
+    secrets: NotRequired[list[SecretRecord]]
+    """The Kubernetes Secrets every pod reads (references: names, keys, mount paths)."""
 
 
 class BatchManifest(TypedDict):

@@ -223,6 +223,13 @@ MAP: tuple[tuple[str, str, tuple[Entry, ...]], ...] = (
                 ),
             ),
             ("install.py", "prebuilt mode: the job's requirements installed with uv at start"),
+            (
+                "secrets.py",
+                (
+                    "`secrets=` on this machine: a local job's secrets resolved from 0600 "
+                    "files or its environment; a pod's mounted Secrets checked"
+                ),
+            ),
             ("code_files.py", "shipped code objects pointed at the job's copy of their files"),
             (
                 "debug.py, debug_net.py",

@@ -36,6 +36,7 @@ if TYPE_CHECKING:  # annotations only: `import kinetic` loads none of the cluste
     from kinetic._core.accelerators import AcceleratorConfig
     from kinetic._core.config import Settings
     from kinetic._core.gke_config import GKEOptions
+    from kinetic._core.secret_spec import Secret
 
 StatusCallback = Callable[[StatusReport], Awaitable[None]]
 
@@ -121,6 +122,7 @@ class NewJob:
     :ivar env: the captured variables its process starts with.
     :ivar runner_image: the image Kinetic's runner is delivered from into a custom
         ``image`` (:mod:`kinetic._core.runner_delivery`), else empty.
+    :ivar secrets: the Kubernetes Secrets its pods read (a local job's are in its spec).
     """
 
     job_id: str
@@ -131,6 +133,7 @@ class NewJob:
     env: Mapping[str, str]
     func_name: str
     runner_image: str = ""
+    secrets: tuple[Secret, ...] = ()
     timeout: float | None = None
     """The run-time limit (its runner enforces it; a cluster backend backs it up)."""
 

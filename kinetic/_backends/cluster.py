@@ -215,6 +215,7 @@ class ClusterBackend(abc.ABC):
             pod=self.options.pod,
             func_name=job.func_name,
             runner_image=job.runner_image,
+            secrets=job.secrets,
             timeout=job.timeout,
         )
         return ClusterLaunch(self, self.prepare(job.job_id, template))

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from kinetic._core import accelerators, runner_delivery, store_plugins
+from kinetic._core import accelerators, runner_delivery, secret_spec, store_plugins
 from kinetic._core.accelerators import AcceleratorConfig
 from kinetic._exceptions import ConfigError
 from runner.protocol import FUSE_ROOT, member_attempt_id, member_job_id
@@ -147,6 +147,7 @@ class JobTemplate:
     :ivar runner_image: the image Kinetic's runner is delivered from into ``image`` (a
         custom image, :mod:`kinetic._core.runner_delivery`); empty when ``image``
         carries Kinetic.
+    :ivar secrets: the Kubernetes Secrets the pods read (:mod:`kinetic._core.secret_spec`).
     :ivar timeout: a single job's run-time limit in seconds (:func:`active_deadline`).
     """
 
@@ -159,6 +160,7 @@ class JobTemplate:
     pod: PodOptions | None = None
     func_name: str | None = None
     runner_image: str = ""
+    secrets: tuple[secret_spec.Secret, ...] = ()
     timeout: float | None = None
 
     @property
@@ -243,6 +245,7 @@ def job_manifest(template: JobTemplate, job_id: str) -> dict[str, Any]:
         runner_delivery.with_delivered_runner(
             pod_spec, template.runner_image, pull_policy=pod.image_pull_policy
         )
+    secret_spec.apply_secrets(pod_spec, template.secrets, namespace=template.namespace)
     annotations = {"kinetic/accelerator": accelerator.name + (":spot" if accelerator.spot else "")}
     if template.func_name:
         annotations["kinetic/function"] = template.func_name

@@ -22,7 +22,7 @@ Job's events. The rules, first match wins:
 6. Neither: FAILED when the job is recorded (its Job was deleted), else NOT_FOUND.
 
 A PENDING report carries a ``reason`` only when the job *cannot start*
-(unschedulable, image pull failure, pod creation refused): :func:`cannot_start`
+(unschedulable, image pull failure, a missing Secret, pod creation refused): :func:`cannot_start`
 tells such a report apart; waiting callers fail it after a grace time.
 """
 
@@ -32,6 +32,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kinetic._core.k8s_spec import TIMEOUT_ANNOTATION
+from kinetic._core.secret_spec import missing_secret
 from kinetic._core.status import JobStatus, StatusReport, describe_exit, status_from_records
 from runner.protocol import parse_unrecorded_failure, time_limit_message
 
@@ -98,13 +99,17 @@ def describe_terminated(state: Mapping[str, Any]) -> str:
     )
 
 
-def _image_problem(status: Mapping[str, Any]) -> StatusReport | None:
-    """PENDING with the reason, when the container's image cannot be had."""
+def _image_problem(status: Mapping[str, Any], namespace: str = "") -> StatusReport | None:
+    """PENDING with the reason, when the container's image cannot be had, or a Secret
+    it reads is missing (named, with its namespace)."""
     waiting = _get(status, "state", "waiting")
     if not isinstance(waiting, Mapping) or waiting.get("reason") not in IMAGE_PROBLEMS:
         return None
     image = status.get("image") or ""
     message = _first_line(waiting.get("message"))
+    secret = missing_secret(message, namespace)
+    if secret is not None:
+        return StatusReport(JobStatus.PENDING, reason=f"cannot start the container: {secret}")
     return StatusReport(
         JobStatus.PENDING,
         reason=f"cannot start the container ({waiting['reason']}) for image {image!r}"
@@ -167,7 +172,8 @@ def pod_report(pod: Mapping[str, Any]) -> StatusReport:
         return StatusReport(JobStatus.FAILED, reason=describe_terminated(terminated))
     if isinstance(state.get("running"), Mapping):
         return StatusReport(JobStatus.RUNNING)
-    stuck = _image_problem(statuses[0]) if statuses else None
+    namespace = str(_get(pod, "metadata", "namespace") or "")
+    stuck = _image_problem(statuses[0], namespace) if statuses else None
     if stuck is not None:
         return stuck
     for cond in _get(pod, "status", "conditions") or []:

@@ -33,6 +33,7 @@ from kinetic._core.ids import check_group_id, new_group_id
 from kinetic._core.image_spec import JobImage
 from kinetic._core.inputs import MapOptions, chunk_size, to_call
 from kinetic._core.records import job_spec, shared_handle, utcnow_iso
+from kinetic._core.secret_spec import records as secret_records
 from kinetic._engine import runtime
 from kinetic._engine.batch import BatchHandle, CleanedSummary
 from kinetic._engine.batch_runner import runner_for
@@ -48,7 +49,13 @@ from kinetic._engine.packaging import (
     shipping_by_value,
 )
 from kinetic._engine.preload import settings_with_code
-from kinetic._engine.submit import RunOptions, aresolve_target, job_image, undo_submission
+from kinetic._engine.submit import (
+    RunOptions,
+    aresolve_target,
+    check_local_secrets,
+    job_image,
+    undo_submission,
+)
 from kinetic._exceptions import (
     ConfigError,
     DataError,
@@ -170,6 +177,8 @@ async def submit_batch(
     # Before anything is written: a bad requirement or a failed build is bad input.
     await backend.get_ready()
     image = await job_image(backend, settings, accel, opts.container_image, root)
+    if opts.secrets and backend.placement(settings).runs_here:
+        await check_local_secrets(opts.secrets)
     group_id = new_group_id()
     storage = backend.storage
     # Recorded first, so attach_batch in another process can wait for this submission.
@@ -362,6 +371,8 @@ async def _record(
         install=image.install,
         install_kept=image.install_kept,
     )
+    if opts.secrets and place.runs_here:  # resolved by the workers (runner/secrets.py)
+        spec["secrets"] = secret_records(opts.secrets)
     manifest: protocol.BatchManifest = {
         "format": protocol.FORMAT,
         "group_id": group_id,
@@ -401,6 +412,8 @@ async def _record(
         }
         if image.runner:  # a custom image: its pods get Kinetic's runner from this one
             manifest["gke"]["runner_image"] = image.runner
+        if opts.secrets:  # references only: a resumed batch's pods read the same
+            manifest["gke"]["secrets"] = secret_records(opts.secrets)
     await storage.write(protocol.group_payload_key(group_id), fn_bytes)
 
     async def _write_chunk(numbered: tuple[int, bytes]) -> None:

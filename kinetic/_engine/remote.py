@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import partial
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
@@ -16,6 +16,7 @@ from kinetic._core.config import BACKENDS
 from kinetic._core.functions import check_function
 from kinetic._core.ids import check_job_id
 from kinetic._core.inputs import MapOptions, check_input_mode
+from kinetic._core.secret_spec import Secret, check_secrets
 from kinetic._engine import job_listing, runtime
 from kinetic._engine.batch import BatchHandle, member_job
 from kinetic._engine.batch_submit import submit_batch
@@ -162,6 +163,7 @@ def run(
     spot: bool = False,
     output_dir: str | None = None,
     debug: bool = False,
+    secrets: Sequence[str | Secret] | None = None,
     timeout: float | None = None,
 ) -> Callable[[Callable[P, R]], AsyncRemoteFunction[P, R]]:
     """Decorate a function so that calling it runs it as a job; the async original.
@@ -182,6 +184,11 @@ def run(
     :param debug: the job waits (``KINETIC_DEBUG_WAIT_TIMEOUT`` seconds, 600) for a
         debugger before running (see ``JobHandle.debug_attach``); keeps its artifacts
         after its result is collected, and calling the function does not stream its output.
+    :param secrets: Kubernetes Secrets the job reads, by reference: a name (every key as
+        a variable), or ``kinetic.Secret(name, keys={key: VARIABLE})`` or
+        ``kinetic.Secret(name, mount="/abs/dir")`` (files, GKE only). Values never
+        travel with the job; locally they come from ``~/.kinetic/secrets/{name}.json``
+        or the submitting environment.
     :param timeout: the job's run-time limit in seconds: a function that runs longer is
         ended (with every process it started) and the job fails with
         :class:`JobFailedError` in phase ``execute``, naming the limit. Not the wait's
@@ -225,6 +232,7 @@ def run(
         spot=spot,
         output_dir=output_dir,
         debug=debug,
+        secrets=() if secrets is None else check_secrets(secrets),
         timeout=check_run_time_limit(timeout),
     )
 

@@ -35,6 +35,8 @@ from kinetic._core.config import Settings, capture_env
 from kinetic._core.ids import new_job_id
 from kinetic._core.image_spec import JobImage, execution_mode
 from kinetic._core.records import job_names, job_spec, shared_handle
+from kinetic._core.secret_spec import Secret, check_volume_overlap
+from kinetic._core.secret_spec import records as secret_records
 from kinetic._engine import runtime
 from kinetic._engine.captured_env import capture_job_env
 from kinetic._engine.data_refs import holds_data, prepare_data
@@ -91,6 +93,7 @@ class RunOptions:
     spot: bool = False
     output_dir: str | None = None
     debug: bool = False
+    secrets: tuple[Secret, ...] = ()
     timeout: float | None = None
     """The run-time limit of the function, in seconds (:mod:`runner.time_limit`)."""
 
@@ -110,6 +113,21 @@ class RunOptions:
             )
         if self.volumes is not None:
             _check_volumes(self.volumes)
+            check_volume_overlap(self.secrets, self.volumes)
+
+
+async def check_local_secrets(secrets: tuple[Secret, ...]) -> None:
+    """Resolve a local job's secrets as its runner will (:mod:`runner.secrets`), and drop
+    the values: one missing here fails the submission, before anything is written.
+
+    :raises ConfigError: naming the secret, and what to do.
+    """
+    from runner.secrets import SecretError, resolve
+
+    try:
+        await anyio.to_thread.run_sync(resolve, secret_records(secrets), dict(os.environ))
+    except SecretError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _absolute_location(path: object) -> bool:
@@ -381,6 +399,8 @@ async def submit(
     place = backend.placement(settings)
     output_dir = opts.output_dir or place.output_dir(job_id)
     image = await job_image(backend, settings, accel, opts.container_image, root)
+    if opts.secrets and place.runs_here:  # before anything is written
+        await check_local_secrets(opts.secrets)
     launch = backend.prepare_launch(
         NewJob(
             job_id=job_id,
@@ -391,6 +411,7 @@ async def submit(
             env=env,
             func_name=func_name,
             runner_image=image.runner,
+            secrets=() if place.runs_here else opts.secrets,
             timeout=opts.timeout,
         )
     )
@@ -435,6 +456,8 @@ async def submit(
     )
     if opts.volumes and place.runs_here:
         spec["private_volumes"] = True
+    if opts.secrets and place.runs_here:  # the runner resolves them here; a pod's, Kubernetes
+        spec["secrets"] = secret_records(opts.secrets)
     if debug_spec is not None:
         spec["debug"] = debug_spec
     if opts.timeout is not None:  # the runner enforces it, wherever the job runs

@@ -8,9 +8,10 @@ keeps the names and parameters of both worlds identical.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
+from kinetic._core.secret_spec import Secret
 from kinetic._engine import remote as _aio_remote
 from kinetic._sync.batch import BatchHandle
 from kinetic._sync.handle import JobHandle
@@ -98,6 +99,7 @@ def run(
     spot: bool = False,
     output_dir: str | None = None,
     debug: bool = False,
+    secrets: Sequence[str | Secret] | None = None,
     timeout: float | None = None,
 ) -> Callable[[Callable[P, R]], RemoteFunction[P, R]]:
     """Decorate a function so that calling it runs it as a job and blocks for its value.
@@ -119,6 +121,7 @@ def run(
         spot=spot,
         output_dir=output_dir,
         debug=debug,
+        secrets=secrets,
         timeout=timeout,
     )
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 import anyio
 
 from kinetic._backends.base import BatchEvents, Loaded
-from kinetic._core import accelerators, k8s_spec
+from kinetic._core import accelerators, k8s_spec, secret_spec
 from kinetic._exceptions import BackendError, ObjectNotFoundError, StorageError
 from kinetic._storage.base import Storage
 from runner import protocol
@@ -126,6 +126,7 @@ def batch_job(
         pod=backend.options.pod,
         func_name=manifest["func_name"],
         runner_image=gke.get("runner_image", ""),
+        secrets=tuple(secret_spec.from_record(r) for r in gke.get("secrets", [])),
     )
     job = build(template)
     if gke.get("fuse_buckets"):
