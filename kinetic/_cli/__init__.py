@@ -11,6 +11,10 @@
     kinetic context [PATH]    what travels with a job, and its size
                               (:mod:`kinetic._cli.context`)
     kinetic dashboard         jobs and batches in a browser (:mod:`kinetic._cli.dashboard`)
+    kinetic init              first set-up: join a cluster, create one, or go local
+                              (:mod:`kinetic._cli.init`)
+    kinetic completion SHELL  a bash, zsh or fish completion script
+                              (:mod:`kinetic._cli.completion`)
     kinetic up | down | status | pool ...
                               set up (and take down) a cluster for Kinetic
                               (:mod:`kinetic._cli.infra`)
@@ -31,11 +35,13 @@ from collections.abc import Callable, Sequence
 from kinetic._cli import (
     accelerators,
     build_image,
+    completion,
     config,
     context,
     dashboard,
     doctor,
     infra,
+    init,
     jobs,
     profile,
 )
@@ -52,6 +58,8 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "build-image": build_image.run,
     "context": context.run,
     "dashboard": dashboard.run,
+    "init": init.run,
+    "completion": completion.run,
     "up": infra.run,
     "down": infra.run,
     "status": infra.run,
@@ -72,6 +80,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--cluster", help="cluster name")
     parser.add_argument("--namespace", help="Kubernetes namespace")
     sub = parser.add_subparsers(dest="group", required=True, metavar="COMMAND")
+    init.add_parser(sub)
     jobs.add_parsers(sub)
     accelerators.add_parser(sub)
     config.add_parser(sub)
@@ -81,6 +90,7 @@ def _parser() -> argparse.ArgumentParser:
     context.add_parser(sub)
     dashboard.add_parser(sub)
     infra.add_parsers(sub)
+    completion.add_parser(sub, parser)
     return parser
 
 

@@ -2,21 +2,27 @@
 
     kinetic accelerators [--json]                   every shape Kinetic can request
     kinetic accelerators resolve NAME [--json]      one name (``l4x4``, ``v5e-2x4:spot``)
+    kinetic accelerators --live [--json]            which the configured cluster has
+                                                    node pools for
 
 The catalog lists each GPU type at each count and each TPU type at each slice size,
 under its canonical name (any accepted spelling, and a ``:spot`` suffix, resolve to
 one of these). A name that does not parse exits with status 2 and the
-:class:`~kinetic.AcceleratorError` message, which lists the valid forms.
+:class:`~kinetic.AcceleratorError` message, which lists the valid forms. ``--live``
+marks the shapes the configured GKE cluster has node pools for
+(:mod:`kinetic._cli.accelerators_live`): exit 2 with no cluster configured, 1 when the
+pools cannot be read.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from kinetic._cli._output import EXIT_OK, emit_json, report_error, table
 from kinetic._core import accelerators as acc
-from kinetic._exceptions import AcceleratorError
+from kinetic._exceptions import AcceleratorError, KineticError
 
 COLUMNS = ("name", "category", "chips", "hosts", "topology", "machine_type", "gke_label", "spot")
 
@@ -94,6 +100,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         description="List every accelerator shape, or resolve one name.",
     )
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    p.add_argument(
+        "--live",
+        action="store_true",
+        help="mark the shapes the configured cluster has node pools for",
+    )
     actions = p.add_subparsers(dest="action")
     r = actions.add_parser("resolve", help="resolve one accelerator name")
     r.add_argument("name", help="an accelerator name, e.g. l4x4, tpu-v6e-8, v5e-2x4:spot")
@@ -114,10 +125,39 @@ def run(ns: argparse.Namespace) -> int:
         table(("field", "value"), rows, title=f"accelerator {ns.name!r}")
         return EXIT_OK
     rows_ = catalog()
+    if ns.live:
+        return _live(ns, rows_)
     if ns.json:
         emit_json(rows_)
         return EXIT_OK
     table(COLUMNS, [[row[c] for c in COLUMNS] for row in rows_], title="accelerators")
+    return EXIT_OK
+
+
+def _live(ns: argparse.Namespace, rows: list[dict[str, Any]]) -> int:
+    from kinetic._cli import accelerators_live as live
+
+    try:
+        cluster, pools = live.read_pools(ns)
+    except KineticError as exc:
+        return report_error(exc)
+    marked, other = live.mark_live(rows, pools)
+    for p in other:
+        print(
+            f"kinetic: node pool {p.name} ({p.machine_type}, {p.accelerator or 'no accelerator'}) "
+            "serves no shape of the catalog",
+            file=sys.stderr,
+        )
+    if ns.json:
+        emit_json(marked)
+        return EXIT_OK
+    columns = ("name", "category", "chips", "hosts", "topology", "machine_type", "live", "pools")
+    table(
+        columns,
+        [[*(r[c] for c in columns[:-1]), live.pools_cell(r["pools"])] for r in marked],
+        title=f"accelerators (node pools of cluster {cluster})",
+        styles=["green" if r["live"] else None for r in marked],
+    )
     return EXIT_OK
 
 

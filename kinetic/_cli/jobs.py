@@ -10,6 +10,8 @@
                                                   wait for the value (repr, or JSON)
     kinetic jobs cancel JOB_ID
     kinetic jobs cleanup JOB_ID
+    kinetic jobs debug JOB_ID [--port P]        attach a debugger to a debug job
+                                                  (:mod:`kinetic._cli.jobs_debug`)
     kinetic batch list [--json]                   recorded batches, newest first
     kinetic batch status GROUP_ID [--watch [--timeout S]] [--json]
     kinetic batch results GROUP_ID [--timeout S] [--json] [--cleanup]
@@ -31,6 +33,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Any
 
+from kinetic._cli import jobs_debug
 from kinetic._cli._output import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -77,6 +80,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     _wait_flags(result)
     for action, text in (("cancel", "end a job"), ("cleanup", "delete a job's resources")):
         jobs.add_parser(action, help=text).add_argument("job_id")
+    jobs_debug.add_parser(jobs)
 
     batch = sub.add_parser("batch", help="batches").add_subparsers(dest="action", required=True)
     _json_flag(batch.add_parser("list", help="recorded batches, newest first"))
@@ -159,6 +163,8 @@ def _jobs(ns: argparse.Namespace) -> int:
         else:
             print(repr(value))
         return EXIT_OK
+    if ns.action == "debug":
+        return jobs_debug.run(ns, job)
     if ns.action == "cancel":
         job.cancel()
         print(f"cancelled {job.job_id}")

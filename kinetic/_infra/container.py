@@ -177,6 +177,11 @@ class ContainerClient(HttpOwner):
         doc = await self._send(gke_api.get_cluster(self.project, self.location, cluster))
         return None if doc is None else gke_api.parse_cluster(doc)
 
+    async def list_clusters(self) -> list[ClusterInfo]:
+        """The project's clusters, in every location (``kinetic init`` offers them)."""
+        doc = await self._send(gke_api.list_clusters(self.project))
+        return [gke_api.parse_cluster(c) for c in (doc or {}).get("clusters") or []]
+
     async def create_cluster(
         self,
         cluster: str,

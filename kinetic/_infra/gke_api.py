@@ -63,6 +63,11 @@ def get_cluster(project: str, location: str, cluster: str) -> ApiRequest:
     )
 
 
+def list_clusters(project: str) -> ApiRequest:
+    """The project's clusters in every location (the API's ``-`` wildcard)."""
+    return ApiRequest("GET", f"{_loc(project, '-')}/clusters", what=f"list clusters of {project}")
+
+
 def delete_cluster(project: str, location: str, cluster: str) -> ApiRequest:
     return ApiRequest(
         "DELETE", f"{_loc(project, location)}/clusters/{cluster}", what=f"delete cluster {cluster}"
