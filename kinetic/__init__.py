@@ -18,7 +18,7 @@ from __future__ import annotations
 
 # First: Kinetic's own top-level `runner` package, or a clear error naming the impostor.
 from kinetic import _runner_guard  # noqa: F401  # isort: skip
-from kinetic import aio
+from kinetic import _log, aio
 from kinetic._core.secret_spec import Secret
 from kinetic._core.status import JobStatus, StatusReport
 from kinetic._data.data import Data
@@ -52,6 +52,10 @@ from kinetic._sync.api import RemoteFunction, attach, list_jobs, run
 from kinetic._sync.batch import BatchHandle, attach_batch
 from kinetic._sync.handle import JobHandle
 from kinetic._version import __version__
+
+# Messages are records on the `kinetic` logger; a script that configures no logging
+# still sees them on stderr (kinetic/_log.py, docs/logging.md).
+_log.install()
 
 __all__ = [
     "AcceleratorError",

@@ -74,6 +74,13 @@ MAP: tuple[tuple[str, str, tuple[Entry, ...]], ...] = (
                 "_concurrency.py",
                 "bounded fan-out over many items: a few workers, not a task per item",
             ),
+            (
+                "_log.py",
+                (
+                    "Kinetic's messages: records on the `kinetic` logger, its stderr line when "
+                    "the application configures no logging, `KINETIC_LOG_LEVEL`"
+                ),
+            ),
             ("testing.py", "the pytest plugin for users' own tests (`kinetic_local`)"),
             (
                 "debug.py, job_status.py",

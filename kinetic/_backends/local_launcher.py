@@ -34,7 +34,7 @@ from runner.fs import lock_held
 from runner.launcher import PROTOCOL, launcher_dir, launcher_tag, socket_address
 from runner.peer import check_server
 
-logger = logging.getLogger("kinetic")
+logger = logging.getLogger(__name__)
 
 DISABLE_ENV = "KINETIC_LOCAL_LAUNCHER"
 """``0`` turns the launcher off: every job starts its own interpreter."""
@@ -126,7 +126,7 @@ def _say_once(reason: str) -> None:
         if reason in _warned:
             return
         _warned.add(reason)
-    logger.warning("kinetic: local jobs start their own interpreter (slower) because %s", reason)
+    logger.warning("local jobs start their own interpreter (slower) because %s", reason)
 
 
 def _connect(root: Path, tag: str, timeout: float) -> socket.socket | None:

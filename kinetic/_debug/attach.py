@@ -39,7 +39,7 @@ from runner.debug import ready_key
 if TYPE_CHECKING:
     from kinetic._engine.handle import JobHandle
 
-logger = logging.getLogger("kinetic")
+logger = logging.getLogger(__name__)
 
 POLL = 0.5
 STATUS_EVERY = 4

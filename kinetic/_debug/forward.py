@@ -45,7 +45,7 @@ from anyio.abc import ByteStream, SocketAttribute, SocketStream
 from kinetic._exceptions import BackendError, ConfigError, KineticError
 from runner.peer import Gate, check_server
 
-log = logging.getLogger("kinetic")
+log = logging.getLogger(__name__)
 
 LOOPBACK = "127.0.0.1"
 CONNECT_TIMEOUT = 10.0

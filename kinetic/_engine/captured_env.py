@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 from kinetic._core.config import capture_env, secret_like
 
-logger = logging.getLogger("kinetic")
+logger = logging.getLogger(__name__)
 
 _warned: set[str] = set()
 _warned_lock = threading.Lock()
@@ -31,7 +31,7 @@ def capture_job_env(patterns: list[str] | None, environ: Mapping[str, str]) -> d
         _warned.update(new)
     if new:
         logger.warning(
-            "kinetic: capture_env_vars sends %s in plain text: it rests in the job's spec in "
+            "capture_env_vars sends %s in plain text: it rests in the job's spec in "
             "its storage and, on GKE, in the Job's manifest, readable by whoever can read "
             "those (docs/security.md)",
             ", ".join(new),

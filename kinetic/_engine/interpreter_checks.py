@@ -2,12 +2,15 @@
 
 A local job has no image: it runs with the submitting interpreter, so the project's
 requirements and the accelerator runtime its pod would carry are looked up here
-instead, and what is missing is said on stderr (a warning, not a failure: the job
-may not import it).
+instead, and what is missing is said as a WARNING record on this module's logger (not a
+failure: the job may not import it). A log record, not :func:`warnings.warn`: the fix is
+in the environment, not in the calling code, and the check runs on the event loop's
+thread, where no line of the caller's could be named (docs/logging.md).
 """
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -16,6 +19,7 @@ import anyio.to_thread
 
 from kinetic._exceptions import ConfigError
 
+log = logging.getLogger(__name__)
 _warned_roots: set[Path] = set()
 
 
@@ -35,12 +39,13 @@ async def warn_missing_requirements(package_root: Path) -> None:
 
     missing = await anyio.to_thread.run_sync(check)
     if missing:
-        print(
-            f"kinetic: warning: the local backend runs jobs with this interpreter "
-            f"({sys.executable}), which lacks requirements of {package_root}: "
-            f"{', '.join(missing)}. Install them here (pip install ...) or jobs that "
+        log.warning(
+            "the local backend runs jobs with this interpreter (%s), which lacks "
+            "requirements of %s: %s. Install them here (pip install ...) or jobs that "
             "import them will fail.",
-            file=sys.stderr,
+            sys.executable,
+            package_root,
+            ", ".join(missing),
         )
 
 
@@ -77,11 +82,14 @@ async def warn_missing_runtime(category: str) -> None:
     missing = await anyio.to_thread.run_sync(missing_runtime, category)
     if missing:
         extra = "cuda12" if category == "gpu" else "tpu"
-        print(
-            f"kinetic: warning: a {category.upper()} job's image carries "
-            f"jax[{extra}] and keras, but the local backend runs jobs with this "
-            f"interpreter ({sys.executable}), which lacks {', '.join(missing)}. Install "
-            f'them here (pip install "jax[{extra}]" keras) or jobs that use them will '
-            "fail or fall back to the CPU.",
-            file=sys.stderr,
+        log.warning(
+            "a %s job's image carries jax[%s] and keras, but the local backend runs jobs "
+            "with this interpreter (%s), which lacks %s. Install them here "
+            '(pip install "jax[%s]" keras) or jobs that use them will fail or fall back '
+            "to the CPU.",
+            category.upper(),
+            extra,
+            sys.executable,
+            ", ".join(missing),
+            extra,
         )

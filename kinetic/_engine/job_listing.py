@@ -16,7 +16,7 @@ from kinetic._engine.handle import JobHandle, load_handle
 from kinetic._exceptions import JobNotFoundError, ObjectNotFoundError
 from runner import protocol
 
-log = logging.getLogger("kinetic")
+log = logging.getLogger(__name__)
 
 _LOAD_CONCURRENCY = 32
 

@@ -24,7 +24,7 @@ import anyio.to_thread
 
 from kinetic._engine.results import load_payload, unwrap
 
-logger = logging.getLogger("kinetic")
+logger = logging.getLogger(__name__)
 
 INLINE_DECODE_LIMIT = 16 * 1024
 """Payloads up to this size are unpickled on the caller's loop: tens of µs, less than a

@@ -44,7 +44,7 @@ from kinetic._exceptions import ConfigError, SerializationError
 from kinetic._storage.base import Storage
 from runner import protocol
 
-logger = logging.getLogger("kinetic")
+logger = logging.getLogger(__name__)
 
 PICKLE_LOCK = threading.Lock()
 _ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
@@ -366,14 +366,14 @@ def _notice(walk: Scan) -> None:
     if left_out:
         logger.warning(
             "%s",
-            _listed(f"kinetic: left out what looks like secrets in {walk.root}", left_out)
+            _listed(f"left out what looks like secrets in {walk.root}", left_out)
             + f" (to ship one on purpose, re-include it with '!NAME' in {walk.root / KINETICIGNORE})",
         )
     if kept:
         logger.warning(
             "%s",
             _listed(
-                f"kinetic: shipping what looks like secrets in {walk.root}, as "
+                f"shipping what looks like secrets in {walk.root}, as "
                 f"{walk.root / KINETICIGNORE} re-includes it",
                 kept,
             ),
@@ -396,7 +396,7 @@ def context_notice(walk: Scan) -> str:
     biggest = ", ".join(f"{name} {human_bytes(b)} in {n:,} files" for name, b, n in top)
     example = top[0][0] if top else "data/"
     return (
-        f"kinetic: the context of {root} is {human_bytes(total_bytes)} in {file_count:,} "
+        f"the context of {root} is {human_bytes(total_bytes)} in {file_count:,} "
         f"files and travels with every job (largest: {biggest or 'none'}); leave out what "
         f"jobs do not need with a line such as {example!r} in {root / KINETICIGNORE} or "
         f"a .gitignore, or pass data as kinetic.Data; `kinetic context {root}` lists it"

@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import sys
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
+from kinetic import _log
 from kinetic._backends.base import Backend, NewJob
 from kinetic._core import accelerators
 from kinetic._core.config import Settings, capture_env
@@ -153,15 +153,17 @@ _notice_shown = False
 
 
 def _local_notice(settings: Settings) -> None:
+    """Say once per process, at INFO, that jobs go to the local backend by default (not
+    marked said while the level hides it: an application that lowers it later hears it)."""
     global _notice_shown
     with _NOTICE_LOCK:
-        if _notice_shown or os.environ.get("KINETIC_QUIET"):
+        if _notice_shown or not log.isEnabledFor(logging.INFO):
             return
         _notice_shown = True
-    print(
-        "kinetic: no GCP project configured; running on the local backend "
-        f"({settings.local_root}). Set KINETIC_PROJECT or pass backend= to choose.",
-        file=sys.stderr,
+    log.info(
+        "no GCP project configured; running on the local backend (%s). "
+        "Set KINETIC_PROJECT or pass backend= to choose.",
+        settings.local_root,
     )
 
 
@@ -172,6 +174,7 @@ def target_settings(opts: RunOptions) -> tuple[Settings, accelerators.Accelerato
     :raises ConfigError: (and subclasses) for unknown backends, malformed profiles,
         and accelerators the backend cannot provide.
     """
+    _log.apply_env()  # KINETIC_LOG_LEVEL / KINETIC_QUIET, set after `import kinetic` too
     settings = load_settings(
         backend=opts.backend,
         project=opts.project,
@@ -349,7 +352,7 @@ async def job_image(
 def _build_progress(line: str) -> None:
     # A build takes minutes: say that it runs and show its steps, not every line of pip.
     if line.startswith(("building ", "Step ")):
-        print(f"kinetic: {line}", file=sys.stderr, flush=True)
+        log.info("%s", line)
 
 
 async def submit(

@@ -22,7 +22,7 @@ See ``docs/execution-modes.md``.
 
 from __future__ import annotations
 
-import sys
+import logging
 from collections.abc import Iterable, Mapping, Sequence
 
 import anyio.to_thread
@@ -44,6 +44,8 @@ from kinetic._images.builder import ImageBuilder, Progress, choose_builder
 from kinetic._images.runtime_resolve import ResolvedRuntime
 from kinetic._storage.base import Storage
 from kinetic._version import __version__
+
+log = logging.getLogger(__name__)
 
 
 def make_builder(
@@ -79,11 +81,12 @@ _said: set[str] = set()
 
 
 def say_once(notes: Iterable[str]) -> None:
-    """Print each note about the user's requirement lines once per process."""
+    """Say each note about the user's requirement lines once per process (an INFO
+    record: the line is rewritten or kept as asked, nothing to fix)."""
     for note in notes:
         if note not in _said:
             _said.add(note)
-            print(f"kinetic: note: {note}", file=sys.stderr, flush=True)
+            log.info("note: %s", note)
 
 
 async def resolve_runtime(

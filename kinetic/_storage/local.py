@@ -32,7 +32,7 @@ from runner.fs import (
     remove_tree,
 )
 
-logger = logging.getLogger("kinetic")
+logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 

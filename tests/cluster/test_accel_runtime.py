@@ -24,6 +24,7 @@ content-addressed tags.
 from __future__ import annotations
 
 import importlib.util
+import logging
 import math
 import os
 import subprocess
@@ -214,21 +215,34 @@ def test_the_tpu_base_holds_jax_tpu_libtpu_and_keras(
     assert got["sum"] == 6.0
 
 
+def _hear_notes(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """Let Kinetic's notes (INFO records) through: KINETIC_QUIET would set WARNING at
+    each submission."""
+    monkeypatch.delenv("KINETIC_QUIET", raising=False)
+    caplog.set_level(logging.INFO, logger="kinetic")
+
+
+def _notes(caplog: pytest.LogCaptureFixture) -> str:
+    """The notes Kinetic said, one a line."""
+    return "\n".join(r.getMessage() for r in caplog.records if r.getMessage().startswith("note: "))
+
+
 def test_a_tpu_job_pinning_jax_gets_jax_tpu_at_that_version(
     gke: GKETarget,
     bundled: Callable[..., dict[str, list[str]]],
     tmp_path: Path,
-    capfd: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     bundled()
     monkeypatch.setattr(modes, "_said", set())  # notes are said once per process
+    _hear_notes(monkeypatch, caplog)
     module = project(tmp_path / "proj", f"jax=={PINNED_JAX}\n")
     tpu = kinetic.run(**gke.run_args(container_image=None, accelerator="tpu-v5litepod-4"))
     job = tpu(module.report).run_async()
     image = job.image_uri
     job.cancel()  # no TPU node here: its pod would never be scheduled
-    err = capfd.readouterr().err
+    err = _notes(caplog)
     assert (
         f"requirements.txt:1: 'jax=={PINNED_JAX}' is installed as 'jax[tpu]=={PINNED_JAX}'" in err
     )
@@ -243,11 +257,12 @@ def test_a_kept_line_overrides_the_runtime_in_a_step_of_its_own(
     gke: GKETarget,
     bundled: Callable[..., dict[str, list[str]]],
     tmp_path: Path,
-    capfd: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     bundled()
     monkeypatch.setattr(modes, "_said", set())
+    _hear_notes(monkeypatch, caplog)
     # Held to the runtime's pins, keras==3.8.0 would be a conflict with its keras; kept,
     # it is the user's override, installed over it after the project's lines.
     module = project(tmp_path / "proj", "tabulate==0.8.10\nkeras==3.8.0  # kn:keep\n")
@@ -259,7 +274,7 @@ def test_a_kept_line_overrides_the_runtime_in_a_step_of_its_own(
         "jax": DEFAULTS["jax"],
         "tabulate": "0.8.10",
     }
-    err = capfd.readouterr().err
+    err = _notes(caplog)
     assert err.count("requirements.txt:2: 'keras==3.8.0' is marked `# kn:keep`") == 1
 
 

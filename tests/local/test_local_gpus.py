@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import os
 import signal
 import time
@@ -205,7 +206,7 @@ def test_more_gpus_than_the_machine_has_is_a_clear_error(kinetic_env: Path) -> N
 
 
 def test_tpu_code_runs_on_cpus_only_when_asked(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], kinetic_env: Path
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, kinetic_env: Path
 ) -> None:
     fn = kinetic.run(accelerator="v5e-2x4")(seen)
     with pytest.raises(kinetic.AcceleratorError, match="KINETIC_LOCAL_ACCELERATOR=cpu"):
@@ -214,6 +215,10 @@ def test_tpu_code_runs_on_cpus_only_when_asked(
     monkeypatch.setenv("KINETIC_LOCAL_ACCELERATOR", "cpu")
     assert fn() == {"CUDA_VISIBLE_DEVICES": "", "JAX_PLATFORMS": "cpu", "CUDA_DEVICE_ORDER": None}
     assert fn()["JAX_PLATFORMS"] == "cpu"
-    warnings = [line for line in capsys.readouterr().err.splitlines() if "emulated" in line]
+    warnings = [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelno == logging.WARNING and "emulated" in r.getMessage()
+    ]
     assert len(warnings) == 1
     assert "tpu-v5litepod-8" in warnings[0]

@@ -4,6 +4,7 @@ the project's requirements the interpreter lacks, and runs the job anyway."""
 from __future__ import annotations
 
 import importlib.util
+import logging
 import sys
 import uuid
 from pathlib import Path
@@ -30,16 +31,29 @@ def _project_function(root: Path, requirements: str) -> Any:
     return module.triple
 
 
+def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """What Kinetic's loggers warned of the project's requirements; forgets what was
+    logged."""
+    said = [
+        r.getMessage()
+        for r in caplog.records
+        if r.name.startswith("kinetic.")
+        and r.levelno == logging.WARNING
+        and "lacks requirements of" in r.getMessage()
+    ]
+    caplog.clear()
+    return said
+
+
 def test_missing_requirements_are_named_once(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     fn = _project_function(
         tmp_path / "proj", "kinetic-test-absent-dist-xyz>=1\npytest<1\ncloudpickle\n"
     )
     remote = kinetic.run()(fn)
     assert remote(2) == 6
-    err = capsys.readouterr().err
-    warning = [line for line in err.splitlines() if line.startswith("kinetic: warning:")]
+    warning = _warnings(caplog)
     assert len(warning) == 1
     assert "kinetic-test-absent-dist-xyz" in warning[0]
     assert "pytest<1 (installed " in warning[0]
@@ -47,12 +61,12 @@ def test_missing_requirements_are_named_once(
     assert str(tmp_path / "proj") in warning[0]
     # The same project again in this process: nothing more to say.
     assert remote(3) == 9
-    assert "kinetic: warning:" not in capsys.readouterr().err
+    assert _warnings(caplog) == []
 
 
 def test_satisfied_requirements_say_nothing(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     fn = _project_function(tmp_path / "proj", "cloudpickle>=1\n")
     assert kinetic.run()(fn)(1) == 3
-    assert "kinetic: warning:" not in capsys.readouterr().err
+    assert _warnings(caplog) == []

@@ -9,6 +9,7 @@ gigabytes).
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import anyio
@@ -147,14 +148,15 @@ def _no_resolver(*args: object) -> tuple[str, ...]:
 
 @pytest.mark.parametrize("kept", ["jaxlib==0.4.30", f"jax=={PINNED_JAX}"])
 def test_a_kept_line_is_the_users_override_not_a_conflict(
-    kept: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    kept: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setattr(modes, "_said", set())
+    caplog.set_level(logging.INFO, logger="kinetic")  # notes are INFO records
     request, runtime = submitted(f"numpy\n{kept}  # kn:keep\n", "tpu")
     # The runtime is the default one, and the kept line is left as written for its step.
     assert runtime.version("jax") == DEFAULTS["jax"]
     assert [r.line for r in request.kept] == [kept]
-    [note] = [line for line in capsys.readouterr().err.splitlines() if "kn:keep" in line]
+    [note] = [r.getMessage() for r in caplog.records if "kn:keep" in r.getMessage()]
     assert f"requirements.txt:2: {kept!r} is marked `# kn:keep`" in note
     assert "no longer guaranteed" in note
 
@@ -169,13 +171,14 @@ def test_a_kept_line_without_a_wheel_for_the_platform_is_named_at_submission() -
 
 
 def test_a_rewritten_line_is_said_once_however_often_it_is_submitted(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setattr(modes, "_said", set())  # a new process
+    caplog.set_level(logging.INFO, logger="kinetic")  # notes are INFO records
     for _ in range(2):
         request, _ = submitted(f"jax=={PINNED_JAX}\n", "tpu")
         assert request.runtime_lines[0] == f"jax[tpu]=={PINNED_JAX}"
-    notes = [line for line in capsys.readouterr().err.splitlines() if "kinetic: note:" in line]
+    notes = [r.getMessage() for r in caplog.records if r.getMessage().startswith("note: ")]
     assert len(notes) == 1
     assert (
         f"requirements.txt:1: 'jax=={PINNED_JAX}' is installed as 'jax[tpu]=={PINNED_JAX}'"

@@ -134,7 +134,7 @@ def test_a_projects_secrets_stay_behind_and_are_named(
     assert not any(p in shipped for p in PROJECT_SECRETS if p != "credentials.json")
     lines = [r.getMessage() for r in caplog.records if "like secrets" in r.getMessage()]
     left_out, on_purpose = lines
-    assert left_out.startswith(f"kinetic: left out what looks like secrets in {project}: ")
+    assert left_out.startswith(f"left out what looks like secrets in {project}: ")
     for named in (".env", ".ssh/", "server.pem", "deploy.key", ".aws/", "nested/.aws/"):
         assert named in left_out
     assert "credentials.json" not in left_out.split(": ", 1)[1].split(" (")[0].split(", ")

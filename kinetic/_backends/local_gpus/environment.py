@@ -10,7 +10,7 @@ turns into an exclusive lease (:mod:`runner.gpu_lease`) before it runs.
 
 from __future__ import annotations
 
-import sys
+import logging
 import threading
 from collections.abc import MutableMapping
 from pathlib import Path
@@ -27,6 +27,8 @@ from kinetic._core.accelerators import (
 from kinetic._core.config import Settings
 from kinetic._exceptions import ConfigError
 from runner.gpu_lease import REQUEST_ENV, GpuRequest
+
+log = logging.getLogger(__name__)
 
 _WARNED_LOCK = threading.Lock()
 _warned: set[str] = set()
@@ -84,4 +86,4 @@ def _warn_once(message: str) -> None:
         if message in _warned:
             return
         _warned.add(message)
-    print(f"kinetic: warning: {message}", file=sys.stderr)
+    log.warning("%s", message)
