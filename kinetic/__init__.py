@@ -19,6 +19,7 @@ from __future__ import annotations
 # First: Kinetic's own top-level `runner` package, or a clear error naming the impostor.
 from kinetic import _runner_guard  # noqa: F401  # isort: skip
 from kinetic import _log, aio
+from kinetic._core.retries import Retries
 from kinetic._core.secret_spec import Secret
 from kinetic._core.status import JobStatus, StatusReport
 from kinetic._data.data import Data
@@ -83,6 +84,7 @@ __all__ = [
     "RemoteFunction",
     "RequirementsError",
     "ResultError",
+    "Retries",
     "RuntimeConflictError",
     "Secret",
     "SerializationError",

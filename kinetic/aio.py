@@ -14,6 +14,7 @@ Same names and parameters as ``kinetic``; every call that waits is a coroutine::
 
 from __future__ import annotations
 
+from kinetic._core.retries import Retries
 from kinetic._core.secret_spec import Secret
 from kinetic._core.status import JobStatus, StatusReport
 from kinetic._data.data import Data
@@ -29,6 +30,7 @@ __all__ = [
     "JobHandle",
     "JobStatus",
     "RemoteFunction",
+    "Retries",
     "Secret",
     "StatusReport",
     "attach",

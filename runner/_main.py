@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -100,7 +101,66 @@ def run_job(
         return protocol.EXIT_RUNNER_ERROR
 
     phase = "execute"
-    limit = _time_limit(store, job_id, spec, host)
+    retries = spec.get("retries") if host is None else None  # hosts run in step: never alone
+    final: dict[str, Any] = {}  # what a job that retries adds to its final record
+    attempts: list[protocol.AttemptRecord] = []
+    attempt = 1
+    try:
+        while True:
+            started = time.time()
+            if retries is not None:
+                final.update(attempt=attempt, attempts=list(attempts))
+            ok, outcome = _attempt(store, job_id, spec, host, final, (fn, args, kwargs))
+            if ok or not _retried(retries, outcome, attempt):
+                break
+            kind = type(outcome)
+            error = f"{kind.__name__}: {outcome}"
+            attempts.append(
+                {
+                    "attempt": attempt,
+                    "started": started,
+                    "ended": time.time(),
+                    "phase": phase,
+                    "error": error,
+                    "error_type": f"{kind.__module__}.{kind.__qualname__}",
+                }
+            )
+            _record_attempts(store, job_id, attempts)
+            assert retries is not None
+            delay = retries["initial_delay"] * retries["backoff"] ** (attempt - 1)
+            print(
+                f"kinetic runner: attempt {attempt} of job {job_id} failed ({error}); "
+                f"attempt {attempt + 1} of {retries['count'] + 1} in {delay:g} s",
+                file=sys.stderr,
+                flush=True,
+            )
+            time.sleep(delay)
+            attempt += 1
+    finally:
+        if new_output_dir is not None:  # made for the job, and it wrote nothing there
+            with contextlib.suppress(OSError):
+                new_output_dir.rmdir()
+    if not ok:
+        user = not isinstance(outcome, TimeLimitExceeded)
+        _record_failure(store, job_id, phase, outcome, user=user, host=host, final=final)
+        return protocol.EXIT_USER_ERROR
+    _flush_std()
+    return _record_success(store, job_id, outcome, host=host, final=final)
+
+
+def _attempt(
+    store: RunnerStore,
+    job_id: str,
+    spec: protocol.JobSpec,
+    host: int | None,
+    final: dict[str, Any],
+    call: tuple[Any, Any, Any],
+) -> tuple[bool, Any]:
+    """Run the function once, under the job's run-time limit: ``(True, value)`` or
+    ``(False, exception)`` (a :class:`TimeLimitExceeded` when the limit was reached,
+    whatever the function made of it)."""
+    fn, args, kwargs = call
+    limit = _time_limit(store, job_id, spec, host, final)
     try:
         try:
             if limit is not None:
@@ -109,9 +169,6 @@ def run_job(
         finally:
             if limit is not None:
                 limit.stop()
-            if new_output_dir is not None:  # made for the job, and it wrote nothing there
-                with contextlib.suppress(OSError):
-                    new_output_dir.rmdir()
     except BaseException as exc:  # noqa: BLE001 - SystemExit too: it must not skip the record
         import traceback
 
@@ -120,25 +177,42 @@ def run_job(
             if not limit.claim():
                 limit.wait_for_end()
         traceback.print_exc()
-        if limit is not None and reached():  # whatever the function made of the exception
-            if not isinstance(exc, TimeLimitExceeded):
-                exc = limit.error()
-            _record_failure(store, job_id, phase, exc, user=False, host=host)
-        else:
-            _record_failure(store, job_id, phase, exc, user=True, host=host)
-        return protocol.EXIT_USER_ERROR
+        if limit is not None and reached() and not isinstance(exc, TimeLimitExceeded):
+            return False, limit.error()
+        return False, exc
     if limit is not None:
         if not limit.claim():
             limit.wait_for_end()
         if reached():  # it caught the exception and returned: the limit was still passed
-            _record_failure(store, job_id, phase, limit.error(), user=False, host=host)
-            return protocol.EXIT_USER_ERROR
-    _flush_std()
-    return _record_success(store, job_id, value, host=host)
+            return False, limit.error()
+    return True, value
+
+
+def _retried(retries: protocol.RetriesRecord | None, exc: BaseException, attempt: int) -> bool:
+    """Whether attempt ``attempt``'s exception is retried: attempts are left and its type
+    (or a base of it) is named in ``on``. A run-time limit never is."""
+    if retries is None or attempt > retries["count"] or isinstance(exc, TimeLimitExceeded):
+        return False
+    names = {f"{kind.__module__}.{kind.__qualname__}" for kind in type(exc).__mro__}
+    return not names.isdisjoint(retries["on"])
+
+
+def _record_attempts(
+    store: RunnerStore, job_id: str, attempts: list[protocol.AttemptRecord]
+) -> None:
+    """Say the failed attempts so far (best effort: the final record says them too)."""
+    try:
+        store.write(protocol.attempts_key(job_id), protocol.dump_json(attempts))
+    except Exception as exc:  # noqa: BLE001 - a retry must not fail for its bookkeeping
+        print(f"kinetic runner: could not record the attempts ({exc})", file=sys.stderr)
 
 
 def _time_limit(
-    store: RunnerStore, job_id: str, spec: protocol.JobSpec, host: int | None
+    store: RunnerStore,
+    job_id: str,
+    spec: protocol.JobSpec,
+    host: int | None,
+    final: dict[str, Any],
 ) -> TimeLimit | None:
     """The job's run-time limit (``spec["timeout"]``), not started; None without one.
     When the function does not unwind after it, the watchdog records the failure."""
@@ -147,7 +221,9 @@ def _time_limit(
         return None
     limit = TimeLimit(
         float(seconds),
-        lambda: _record_failure(store, job_id, "execute", limit.error(), user=False, host=host),
+        lambda: _record_failure(
+            store, job_id, "execute", limit.error(), user=False, host=host, final=final
+        ),
     )
     return limit
 
@@ -161,10 +237,17 @@ def _new_local_dir(path: str) -> Path | None:
     return Path(path)
 
 
-def _record_success(store: RunnerStore, job_id: str, value: Any, host: int | None = None) -> int:
-    data, final = build_success(value)
-    code = protocol.EXIT_OK if final["state"] == "succeeded" else protocol.EXIT_RUNNER_ERROR
-    return _upload(store, job_id, data, final, code, host)
+def _record_success(
+    store: RunnerStore,
+    job_id: str,
+    value: Any,
+    host: int | None = None,
+    final: dict[str, Any] | None = None,
+) -> int:
+    data, record = build_success(value)
+    record.update(final or {})  # type: ignore[typeddict-item]
+    code = protocol.EXIT_OK if record["state"] == "succeeded" else protocol.EXIT_RUNNER_ERROR
+    return _upload(store, job_id, data, record, code, host)
 
 
 def _record_failure(
@@ -175,12 +258,14 @@ def _record_failure(
     *,
     user: bool,
     host: int | None = None,
+    final: dict[str, Any] | None = None,
 ) -> None:
-    data, final = build_failure(phase, exc, user=user)
+    data, record = build_failure(phase, exc, user=user)
+    record.update(final or {})  # type: ignore[typeddict-item]
     print(
-        f"kinetic runner: job {job_id} failed in phase {phase}: {final['error']}", file=sys.stderr
+        f"kinetic runner: job {job_id} failed in phase {phase}: {record['error']}", file=sys.stderr
     )
-    _upload(store, job_id, data, final, protocol.EXIT_RUNNER_ERROR, host)
+    _upload(store, job_id, data, record, protocol.EXIT_RUNNER_ERROR, host)
 
 
 def _upload(

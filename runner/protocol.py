@@ -124,6 +124,39 @@ class JobSpec(TypedDict):
     timeout: NotRequired[float]
     """The run-time limit of phase ``execute``, in seconds (``kinetic.run(timeout=)``):
     the runner ends the job when its function runs longer (:mod:`runner.time_limit`)."""
+    retries: NotRequired[RetriesRecord]
+    """Run the function again after a matching exception (``kinetic.run(retries=)``,
+    :mod:`kinetic._core.retries`); each attempt is recorded (:func:`attempts_key`)."""
+
+
+class RetriesRecord(TypedDict):
+    """A job's retries, as its spec records them."""
+
+    count: int
+    """Extra attempts after the first."""
+    backoff: float
+    initial_delay: float
+    """Seconds before the first retry; each later delay is the previous times ``backoff``."""
+    on: list[str]
+    """Qualified names of the exception types retried (their subclasses too)."""
+
+
+class AttemptRecord(TypedDict):
+    """One failed attempt of a job that retries (the final record holds the earlier ones)."""
+
+    attempt: int
+    """1 for the first run."""
+    started: float
+    """Unix times: for display (the delays between attempts are the runner's)."""
+    ended: float
+    phase: str
+    error: str
+    error_type: str
+
+
+def attempts_key(job_id: str) -> str:
+    """The failed attempts of a job that retries, rewritten by its runner after each."""
+    return f"{job_id}/attempts.json"
 
 
 class SecretRecord(TypedDict):
@@ -239,6 +272,10 @@ class FinalRecord(TypedDict):
     phase: str | None
     error: str | None
     error_type: str | None
+    attempt: NotRequired[int]
+    """A job that retries: the attempt that settled it (1 for the first)."""
+    attempts: NotRequired[list[AttemptRecord]]
+    """A job that retries: its earlier, failed attempts, in order."""
 
 
 def dump_json(obj: Any) -> bytes:

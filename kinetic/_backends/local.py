@@ -33,7 +33,7 @@ import os
 import signal
 import sys
 from collections.abc import AsyncIterator, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -51,7 +51,12 @@ from kinetic._backends._process import (
 from kinetic._backends.base import JobRef, NewJob, Placement, StatusCallback
 from kinetic._backends.local_batch import LocalBatches, LocalBatchRunner
 from kinetic._backends.local_launcher import spawn_via_launcher
-from kinetic._core.status import JobStatus, StatusReport, status_from_local_records
+from kinetic._core.status import (
+    JobStatus,
+    StatusReport,
+    attempts_from_records,
+    status_from_local_records,
+)
 from kinetic._core.store_plugins import RUNNER_ENV
 from kinetic._exceptions import ObjectNotFoundError
 from kinetic._storage.local import LocalStorage, check_root
@@ -217,6 +222,9 @@ class LocalBackend:
             gpus = self._read_record(job_gpus_key(job.job_id))
             if isinstance(gpus, dict) and gpus.get("state") == "waiting":
                 report = StatusReport(JobStatus.PENDING, reason=_gpu_wait_reason(gpus))
+            attempts = attempts_from_records(self._read_record(protocol.attempts_key(job.job_id)))
+            if attempts:  # a job that retries, past its first attempt
+                report = replace(report, attempt=len(attempts) + 1, attempts=attempts)
         return report, ref
 
     async def status(self, job: JobRef) -> StatusReport:

@@ -30,7 +30,9 @@ failed input), and ``result``/``results`` exit 1 when the job (or any input) rai
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
+import time
 from typing import TYPE_CHECKING, Any
 
 from kinetic._cli import jobs_debug
@@ -175,11 +177,21 @@ def _jobs(ns: argparse.Namespace) -> int:
 
 
 def status_line(report: StatusReport) -> str:
-    """``jobs status``'s line: the status, then the phase that failed and why. Pure."""
-    if not report.reason:
-        return report.status.value
-    where = f"in phase {report.phase}: " if report.phase else ""
-    return f"{report.status.value}  ({where}{report.reason})"
+    """``jobs status``'s text: the status, then the phase that failed and why; for a job
+    that retries, its attempt, and a line for each earlier failed attempt. Pure."""
+    line = report.status.value
+    if report.reason:
+        where = f"in phase {report.phase}: " if report.phase else ""
+        line += f"  ({where}{report.reason})"
+    if report.attempt is not None:
+        line += f"  attempt {report.attempt}"
+    for earlier in report.attempts:
+        ended = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(earlier.ended))
+        line += (
+            f"\n  attempt {earlier.number} failed at {ended} in phase {earlier.phase}: "
+            f"{earlier.error}"
+        )
+    return line
 
 
 def job_document(record: dict[str, Any], report: StatusReport | KineticError) -> dict[str, Any]:
@@ -193,6 +205,8 @@ def job_document(record: dict[str, Any], report: StatusReport | KineticError) ->
         "reason": report.reason,
         "phase": report.phase,
         "cancelled": report.cancelled,
+        "attempt": report.attempt,
+        "attempts": [dataclasses.asdict(a) for a in report.attempts],
     }
 
 

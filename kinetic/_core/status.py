@@ -46,12 +46,58 @@ class StatusReport:
     :ivar reason: why the job is FAILED (or why it is stuck PENDING), for humans.
     :ivar phase: the runner phase that failed, when known.
     :ivar cancelled: the job was ended by ``cancel()``.
+    :ivar attempt: a job that retries (``run(retries=)``): the attempt running now, or
+        the one that settled it (1 for the first); None for a job that does not retry.
+    :ivar attempts: a job that retries: its earlier, failed attempts, in order.
     """
 
     status: JobStatus
     reason: str | None = None
     phase: str | None = None
     cancelled: bool = False
+    attempt: int | None = None
+    attempts: tuple[Attempt, ...] = ()
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One failed attempt of a job that retries.
+
+    :ivar number: 1 for the first.
+    :ivar started, ended: Unix times.
+    :ivar phase, error, error_type: how it failed (``error_type``: the exception's
+        qualified name).
+    """
+
+    number: int
+    started: float
+    ended: float
+    phase: str
+    error: str
+    error_type: str
+
+
+def attempts_from_records(records: Any) -> tuple[Attempt, ...]:
+    """The failed attempts a runner recorded (``attempts.json``, or its final record's
+    ``attempts``); malformed entries are left out. Pure."""
+    if not isinstance(records, list):
+        return ()
+    out = []
+    for rec in records:
+        try:
+            out.append(
+                Attempt(
+                    number=int(rec["attempt"]),
+                    started=float(rec["started"]),
+                    ended=float(rec["ended"]),
+                    phase=str(rec["phase"]),
+                    error=str(rec["error"]),
+                    error_type=str(rec["error_type"]),
+                )
+            )
+        except (KeyError, TypeError, ValueError):
+            continue
+    return tuple(out)
 
 
 def status_from_records(*, final: Mapping[str, Any] | None, cancelled: bool) -> StatusReport | None:
@@ -59,10 +105,13 @@ def status_from_records(*, final: Mapping[str, Any] | None, cancelled: bool) -> 
     record wins, then a cancel record; None when neither exists."""
     if final is not None:
         ok = final.get("state") == "succeeded"
+        attempt = final.get("attempt")
         return StatusReport(
             JobStatus.SUCCEEDED if ok else JobStatus.FAILED,
             reason=None if ok else str(final.get("error") or "job failed"),
             phase=None if ok else final.get("phase"),
+            attempt=attempt if isinstance(attempt, int) else None,
+            attempts=attempts_from_records(final.get("attempts")),
         )
     if cancelled:
         return StatusReport(JobStatus.FAILED, reason="cancelled", cancelled=True)

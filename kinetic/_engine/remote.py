@@ -16,6 +16,7 @@ from kinetic._core.config import BACKENDS
 from kinetic._core.functions import check_function
 from kinetic._core.ids import check_job_id
 from kinetic._core.inputs import MapOptions, check_input_mode
+from kinetic._core.retries import Retries, check_retries
 from kinetic._core.secret_spec import Secret, check_secrets
 from kinetic._engine import job_listing, runtime
 from kinetic._engine.batch import BatchHandle, member_job
@@ -111,12 +112,17 @@ class AsyncRemoteFunction(Generic[P, R]):
         :raises ConfigError: for invalid options or empty inputs; :raises SerializationError:
             naming an input that cannot be pickled. Nothing is left behind in either case.
             A function with a run-time limit (``run(timeout=)``) is refused: batches do
-            not enforce it yet.
+            not enforce it yet; so is one with ``run(retries=)`` (use ``retries`` here).
         """
         if self.options.timeout is not None:
             raise ConfigError(
                 "run(timeout=...) limits single jobs only: a batch's inputs do not enforce "
                 "a run-time limit yet. Decorate the function for batches without timeout="
+            )
+        if self.options.retries is not None:
+            raise ConfigError(
+                "run(retries=...) retries single jobs: a batch retries its inputs with "
+                "run_async_map(retries=N). Decorate the function for batches without retries="
             )
         map_opts = MapOptions(
             input_mode=check_input_mode(input_mode),
@@ -165,6 +171,7 @@ def run(
     debug: bool = False,
     secrets: Sequence[str | Secret] | None = None,
     timeout: float | None = None,
+    retries: int | Retries | None = None,
 ) -> Callable[[Callable[P, R]], AsyncRemoteFunction[P, R]]:
     """Decorate a function so that calling it runs it as a job; the async original.
 
@@ -194,6 +201,12 @@ def run(
         :class:`JobFailedError` in phase ``execute``, naming the limit. Not the wait's
         bound (``result(timeout=)``). On GKE the Kubernetes Job's
         ``activeDeadlineSeconds`` backs it up. Batches: not enforced yet (refused).
+    :param retries: run the function again when it raises: a number of extra attempts
+        (every ``Exception``, 1 s then doubling delays), or
+        ``kinetic.Retries(count, backoff=2.0, initial_delay=1.0, on=(ExcType, ...))``.
+        The job's runner retries in the job's process; the handle stays the same, and
+        ``status_report()`` shows the attempt and the earlier failures. Single jobs
+        only (a batch takes ``run_async_map(retries=)``); not for pathways jobs.
     :raises ConfigError: for invalid arguments, at decoration time.
     :raises InvalidFunctionError: when the decorated object cannot run as a job.
     """
@@ -234,6 +247,7 @@ def run(
         debug=debug,
         secrets=() if secrets is None else check_secrets(secrets),
         timeout=check_run_time_limit(timeout),
+        retries=check_retries(retries),
     )
 
     def decorate(fn: Callable[P, R]) -> AsyncRemoteFunction[P, R]:

@@ -35,6 +35,7 @@ from kinetic._core.config import Settings, capture_env
 from kinetic._core.ids import new_job_id
 from kinetic._core.image_spec import JobImage, execution_mode
 from kinetic._core.records import job_names, job_spec, shared_handle
+from kinetic._core.retries import Retries, retries_record
 from kinetic._core.secret_spec import Secret, check_volume_overlap
 from kinetic._core.secret_spec import records as secret_records
 from kinetic._engine import runtime
@@ -96,6 +97,8 @@ class RunOptions:
     secrets: tuple[Secret, ...] = ()
     timeout: float | None = None
     """The run-time limit of the function, in seconds (:mod:`runner.time_limit`)."""
+    retries: Retries | None = None
+    """How the job's runner retries the function (:mod:`kinetic._core.retries`)."""
 
     def __post_init__(self) -> None:
         if self.accelerator is not None:
@@ -394,6 +397,11 @@ async def submit(
                 "networking, or set KINETIC_DEBUG_SHARED_PORT=1 to accept a shared port "
                 "(a test cluster without a CNI)"
             )
+    if opts.retries is not None and settings.backend == "pathways":
+        raise ConfigError(
+            "retries= is for single-host jobs: a multi-host (pathways) job's hosts run "
+            "in step, and one cannot run its part again alone"
+        )
     job_id = new_job_id()
     storage = backend.storage
     func_name = getattr(fn, "__name__", type(fn).__name__)
@@ -465,6 +473,8 @@ async def submit(
         spec["debug"] = debug_spec
     if opts.timeout is not None:  # the runner enforces it, wherever the job runs
         spec["timeout"] = opts.timeout
+    if opts.retries is not None:  # the runner retries, in the job's process
+        spec["retries"] = retries_record(opts.retries)
     handle = JobHandle(
         **shared_handle(
             backend=backend.name,

@@ -11,6 +11,7 @@ import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
+from kinetic._core.retries import Retries
 from kinetic._core.secret_spec import Secret
 from kinetic._engine import remote as _aio_remote
 from kinetic._sync.batch import BatchHandle
@@ -101,6 +102,7 @@ def run(
     debug: bool = False,
     secrets: Sequence[str | Secret] | None = None,
     timeout: float | None = None,
+    retries: int | Retries | None = None,
 ) -> Callable[[Callable[P, R]], RemoteFunction[P, R]]:
     """Decorate a function so that calling it runs it as a job and blocks for its value.
 
@@ -123,6 +125,7 @@ def run(
         debug=debug,
         secrets=secrets,
         timeout=timeout,
+        retries=retries,
     )
 
     def wrap(fn: Callable[P, R]) -> RemoteFunction[P, R]:
