@@ -48,7 +48,7 @@ from runner import protocol
 if TYPE_CHECKING:
     from kinetic._debug.forward import DebugForward
 
-logger = logging.getLogger("kinetic")
+logger = logging.getLogger(__name__)
 
 StatusChangeCallback = Callable[[JobStatus], Awaitable[None] | None]
 
