@@ -1,5 +1,6 @@
-"""``kinetic.run(timeout=)`` on the testbed: the runner ends a job past its limit, and a
-Job that Kubernetes ends at its deadline (``DeadlineExceeded``) fails naming the limit."""
+"""``kinetic.run(timeout=)`` and ``retries=`` on the testbed: the runner ends a job past its
+limit, a Job that Kubernetes ends at its deadline (``DeadlineExceeded``) fails naming the
+limit, and a job retried in its pod says its attempts."""
 
 from __future__ import annotations
 
@@ -69,4 +70,25 @@ def test_a_job_kubernetes_ends_at_its_deadline_fails_naming_the_limit(gke: GKETa
     assert "activeDeadlineSeconds=2" in str(info.value)
     report = job.status_report()
     assert (report.status, report.phase) == (JobStatus.FAILED, "execute")
+    job.cleanup()
+
+
+def flaky(calls: dict[str, int] = {}) -> int:  # noqa: B006 - the state shared by attempts
+    """Fails on its first two calls in the same process, then returns the call count."""
+    calls["n"] = calls.get("n", 0) + 1
+    if calls["n"] < 3:
+        raise ConnectionError(f"call {calls['n']} failed")
+    return calls["n"]
+
+
+def test_a_job_retried_in_its_pod_succeeds_and_says_its_attempts(gke: GKETarget) -> None:
+    retries = kinetic.Retries(2, initial_delay=0.1, on=(ConnectionError,))
+    job = kinetic.run(**gke.run_args(retries=retries))(flaky).run_async()
+    assert job.result(timeout=120, cleanup=False) == 3
+    report = job.status_report()
+    assert report.attempt == 3
+    assert [a.error for a in report.attempts] == [
+        "ConnectionError: call 1 failed",
+        "ConnectionError: call 2 failed",
+    ]
     job.cleanup()
