@@ -92,3 +92,21 @@ def test_a_job_retried_in_its_pod_succeeds_and_says_its_attempts(gke: GKETarget)
         "ConnectionError: call 2 failed",
     ]
     job.cleanup()
+
+
+def fails(message: str) -> None:
+    raise ConnectionError(message)
+
+
+def test_a_running_job_says_its_attempt(gke: GKETarget) -> None:
+    retries = kinetic.Retries(1, initial_delay=120)
+    job = kinetic.run(**gke.run_args(retries=retries))(fails).run_async("lost it")
+    deadline = time.monotonic() + 120
+    while (report := job.status_report()).attempt is None:
+        assert time.monotonic() < deadline, "the first attempt was never recorded"
+        time.sleep(0.2)
+    assert report.status is JobStatus.RUNNING
+    assert report.attempt == 2
+    assert [a.error for a in report.attempts] == ["ConnectionError: lost it"]
+    job.cancel()
+    job.cleanup()

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import codecs
 from collections.abc import AsyncIterator, Mapping
+from dataclasses import replace
 from typing import Any, Unpack
 
 import anyio
@@ -50,7 +51,7 @@ from kinetic._backends.cluster import (
 from kinetic._backends.gke.pool import GKEBatchEngines
 from kinetic._backends.gke.watch import SharedWatch, either_set
 from kinetic._core import k8s_spec, k8s_status, wait_plan
-from kinetic._core.status import JobStatus, StatusReport
+from kinetic._core.status import JobStatus, StatusReport, attempts_from_records
 from runner import protocol
 
 EVENTS_AFTER = 3.0
@@ -110,7 +111,14 @@ class GKEBackend(ClusterBackend):
         pods = (
             await self.client.list_objects("pods", job.namespace, k8s_spec.job_selector(job.job_id))
         )["items"]
-        return await self._derive(job, k8s_job, pods, lost=None, events_due=True)
+        report = await self._derive(job, k8s_job, pods, lost=None, events_due=True)
+        if report.status is JobStatus.RUNNING:  # a job that retries says its attempt
+            attempts = attempts_from_records(
+                await self._read_json(protocol.attempts_key(job.job_id))
+            )
+            if attempts:
+                report = replace(report, attempt=len(attempts) + 1, attempts=attempts)
+        return report
 
     async def _derive(
         self,
