@@ -75,6 +75,7 @@ from runner.fs import atomic_write, make_private_dirs, try_lock
 from runner.job import build_failure, build_success, parse_args, prepare_workspace
 from runner.protocol import PhaseError
 from runner.store import FileStore, open_store
+from runner.time_limit import InputTimeLimits, TimeLimitExceeded
 
 SUPERVISOR_LOCK = "supervisor.lock"
 """In a batch's directory: ``flock``-ed by its supervisor for its life (and by a client
@@ -232,6 +233,8 @@ def _worker_main(
     out_base = manifest["spec"]["output_dir"]
     inputs = _Inputs(store, group_id, manifest["chunk_size"])
     has_data = bool(manifest["spec"].get("has_data"))
+    limit_s = manifest["spec"].get("timeout")
+    limits = None if limit_s is None else InputTimeLimits(float(limit_s))
     data_workdir = Path(os.getcwd()).parent  # the supervisor's workdir (cwd is its workspace)
     if has_data:
         from runner.data import resolve_arguments
@@ -313,10 +316,23 @@ def _worker_main(
                 args, kwargs = resolve_arguments(store, args, kwargs, data_workdir)
             # KINETIC_OUTPUT_DIR is not created per input: a mkdir costs more than a
             # trivial input (~80 us here). Inputs that write outputs create it.
-            value = fn(*args, **kwargs)
+            if limits is None:
+                value = fn(*args, **kwargs)
+            else:
+                limits.start()
+                try:
+                    value = fn(*args, **kwargs)
+                finally:
+                    limits.stop()
+                if limits.reached:  # it caught the limit's exception and returned
+                    raise limits.error()
         except BaseException as exc:  # noqa: BLE001 - SystemExit included: record, go on
             traceback.print_exc()
-            if final:
+            if limits is not None and limits.reached:  # a run-time limit: never retried
+                limits.stop()  # (when it was reached inside the first stop)
+                timed_out = exc if isinstance(exc, TimeLimitExceeded) else limits.error()
+                outcome = build_failure("execute", timed_out, user=False)
+            elif final:
                 outcome = build_failure("execute", exc, user=True)
         else:
             outcome = _success(value)

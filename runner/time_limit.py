@@ -31,7 +31,9 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import sys
 import threading
+import time
 from collections.abc import Callable
 from types import FrameType
 
@@ -135,3 +137,52 @@ class TimeLimit:
         process last. A pod's PID 1 survives its own SIGKILL: it returns, and exits."""
         with contextlib.suppress(OSError):
             os.killpg(os.getpgrp(), signal.SIGKILL)
+
+
+class InputTimeLimits:
+    """Per-input limits of a worker that runs many inputs in its own process (a local
+    batch's, :mod:`runner.batch`): the same two steps as :class:`TimeLimit`, at a cost per
+    input of two ``setitimer`` calls. The ``SIGALRM`` handler and the watchdog thread are
+    set up once for the worker's life; the watchdog kills the worker (not its process
+    group: the batch's supervisor shares it) when an input is not unwound in time, and
+    the supervisor reports the input as the worker's death.
+
+    Call :meth:`start` right before an input's function and :meth:`stop` right after it
+    (in a ``finally``); :attr:`reached` says whether that input's limit was reached.
+    """
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.reached = False
+        self._hard_at: float | None = None  # monotonic; None between inputs
+        signal.signal(signal.SIGALRM, self._alarm)
+        threading.Thread(target=self._watch, name="kinetic-time-limit", daemon=True).start()
+
+    def start(self) -> None:
+        self.reached = False
+        self._hard_at = time.monotonic() + self.seconds + HARD_GRACE_S
+        signal.setitimer(signal.ITIMER_REAL, self.seconds)
+
+    def stop(self) -> None:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        self._hard_at = None
+
+    def error(self) -> TimeLimitExceeded:
+        return TimeLimitExceeded(time_limit_message(self.seconds))
+
+    def _alarm(self, signum: int, frame: FrameType | None) -> None:
+        self.reached = True
+        raise self.error()
+
+    def _watch(self) -> None:
+        while True:
+            time.sleep(1.0)
+            hard_at = self._hard_at
+            if hard_at is not None and time.monotonic() > hard_at:
+                print(
+                    f"kinetic runner: an input ran past its time limit of {self.seconds:g} s "
+                    f"and did not stop: ending this worker",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                os.kill(os.getpid(), signal.SIGKILL)

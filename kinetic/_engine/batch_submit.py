@@ -373,6 +373,14 @@ async def _record(
     )
     if opts.secrets and place.runs_here:  # resolved by the workers (runner/secrets.py)
         spec["secrets"] = secret_records(opts.secrets)
+    if opts.timeout is not None:  # each input's run-time limit (runner/time_limit.py)
+        if not place.runs_here:
+            raise ConfigError(
+                "run(timeout=...) limits a batch's inputs on the local backend only, for "
+                "now: a GKE batch's workers do not enforce it yet. Decorate the function "
+                "for GKE batches without timeout="
+            )
+        spec["timeout"] = opts.timeout
     manifest: protocol.BatchManifest = {
         "format": protocol.FORMAT,
         "group_id": group_id,

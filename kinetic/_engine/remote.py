@@ -111,14 +111,10 @@ class AsyncRemoteFunction(Generic[P, R]):
             ``pod_per_input``.
         :raises ConfigError: for invalid options or empty inputs; :raises SerializationError:
             naming an input that cannot be pickled. Nothing is left behind in either case.
-            A function with a run-time limit (``run(timeout=)``) is refused: batches do
-            not enforce it yet; so is one with ``run(retries=)`` (use ``retries`` here).
+            A function with a run-time limit (``run(timeout=)``) limits each input on
+            the local backend (a GKE batch refuses it, for now); one with
+            ``run(retries=)`` is refused (use ``retries`` here).
         """
-        if self.options.timeout is not None:
-            raise ConfigError(
-                "run(timeout=...) limits single jobs only: a batch's inputs do not enforce "
-                "a run-time limit yet. Decorate the function for batches without timeout="
-            )
         if self.options.retries is not None:
             raise ConfigError(
                 "run(retries=...) retries single jobs: a batch retries its inputs with "
@@ -200,7 +196,8 @@ def run(
         ended (with every process it started) and the job fails with
         :class:`JobFailedError` in phase ``execute``, naming the limit. Not the wait's
         bound (``result(timeout=)``). On GKE the Kubernetes Job's
-        ``activeDeadlineSeconds`` backs it up. Batches: not enforced yet (refused).
+        ``activeDeadlineSeconds`` backs it up. A local batch limits each input; a GKE
+        batch refuses it, for now.
     :param retries: run the function again when it raises: a number of extra attempts
         (every ``Exception``, 1 s then doubling delays), or
         ``kinetic.Retries(count, backoff=2.0, initial_delay=1.0, on=(ExcType, ...))``.

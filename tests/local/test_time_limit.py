@@ -117,6 +117,30 @@ def test_the_limit_is_checked_at_decoration() -> None:
             kinetic.run(timeout=bad)  # type: ignore[arg-type]
 
 
-def test_a_batch_of_a_limited_function_is_refused() -> None:
-    with pytest.raises(kinetic.ConfigError, match="single jobs only"):
-        quick.run_async_map([1, 2])
+@kinetic.run(timeout=2)
+def naps(seconds: float) -> float:
+    time.sleep(seconds)
+    return seconds
+
+
+def test_each_input_of_a_local_batch_has_the_limit() -> None:
+    batch = naps.run_async_map([0.1, 60, 0.2], retries=2, max_concurrent=1)
+    results = batch.results(timeout=90, return_exceptions=True, cleanup=False)
+    assert results[0] == 0.1
+    assert results[2] == 0.2  # the worker went on after the input past its limit
+    err = results[1]
+    assert isinstance(err, kinetic.JobFailedError)
+    assert err.phase == "execute"
+    assert "time limit of 2 s (timeout=2)" in str(err)
+    member = batch.jobs[1]
+    assert member is not None
+    assert member.status_report().phase == "execute"
+    batch.cleanup()
+
+
+def test_an_input_that_swallows_the_limit_ends_its_worker() -> None:
+    batch = swallows.run_async_map([120, 0], max_concurrent=1)
+    results = batch.results(timeout=90, return_exceptions=True)
+    assert isinstance(results[0], kinetic.JobFailedError)
+    assert "killed by signal 9" in str(results[0])
+    assert results[1] == "woke"
