@@ -29,7 +29,11 @@ worker
    Indexed Job of one completion per worker: it completes once every worker exited 0,
    and worker ``k`` (``KINETIC_WORKER_INDEX``) starts on the ``k``-th region of the
    inputs. A worker that dies is replaced by the Job controller; the span it held is
-   taken over from its first input without an outcome when its lease expires.
+   taken over from its first input without an outcome when its lease expires;
+5. on SIGTERM (its pod deleted: ``cancel()``, which gives the pool's pods a grace, a
+   drained or preempted node) ends the input it runs, writes the outcomes it buffered
+   (and a ``fail_fast`` stop record not yet written) and exits
+   :data:`EXIT_TERMINATED`, not 0: a drained worker is replaced (:class:`_Termination`).
 
 Each input's output goes to the pod's log after an input marker, and its tail into
 the outcome's header (``output``), so it outlives the pod at no extra write. The marker
@@ -46,6 +50,7 @@ import os
 import random
 import resource
 import select
+import signal
 import socket
 import sys
 import tempfile
@@ -85,6 +90,9 @@ CHUNKS_KEPT = 4
 SETUP_PATIENCE = 120.0
 """Seconds a worker setting up (reading the manifest, the function, the context) waits
 out a storage failure before the batch fails in phase ``fetch``."""
+EXIT_TERMINATED = 128 + signal.SIGTERM
+"""A worker's exit status after SIGTERM (as if the signal had ended it): not 0, so that
+the Indexed Job replaces a worker of a node drained or preempted, not only deleted."""
 REQUESTS_MARKER = "kinetic pool: storage requests"
 CPU_MARKER = "kinetic pool: cpu seconds"
 
@@ -169,6 +177,7 @@ class Worker:
         self._manifest: protocol.BatchManifest | None = None
         self.machine: WorkerMachine | None = None
         self.fn: Any = None
+        self.termination = _Termination()
 
     @property
     def manifest(self) -> protocol.BatchManifest:
@@ -207,7 +216,26 @@ class Worker:
     # -- the loop ------------------------------------------------------------------------
 
     def run(self) -> int:
-        """Take and run inputs until none is left; the process exit status."""
+        """Take and run inputs until none is left; the process exit status
+        (:data:`EXIT_TERMINATED` after SIGTERM: :meth:`terminate`)."""
+        self.termination.install(self._on_sigterm)
+        try:
+            return self._start()
+        except _Terminated:  # while setting up: nothing ran, nothing to write
+            print(f"kinetic pool: worker {self.name} got SIGTERM while setting up", flush=True)
+            return EXIT_TERMINATED
+        finally:
+            self.termination.close()
+
+    def _on_sigterm(self, signum: int, frame: object) -> None:
+        """The SIGTERM handler: once inputs run, the worker's waits see the signal (its
+        byte in :class:`_Termination`'s pipe) and :meth:`terminate` follows; before,
+        setting up is abandoned at once."""
+        self.termination.seen = True
+        if self.machine is None:
+            raise _Terminated
+
+    def _start(self) -> int:
         self._manifest = protocol.load_manifest(
             self.store.read(protocol.group_manifest_key(self.group_id))
         )
@@ -225,6 +253,8 @@ class Worker:
     def _run(self, options: PoolOptions) -> int:
         try:
             self.setup()
+        except _Terminated:
+            raise
         except BaseException as exc:  # noqa: BLE001 - every input would fail the same way
             phase = exc.phase if isinstance(exc, PhaseError) else "fetch"
             print(f"kinetic pool: cannot set up the batch ({phase}): {exc}", flush=True)
@@ -236,6 +266,8 @@ class Worker:
         )
         self.store.patience = options.lease_s / 4  # renewals are due every third
         while True:
+            if self.termination.check():
+                return self.terminate(machine)
             op = self.next_op()
             if isinstance(op, Exit):
                 print(f"kinetic pool: worker {self.name} exits ({op.reason})", flush=True)
@@ -245,8 +277,39 @@ class Worker:
                 self.run_input(op)
             elif isinstance(op, Kill):
                 machine.ended(op.index)  # nothing runs between inputs
+            elif isinstance(op, Sleep):
+                self.termination.wait(op.seconds)
             else:
                 self.perform(machine, op)
+
+    def terminate(self, machine: WorkerMachine) -> int:
+        """After SIGTERM (the pod is being deleted: ``cancel()``, a drained node): the
+        running input was ended (no outcome: it never finished); write the outcomes
+        buffered, and the stop record a ``fail_fast`` failure left to write; exit."""
+        print(f"kinetic pool: worker {self.name} got SIGTERM: writes its burst", flush=True)
+        self.wind_up(machine)
+        print(f"kinetic pool: worker {self.name} exits (terminated)", flush=True)
+        self.report()
+        return EXIT_TERMINATED
+
+    def wind_up(self, machine: WorkerMachine) -> None:
+        """Have the machine write what it holds and exit, as when the batch stops: it
+        learns a stop of its own (not written: the pod is what ends, not the batch)."""
+        detail = f"worker {self.name} got SIGTERM"
+        machine.book.learn_stop(protocol.stop_record("cancelled", detail))
+        if machine.running is not None:  # ended by now (or it never started)
+            machine.ended(machine.running[0])
+        while not isinstance(op := self.next_op(), Exit):
+            if isinstance(op, (Run, Kill)):
+                if machine.running is not None:
+                    machine.ended(op.index)
+            elif not isinstance(op, Sleep):
+                self.perform(machine, op)
+        if machine.stop_to_write is not None:  # its failure's burst is durable by now
+            record = machine.stop_to_write
+            self.store.create_if_absent(
+                protocol.group_stop_key(self.group_id), protocol.dump_json(record)
+            )
 
     def report(self) -> None:
         """One log line with this worker's storage requests by kind (benchmarks read it)."""
@@ -346,8 +409,14 @@ class Worker:
         machine = self.machine
         assert machine is not None
         timeout = 0.0
-        while not select.select([zygote.sock], [], [], timeout)[0]:
+        sock = zygote.sock.fileno()
+        watched = [sock, self.termination.read_fd]
+        while sock not in select.select(watched, [], [], timeout)[0]:
             echo.pump()
+            if self.termination.check():  # the pod is being deleted: end the input now
+                zygote.kill()
+                zygote.ended()
+                return 0, True, b""
             op = self.next_op()
             if isinstance(op, Sleep):
                 timeout = op.seconds
@@ -411,23 +480,31 @@ class Worker:
 class _Upkeep(threading.Thread):
     """The machine's upkeep while an input runs in the worker's own process: the main
     thread hands the machine over until :meth:`finish` (never both at once). A stop
-    that ends running inputs ends the worker, once its burst is written; an input
-    cancelled alone finishes (its own outcome object stands over the worker's)."""
+    that ends running inputs ends the worker, once its burst is written, and so does
+    SIGTERM; an input cancelled alone finishes (its own outcome object stands over the
+    worker's)."""
 
     def __init__(self, worker: Worker) -> None:
         super().__init__(name="kinetic-upkeep", daemon=True)
         self.worker = worker
         self.done = threading.Event()
         self.error: BaseException | None = None
+        self._wake_read, self._wake_write = os.pipe()  # finish() wakes a sleep at once
 
     def run(self) -> None:
         worker, machine = self.worker, self.worker.machine
         assert machine is not None
+        termination = worker.termination
         try:
             while not self.done.is_set():
+                if termination.check():
+                    worker.wind_up(machine)  # the running input is cut: no outcome
+                    print(f"kinetic pool: worker {worker.name} exits (terminated)", flush=True)
+                    os._exit(EXIT_TERMINATED)
                 op = worker.next_op()
                 if isinstance(op, Sleep):
-                    self.done.wait(op.seconds)
+                    watched = [self._wake_read, termination.read_fd]
+                    select.select(watched, [], [], op.seconds)
                 elif isinstance(op, Kill):
                     if machine.book.stop is None:
                         continue  # cancelled alone: it cannot be ended here
@@ -449,9 +526,59 @@ class _Upkeep(threading.Thread):
 
     def finish(self) -> None:
         self.done.set()
+        os.write(self._wake_write, b"x")
         self.join()
+        os.close(self._wake_read)
+        os.close(self._wake_write)
         if self.error is not None:
             raise self.error
+
+
+class _Terminated(BaseException):
+    """SIGTERM while the worker sets up (raised by its handler)."""
+
+
+class _Termination:
+    """SIGTERM, which Kubernetes sends a pod it deletes — ``cancel()``, whose deletion
+    gives the pool's pods a grace before they are killed, or a drained or preempted
+    node. The signal's number is written to a pipe (``signal.set_wakeup_fd``) at once,
+    even while the main thread runs an input in the worker's process: the worker's waits
+    (for an input's end, a sleep, the upkeep thread's) watch it, and the worker then
+    ends its input and writes its burst (:meth:`Worker.terminate`)."""
+
+    def __init__(self) -> None:
+        self.read_fd, self.write_fd = os.pipe()
+        for fd in (self.read_fd, self.write_fd):
+            os.set_blocking(fd, False)
+        self.seen = False
+        self._saved: tuple[Any, int] | None = None
+
+    def install(self, handler: Any) -> None:
+        """Handle SIGTERM with ``handler`` (from the main thread only: elsewhere, as a
+        worker run by a test in a thread, the signal is left as it is)."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        previous = signal.signal(signal.SIGTERM, handler)
+        self._saved = previous, signal.set_wakeup_fd(self.write_fd, warn_on_full_buffer=False)
+
+    def check(self) -> bool:
+        """Whether SIGTERM came (what the signal wrote to the pipe is read here)."""
+        with contextlib.suppress(BlockingIOError):
+            while data := os.read(self.read_fd, 64):
+                self.seen = self.seen or signal.SIGTERM in data
+        return self.seen
+
+    def wait(self, seconds: float) -> None:
+        """Sleep ``seconds``, or until SIGTERM comes."""
+        select.select([self.read_fd], [], [], seconds)
+
+    def close(self) -> None:
+        if self._saved is not None:
+            signal.set_wakeup_fd(self._saved[1])
+            signal.signal(signal.SIGTERM, self._saved[0])
+            self._saved = None
+        for fd in (self.read_fd, self.write_fd):
+            os.close(fd)
 
 
 def _lost(error: str, output: bytes) -> Attempt:

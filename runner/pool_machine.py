@@ -71,12 +71,17 @@ from runner.pool_book import (
 )
 
 STOP_EVERY = 1.0
-"""Seconds between two reads of the stop record, in a pool of up to
-:data:`STOP_READS_PER_S` workers."""
-STOP_READS_PER_S = 500
-"""Reads of the stop record a second by the whole pool, at most: a tenth of the reads
-a bucket takes at first (about 5,000/s). A larger pool reads it less often each (a
-10,000-worker pool every 20 s), so cancelling it takes longer to be seen."""
+"""Seconds between two reads of the stop record by a worker, whatever the pool's size:
+the bound on how late a stop (``fail_fast``, a cancel) is seen. A worker reads it
+before it starts an input once the period is over, so no input starts later than
+1.5 periods after the record is durable (the first period is spread from a half to one
+and a half), one period once the worker has read it before, plus a read's time — 1.5 s
+at 4 workers as at 10,000. The cost is a read a second per worker: ``input time /
+STOP_EVERY`` reads per input (0.05 for 50 ms inputs), and a pool of ``W`` workers reads
+the record ``W`` times a second, a fifth of a bucket's starting read rate (about
+5,000/s) at 1,000 workers; a larger pool leans on the rate GCS grants a bucket as its
+load grows. (A period that grew with the pool kept its reads flat, but let a pool of
+10,000 workers start inputs for 20 s after a failure.)"""
 SAMPLE = 4
 """Claims a worker with nothing to do reads per look, to find one whose lease ran out
 (a sample: a thousand idle workers must not each read every claim)."""
@@ -202,8 +207,8 @@ class WorkerMachine:
     :param options: the batch's options (:meth:`PoolOptions.from_manifest`).
     :param group_id: the batch; :param worker: this worker's name (its pod's).
     :param stop_every: seconds between reads of the stop record (the first period
-        spread from a half to one and a half times; default: one read a
-        second, spread thinner in a pool of more than :data:`STOP_READS_PER_S` workers).
+        spread from a half to one and a half times; default :data:`STOP_EVERY`, for any
+        pool size).
     :param idle_first: the first sleep of a worker with nothing to do (it doubles).
     :param wait_max: the longest sleep (idle, or waiting for a lease to end).
     :param idle_reads_per_s: the reads a second the pool's idle workers make at most
@@ -234,11 +239,7 @@ class WorkerMachine:
         self.options = options
         self.group_id = group_id
         self.worker = worker
-        self.stop_every = (
-            max(STOP_EVERY, options.workers / STOP_READS_PER_S)
-            if stop_every is None
-            else stop_every
-        )
+        self.stop_every = STOP_EVERY if stop_every is None else stop_every
         self.idle_first = idle_first
         self.wait_max = wait_max
         self.idle_reads_per_s = idle_reads_per_s

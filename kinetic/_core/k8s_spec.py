@@ -345,6 +345,11 @@ def with_gcs_fuse(manifest: Mapping[str, Any], buckets: Iterable[str]) -> dict[s
 
 
 INDEX_FIELD = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+POOL_GRACE_S = 15
+"""Seconds a pool's worker pod has between SIGTERM and its kill when it is deleted
+(``cancel()``; its ``terminationGracePeriodSeconds``, and the grace of the deletion):
+the worker then ends its running input and writes the outcomes it buffered, a burst
+write, waited out through a passing storage failure (:mod:`runner.pool`)."""
 """Where an Indexed Job's pod finds its completion index (the downward API)."""
 
 
@@ -370,6 +375,9 @@ def pool_job_manifest(template: JobTemplate, *, group_id: str, workers: int) -> 
     the Job then completes once ``completions`` pods exited 0, the annotation is
     absent, ``KINETIC_WORKER_INDEX`` is empty, and each worker picks its first region
     at random (the protocol does not depend on the index; it only collides less).
+
+    A deleted worker gets :data:`POOL_GRACE_S` seconds after SIGTERM to write the
+    outcomes it buffered.
     """
     out = job_manifest(template, group_id)
     bucket = template.bucket
@@ -381,6 +389,7 @@ def pool_job_manifest(template: JobTemplate, *, group_id: str, workers: int) -> 
     spec["backoffLimit"] = max(6, 2 * workers)
     pod_template = spec["template"]
     pod_template["metadata"]["labels"] = dict(out["metadata"]["labels"])
+    pod_template["spec"]["terminationGracePeriodSeconds"] = POOL_GRACE_S
     container = pod_template["spec"]["containers"][0]
     container["command"] = [
         template.python, "-m", "runner.pool", "--storage", f"gs://{bucket}", "--group", group_id,

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from typing import Any
 
 from kinetic._core import k8s_status
@@ -79,6 +80,10 @@ BUSY_LOOK = 30.0
 """Seconds between looks at the cluster while inputs keep finishing."""
 STOPPED_LOOK = 1.0
 """Seconds between looks while a stopped batch still has pods."""
+ENDING_SLACK = 2.0
+"""Seconds past a deleted pod's ``deletionTimestamp`` (when it is killed, by the API
+server's clock) that it still counts as ending: the clocks of the client and of the
+cluster differ a little."""
 MIN_POLL = 0.2
 MAX_POLL = 2.0
 """Bounds of a follower's storage polling interval (it backs off while nothing changes)."""
@@ -102,6 +107,9 @@ class ClusterView:
 
     :ivar exists: the Job exists.
     :ivar active: pods that have not finished (and are not being deleted).
+    :ivar ending: pods being deleted, not finished, whose grace has not run out: their
+        workers may still write the outcomes they buffered (a cancelled batch's stop is
+        reported once there is none).
     :ivar started: of those, pods whose container started.
     :ivar stuck: why a pod cannot start (image pull failure, unschedulable), if one cannot.
     :ivar verdict: the Job's own verdict: ``"complete"``, ``"failed"`` or None.
@@ -110,6 +118,7 @@ class ClusterView:
 
     exists: bool
     active: int = 0
+    ending: int = 0
     started: int = 0
     stuck: str | None = None
     verdict: str | None = None
@@ -117,19 +126,30 @@ class ClusterView:
 
 
 def cluster_view(
-    job: Mapping[str, Any] | None, pods: Sequence[Mapping[str, Any]], *, job_known: bool
+    job: Mapping[str, Any] | None,
+    pods: Sequence[Mapping[str, Any]],
+    *,
+    job_known: bool,
+    wall: float | None = None,
 ) -> ClusterView:
     """Summarize the pool's Job and pods.
 
     :param job: the Job, or None when it does not exist (or was not asked for).
     :param pods: the pool's pods that exist.
     :param job_known: whether ``job`` was asked for; if not, live pods imply the Job.
+    :param wall: the wall-clock time, to tell the pods being deleted whose grace has not
+        run out (``ending``); None counts none.
     """
-    active = started = 0
+    active = started = ending = 0
     stuck: str | None = None
     failed_reason: str | None = None
     for pod in pods:
-        if (pod.get("metadata") or {}).get("deletionTimestamp"):
+        deleted = (pod.get("metadata") or {}).get("deletionTimestamp")
+        if deleted:
+            killed = _timestamp(deleted)
+            alive = not k8s_status.pod_finished(pod)
+            if alive and wall is not None and killed is not None:
+                ending += wall < killed + ENDING_SLACK
             continue
         report = k8s_status.pod_report(pod)
         if report.status is JobStatus.FAILED:
@@ -142,9 +162,11 @@ def cluster_view(
         elif k8s_status.cannot_start(report) and stuck is None:
             stuck = report.reason
     if not job_known:
-        return ClusterView(exists=active > 0, active=active, started=started, stuck=stuck)
+        return ClusterView(
+            exists=active > 0, active=active, ending=ending, started=started, stuck=stuck
+        )
     if job is None:
-        return ClusterView(exists=False)
+        return ClusterView(exists=False, ending=ending)
     verdict_report = k8s_status.job_conditions_report(job)
     verdict: str | None = None
     reason: str | None = None
@@ -155,8 +177,22 @@ def cluster_view(
             if failed_reason:
                 reason += f" (last worker: {failed_reason})"
     return ClusterView(
-        exists=True, active=active, started=started, stuck=stuck, verdict=verdict, reason=reason
+        exists=True,
+        active=active,
+        ending=ending,
+        started=started,
+        stuck=stuck,
+        verdict=verdict,
+        reason=reason,
     )
+
+
+def _timestamp(value: object) -> float | None:
+    """A Kubernetes timestamp (RFC 3339, UTC) as a POSIX time, or None."""
+    try:
+        return datetime.fromisoformat(str(value)).timestamp()  # "Z" since Python 3.11
+    except ValueError:
+        return None
 
 
 @dataclass(frozen=True)
@@ -249,7 +285,8 @@ def follow_step(
     if book.settled:
         return FollowDecision(state=new, running=[], wait=poll)
     if book.stop is not None:
-        idle = new.looked_since_stop and seen is not None and seen.active == 0
+        # Deleted workers may still write their bursts (SIGTERM): not before they ended.
+        idle = new.looked_since_stop and seen is not None and seen.active == seen.ending == 0
         if idle:
             return FollowDecision(state=new, stopped=book.stop.copy(), wait=poll)
         return FollowDecision(state=new, running=running, wait=min(poll, STOPPED_LOOK))

@@ -6,10 +6,13 @@ fake-gcs-server with create-if-absent preconditions and write their outcomes the
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import time
+import uuid
 from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 
 import anyio
@@ -33,6 +36,46 @@ def pause(x: int) -> int:
     print(f"pausing on {x}", flush=True)
     time.sleep(0.5)  # a worker holds a claim almost all the time: the kill lands in one
     return x
+
+
+def marked(x: int, bucket: str, prefix: str) -> int:
+    """An input with a side effect: each run of it leaves an object in the bucket (one
+    request to the storage emulator, which the pods reach as the runner does)."""
+    import urllib.parse
+    import urllib.request
+    import uuid
+
+    time.sleep(0.1)
+    name = urllib.parse.quote(f"{prefix}{x:05d}.{uuid.uuid4().hex[:8]}", safe="")
+    url = f"{os.environ['STORAGE_EMULATOR_HOST']}/upload/storage/v1/b/{bucket}/o"
+    request = urllib.request.Request(f"{url}?uploadType=media&name={name}", b"", method="POST")
+    urllib.request.urlopen(request, timeout=30).close()
+    return x
+
+
+@contextlib.contextmanager
+def marked_pool(gke: GKETarget, n: int, workers: int) -> Iterator[tuple[Any, str]]:
+    """A pool batch of ``n`` :func:`marked` inputs (and the prefix of their marks) once
+    60 outcomes are in; cleaned up after, so that a failed test leaves no pool running
+    on the testbed."""
+    prefix = f"ran/{uuid.uuid4().hex}/"
+    fn = kinetic.run(**gke.run_args())(marked)
+    batch = fn.run_async_map([(i, gke.bucket, prefix) for i in range(n)], max_concurrent=workers)
+    try:
+        deadline = time.monotonic() + 120
+        while covered(gke, batch.group_id) < 60:
+            assert time.monotonic() < deadline, "the pool made no progress"
+            time.sleep(0.3)
+        yield batch, prefix
+    finally:
+        batch.cleanup()
+
+
+def runs_of(gke: GKETarget, prefix: str) -> Counter[int]:
+    """How many times each input of :func:`marked` ran (side effects done)."""
+    return Counter(
+        int(name.removeprefix(prefix).split(".")[0]) for name in gke.object_names(prefix)
+    )
 
 
 def sleeper(seconds: float) -> float:
@@ -171,6 +214,41 @@ def test_cancel_stops_the_pool(gke: GKETarget) -> None:
         assert time.monotonic() < deadline, "the cancelled pool's pods still run"
         time.sleep(0.5)
     batch.cleanup()
+
+
+def test_cancel_keeps_the_outcome_of_every_input_that_ran(gke: GKETarget) -> None:
+    """cancel() deletes the pods with a grace: each worker (SIGTERM) cuts its running
+    input and writes the outcomes it had buffered for its next burst (up to a second's
+    worth here), and the stop is reported once the pods ended. An input whose side
+    effect is done has its outcome — but for the one each worker was cut in, if the cut
+    came after its side effect (a few milliseconds before it returned)."""
+    workers, n = 3, 1500
+    with marked_pool(gke, n, workers) as (batch, prefix):
+        batch.cancel()
+        out = batch.results(timeout=120, return_exceptions=True, cleanup=False)
+        kept = {v for v in out if isinstance(v, int)}
+        ran = set(runs_of(gke, prefix))
+        assert kept <= ran
+        assert len(kept) < n, "the batch ended before the cancel"
+        assert len(ran - kept) <= workers, sorted(ran - kept)
+        cancelled = [v for v in out if not isinstance(v, int)]
+        assert all(isinstance(v, kinetic.JobCancelledError) for v in cancelled), cancelled[:3]
+
+
+def test_a_deleted_worker_writes_what_it_ran_before_it_exits(gke: GKETarget) -> None:
+    """A worker pod deleted while the batch runs (a drained node, ``kubectl delete``)
+    gets SIGTERM: it cuts its input, writes the outcomes it had buffered and exits
+    non-zero, and Kubernetes replaces it. Only the input it was cut in runs again once
+    its lease ended; the inputs it finished do not. (Had it ignored the signal, as
+    PID 1 does by default, it would have been killed at the end of the grace with a
+    burst's worth of outcomes unwritten, each input of them to run again.)"""
+    n = 1500  # a minute of work: more than the old 30 s grace
+    with marked_pool(gke, n, 3) as (batch, prefix):
+        victim = batch_pods(gke, batch.group_id, "Running")[0]
+        kubectl(gke, "delete", victim, "--wait=false")  # with the pod's grace
+        assert batch.results(timeout=240, cleanup=False) == list(range(n))
+        twice = sorted(i for i, count in runs_of(gke, prefix).items() if count > 1)
+        assert len(twice) <= 1, twice  # the input it was cut in, if after its side effect
 
 
 def test_a_pool_whose_image_cannot_start_fails_with_the_reason(gke: GKETarget) -> None:

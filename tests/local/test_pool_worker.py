@@ -89,6 +89,13 @@ def doomed_worker(tmp_path: Path) -> tuple[FileStore, subprocess.Popen[bytes]]:
     return store, worker
 
 
+def hang_on_five(x: int, flag: str) -> int:
+    if x == 5:
+        open(flag, "w").close()  # inputs 0 to 4 ran: their outcomes wait in the buffer
+        time.sleep(60)
+    return x
+
+
 def children(pid: int) -> list[int]:
     return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
 
@@ -148,8 +155,10 @@ def record(
     return store
 
 
-def start_worker(root: Path, name: str) -> subprocess.Popen[bytes]:
+def start_worker(root: Path, name: str, index: int | None = None) -> subprocess.Popen[bytes]:
     env = {**os.environ, "KINETIC_WORKER": name, "PYTHONPATH": str(REPO)}
+    if index is not None:  # an Indexed Job's completion index
+        env["KINETIC_WORKER_INDEX"] = str(index)
     return subprocess.Popen(
         [sys.executable, "-m", "runner.pool", "--storage", f"file://{root}", "--group", GID],
         env=env,
@@ -309,6 +318,47 @@ def test_fail_fast_stops_the_pool(tmp_path: Path) -> None:
     found = outcomes(store)
     assert found[2][0]["state"] == "failed"
     assert len(found) < 30  # the rest never ran
+
+
+@pytest.mark.parametrize("reuse_process", [False, True])
+def test_a_worker_deleted_mid_input_writes_the_outcomes_it_buffered(
+    tmp_path: Path, reuse_process: bool
+) -> None:
+    """cancel() deletes the pool's pods: each worker gets SIGTERM, then a grace. The
+    input it runs is cut (no outcome: the stopped batch reports it cancelled), but the
+    inputs it finished have run — their side effects are done — and their outcomes,
+    buffered for a burst, are written before it exits."""
+    flag = tmp_path / "started"
+    # 4,000 workers: bursts wait 10 s (spread from 7.5 s), so inputs 0-4 are still
+    # buffered when input 5 starts; worker 0's first span is its whole region, [0, 8).
+    calls: list[tuple[tuple[Any, ...], dict[str, Any]]]
+    calls = [((i, str(flag)), {}) for i in range(4000 * 8)]
+    store = record(
+        tmp_path,
+        hang_on_five,
+        calls,
+        chunk=1000,
+        max_concurrent=4000,
+        reuse_process=reuse_process,
+    )
+    worker = start_worker(tmp_path, "w0", index=0)
+    try:
+        deadline = time.monotonic() + 30
+        while not flag.exists():
+            assert time.monotonic() < deadline, "input 5 never started"
+            assert worker.poll() is None
+            time.sleep(0.05)
+        worker.send_signal(signal.SIGTERM)
+        out, _ = worker.communicate(timeout=30)
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # input 5, if it outlived the worker
+            os.killpg(worker.pid, signal.SIGKILL)
+    text = out.decode(errors="replace")
+    found = outcomes(store)
+    assert sorted(found) == [0, 1, 2, 3, 4], text
+    assert all(found[i][1]["result"] == i for i in range(5))
+    assert worker.returncode == 128 + signal.SIGTERM, text  # not 0: a drained node's
+    assert not store.list(protocol.group_stop_key(GID))  # the pod ended, not the batch
 
 
 def test_an_unusable_function_stops_the_batch_with_the_phase(tmp_path: Path) -> None:

@@ -227,16 +227,6 @@ def test_the_machine_refuses_a_step_before_its_answer() -> None:
     assert machine.next(wall=1000.0, mono=0.0, pick=0.0) == Run(0, 0)
 
 
-@pytest.mark.parametrize(("workers", "every"), [(1, 1.0), (500, 1.0), (2_000, 4.0), (10_000, 20.0)])
-def test_the_pool_reads_the_stop_record_at_most_500_times_a_second(
-    workers: int, every: float
-) -> None:
-    # 10,000 workers reading it each second would be twice a bucket's starting read rate.
-    machine = WorkerMachine(options(100_000, workers), GID, "w")
-    assert machine.stop_every == every
-    assert workers / machine.stop_every <= 500 or workers <= 500
-
-
 def test_the_books_free_counts_follow_what_it_learns() -> None:
     # free_estimate is kept per region (an idle worker asks for every region's): after
     # any sequence of listed names and read claims it equals the count from scratch.

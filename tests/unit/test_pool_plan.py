@@ -328,6 +328,27 @@ def test_cluster_view_counts_active_started_and_stuck_pods() -> None:
     assert pool_plan.cluster_view(None, [], job_known=True) == ClusterView(exists=False)
 
 
+def test_pods_being_deleted_count_as_ending_until_their_grace_runs_out() -> None:
+    """cancel() deletes the pool's pods with a grace: on SIGTERM each worker writes the
+    outcomes it buffered. A pod being deleted is not active (nothing new starts), but
+    its worker may still write until it ended or its grace ran out (its
+    ``deletionTimestamp``, when it is killed)."""
+    writing = pod("Running", {"running": {}}, deleting=True)  # killed at 2026-01-01 00:00
+    done = pod("Failed", {"terminated": {"exitCode": 143}}, deleting=True)
+    killed_at = 1767225600.0
+    view = pool_plan.cluster_view(None, [writing, done], job_known=False, wall=killed_at - 5)
+    assert (view.active, view.ending) == (0, 1)
+    later = killed_at + pool_plan.ENDING_SLACK
+    assert pool_plan.cluster_view(None, [writing], job_known=False, wall=later).ending == 0
+    # A stopped batch is reported stopped only once no worker may still write.
+    b = book()
+    b.learn_stop({"reason": "cancelled", "detail": "the batch was cancelled", "phase": None})
+    d = step(b, FollowState(), ClusterView(exists=False, ending=1), 0.0)
+    assert d.stopped is None
+    d = step(b, d.state, ClusterView(exists=False), 1.0)
+    assert d.stopped is not None
+
+
 def test_cluster_view_reads_the_jobs_verdict() -> None:
     failed = {"status": {"conditions": [{"type": "Failed", "status": "True", "message": "x"}]}}
     crashed = pod("Failed", {"terminated": {"exitCode": 137}})
@@ -481,3 +502,5 @@ def test_pool_job_manifest_is_an_indexed_job_of_workers(workers: int) -> None:
     path = index[0]["valueFrom"]["fieldRef"]["fieldPath"]
     assert path == "metadata.annotations['batch.kubernetes.io/job-completion-index']"
     assert spec["template"]["spec"]["restartPolicy"] == "Never"
+    # A deleted worker (cancel()) has a grace to write the outcomes it buffered.
+    assert spec["template"]["spec"]["terminationGracePeriodSeconds"] == k8s_spec.POOL_GRACE_S

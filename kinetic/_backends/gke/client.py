@@ -326,16 +326,23 @@ class KubeClient:
         )
 
     async def delete_pods(
-        self, namespace: str, selector: str, *, timeout: float = DEFAULT_TIMEOUT
+        self,
+        namespace: str,
+        selector: str,
+        *,
+        grace: int = 0,
+        timeout: float = DEFAULT_TIMEOUT,
     ) -> None:
-        """Delete every pod matching ``selector`` at once (no grace: the runner is PID 1,
-        which ignores SIGTERM, so a graceful stop would only wait out the grace period)."""
+        """Delete every pod matching ``selector`` (one request): at once by default (a
+        job's runner is PID 1 and ignores SIGTERM, so a graceful stop would only wait out
+        the grace period); ``grace`` seconds after SIGTERM for a process that handles it
+        (a pool's worker writes its buffered outcomes)."""
         await self._request(
             "DELETE",
             f"/api/v1/namespaces/{namespace}/pods",
             what=f"delete pods {selector} in {namespace}",
             query=[("labelSelector", selector)],
-            body={"gracePeriodSeconds": 0},
+            body={"gracePeriodSeconds": grace},
             timeout=timeout,
         )
 

@@ -26,7 +26,11 @@ machine) only *reads*, and decides with :mod:`kinetic._core.pool_plan`:
    left; and re-create a Job that vanished while inputs remain (a pool keeps nothing
    but what is in storage: a new one carries on where the old one stopped).
 
-``cancel()`` records ``stop.json`` and deletes the Job and its pods (two requests).
+``cancel()`` records ``stop.json`` and deletes the Job and its pods (two requests),
+giving each worker a grace to write the outcomes it buffered (SIGTERM,
+:data:`~kinetic._core.k8s_spec.POOL_GRACE_S`), and returns once no worker may still
+write (a look at the pods every half second: a second or two); a follower likewise
+reports the stop only then.
 Delivery is at-least-once: an input whose worker died before its burst was written
 runs again once its claim's lease expired. Each input is reported once, and every
 reader reports the same outcome of it, whatever order it listed and read them in: the
@@ -87,8 +91,12 @@ class GKEPool(GroupEngine["_Follower"]):
         await self.follower(group_id).create_job()
 
     async def cancel(self, group_id: str) -> None:
+        """Record the stop, delete the pool, and return once its workers wrote what they
+        ran (:meth:`_Follower.wait_written`): what storage then holds is final."""
         record = protocol.stop_record("cancelled", "the batch was cancelled")
-        await self.follower(group_id).stop_pool(record)
+        follower = self.follower(group_id)
+        await follower.stop_pool(record)
+        await follower.wait_written()
 
     async def release(self, group_id: str) -> None:
         follower = self.follower(group_id)
@@ -210,22 +218,38 @@ class _Follower:
         await self.backend.client.create_job(self.namespace, self._job_manifest(), exist_ok=True)
 
     async def delete_pool(self) -> None:
-        """Delete the Job, then its pods without grace (two requests)."""
+        """Delete the Job, then its pods (two requests), with a grace of
+        :data:`~kinetic._core.k8s_spec.POOL_GRACE_S` seconds: on SIGTERM each worker
+        ends its running input and writes the outcomes it buffered; the stop is reported
+        once no pod may still write (:func:`~kinetic._core.pool_plan.cluster_view`)."""
         await self._load()
         selector = k8s_spec.group_selector(self.group_id)
-        await self.backend.client.delete_jobs(self.namespace, selector)
-        await self.backend.client.delete_pods(self.namespace, selector)
+        client = self.backend.client
+        await client.delete_jobs(self.namespace, selector)
+        await client.delete_pods(self.namespace, selector, grace=k8s_spec.POOL_GRACE_S)
+
+    async def wait_written(self) -> None:
+        """Wait until no deleted worker may still write its burst: its pod ended, or its
+        grace ran out (a look at the pods every half second, a second or two after a
+        cancel; at most the grace and a few seconds)."""
+        deadline = anyio.current_time() + k8s_spec.POOL_GRACE_S + 2 * pool_plan.ENDING_SLACK
+        while anyio.current_time() < deadline:
+            view = await self.look()
+            if view.active == view.ending == 0:
+                return
+            await anyio.sleep(0.5)
 
     async def look(self) -> pool_plan.ClusterView:
         """The pool's pods (one request), and its Job when no pod is active (one more)."""
         client = self.backend.client
         selector = k8s_spec.group_selector(self.group_id)
         pods = (await client.list_objects("pods", self.namespace, selector)).get("items") or []
-        view = pool_plan.cluster_view(None, pods, job_known=False)
+        wall = time.time()
+        view = pool_plan.cluster_view(None, pods, job_known=False, wall=wall)
         if view.active:
             return view
         job = await client.get_job(self.namespace, k8s_spec.pool_job_name(self.group_id))
-        return pool_plan.cluster_view(job, pods, job_known=True)
+        return pool_plan.cluster_view(job, pods, job_known=True, wall=wall)
 
     # -- storage ------------------------------------------------------------------------
 
