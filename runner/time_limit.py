@@ -37,7 +37,7 @@ import time
 from collections.abc import Callable
 from types import FrameType
 
-from runner.protocol import time_limit_message
+from runner.protocol import EXIT_USER_ERROR, time_limit_message
 
 HARD_GRACE_S = 10.0
 """Seconds the function has to unwind after :class:`TimeLimitExceeded` before the
@@ -134,9 +134,10 @@ class TimeLimit:
     @staticmethod
     def end_group() -> None:
         """Kill this process's group (the job and every process it started), this
-        process last. A pod's PID 1 survives its own SIGKILL: it returns, and exits."""
+        process with it. A pod's PID 1 survives its own SIGKILL: it exits then."""
         with contextlib.suppress(OSError):
             os.killpg(os.getpgrp(), signal.SIGKILL)
+        os._exit(EXIT_USER_ERROR)
 
 
 class InputTimeLimits:

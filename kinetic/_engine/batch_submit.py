@@ -374,11 +374,11 @@ async def _record(
     if opts.secrets and place.runs_here:  # resolved by the workers (runner/secrets.py)
         spec["secrets"] = secret_records(opts.secrets)
     if opts.timeout is not None:  # each input's run-time limit (runner/time_limit.py)
-        if not place.runs_here:
+        if not place.runs_here and not pod_per_input:
             raise ConfigError(
-                "run(timeout=...) limits a batch's inputs on the local backend only, for "
-                "now: a GKE batch's workers do not enforce it yet. Decorate the function "
-                "for GKE batches without timeout="
+                "run(timeout=...) limits a GKE batch's inputs with pod_per_input=True only, "
+                "for now: a worker pool does not enforce it yet. Pass pod_per_input=True, "
+                "or decorate the function for pool batches without timeout="
             )
         spec["timeout"] = opts.timeout
     manifest: protocol.BatchManifest = {

@@ -110,3 +110,23 @@ def test_a_running_job_says_its_attempt(gke: GKETarget) -> None:
     assert [a.error for a in report.attempts] == ["ConnectionError: lost it"]
     job.cancel()
     job.cleanup()
+
+
+def test_each_input_of_a_pod_per_input_batch_has_the_limit(gke: GKETarget) -> None:
+    fn = kinetic.run(**gke.run_args(timeout=3))(sleeper)
+    batch = fn.run_async_map([0.1, 120], pod_per_input=True)
+    member = json.loads(
+        kubectl(gke, "get", "jobs", "-l", f"group-id={batch.group_id}", "-o", "json")
+    )["items"][0]
+    assert member["spec"]["activeDeadlineSeconds"] == 603
+    results = batch.results(timeout=180, return_exceptions=True)
+    assert results[0] == "slept"
+    assert isinstance(results[1], kinetic.JobFailedError)
+    assert results[1].phase == "execute"
+    assert "time limit of 3 s (timeout=3)" in str(results[1])
+
+
+def test_a_pool_batch_refuses_the_limit(gke: GKETarget) -> None:
+    fn = kinetic.run(**gke.run_args(timeout=3))(sleeper)
+    with pytest.raises(kinetic.ConfigError, match="pod_per_input=True"):
+        fn.run_async_map([1])

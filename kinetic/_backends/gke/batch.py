@@ -45,7 +45,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import replace
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -215,13 +214,17 @@ class _Driver:
 
     def _manifest_for(self, index: int, attempt: int) -> dict[str, Any]:
         assert self.manifest is not None
-        return batch_job(
-            self.backend,
-            self.manifest,
-            partial(
-                k8s_spec.member_job_manifest, group_id=self.group_id, index=index, attempt=attempt
-            ),
-        )
+        timeout = self.manifest["spec"].get("timeout")  # each input's run-time limit
+
+        def build(template: k8s_spec.JobTemplate) -> dict[str, Any]:
+            return k8s_spec.member_job_manifest(
+                replace(template, timeout=timeout),
+                group_id=self.group_id,
+                index=index,
+                attempt=attempt,
+            )
+
+        return batch_job(self.backend, self.manifest, build)
 
     async def _create(self, launches: list[batch_plan.Launch]) -> None:
         """Create the Jobs of ``launches``, concurrently; 409 is success. The state
