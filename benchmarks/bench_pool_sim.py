@@ -171,18 +171,28 @@ async def drive(
             machine.listed(op.prefix, await _retry(keys, timeout=timeout, stats=stats))
         elif isinstance(op, pm.Read):
             try:
-                data = await _retry(store.read, op.key, timeout=timeout, stats=stats)
+                data, generation = await _retry(
+                    store.read_versioned, op.key, timeout=timeout, stats=stats
+                )
             except ObjectNotFoundError:
-                data = None
-            machine.read(op.key, data)
+                machine.read(op.key, None, None)
+            else:
+                machine.read(op.key, data, generation)
         elif isinstance(op, pm.Create):
             machine.created(
                 op.key,
-                await _retry(store.create_if_absent, op.key, op.data, timeout=timeout, stats=stats),
+                await _retry(store.create_versioned, op.key, op.data, timeout=timeout, stats=stats),
             )
         elif isinstance(op, pm.Write):
             await _retry(store.write, op.key, op.data, timeout=timeout, stats=stats)
             machine.written(op.key)
+        elif isinstance(op, pm.Replace):
+            machine.replaced(
+                op.key,
+                await _retry(
+                    store.replace_if, op.key, op.data, op.generation, timeout=timeout, stats=stats
+                ),
+            )
         elif isinstance(op, pm.Run):
             args, _kwargs = await chunks.get(op.index)
             state["running"].set()

@@ -31,7 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from runner.pool_book import PoolOptions
-from runner.pool_machine import PAGE, Create, List, Op, Read, WorkerMachine, Write
+from runner.pool_machine import PAGE, Create, List, Op, Read, Replace, WorkerMachine, Write
 from tests.unit.pool_driver import GID, Pool, ok
 
 BUCKET_WRITES, BUCKET_READS = 1000.0, 5000.0
@@ -74,7 +74,7 @@ class LimitedPool(Pool):
             kind, ok_ = f"list {area(op.prefix)}", self.reads.take(now, max(1, -(-names // PAGE)))
         elif isinstance(op, Read):
             kind, ok_ = f"read {area(op.key)}", self.reads.take(now)
-        elif isinstance(op, (Create, Write)):
+        elif isinstance(op, (Create, Write, Replace)):
             kind = f"{type(op).__name__.lower()} {area(op.key)}"
             fresh = isinstance(op, Create) or now - self.changed.get(op.key, -math.inf) >= 1.0
             ok_ = fresh and self.writes.take(now)

@@ -76,6 +76,7 @@ from runner.pool_machine import (
     List,
     Op,
     Read,
+    Replace,
     Run,
     Sleep,
     WorkerMachine,
@@ -119,6 +120,18 @@ class CountingStore:
     def create_if_absent(self, key: str, data: bytes) -> bool:
         self._count("create")
         return self.store.create_if_absent(key, data)
+
+    def read_versioned(self, key: str) -> tuple[bytes, int]:
+        self._count("read")
+        return self.store.read_versioned(key)
+
+    def create_versioned(self, key: str, data: bytes) -> int | None:
+        self._count("create")
+        return self.store.create_versioned(key, data)
+
+    def replace_if(self, key: str, data: bytes, generation: int) -> int | None:
+        self._count("write")
+        return self.store.replace_if(key, data, generation)
 
     def download(self, key: str, path: Path) -> None:
         self._count("read")
@@ -193,15 +206,18 @@ class Worker:
             machine.listed(op.prefix, store.list(op.prefix))
         elif isinstance(op, Read):
             try:
-                data: bytes | None = store.read(op.key)
+                data, generation = store.read_versioned(op.key)
             except FileNotFoundError:
-                data = None
-            machine.read(op.key, data)
+                machine.read(op.key, None, None)
+            else:
+                machine.read(op.key, data, generation)
         elif isinstance(op, Create):
-            machine.created(op.key, store.create_if_absent(op.key, op.data))
+            machine.created(op.key, store.create_versioned(op.key, op.data))
         elif isinstance(op, Write):
             store.write(op.key, op.data)
             machine.written(op.key)
+        elif isinstance(op, Replace):
+            machine.replaced(op.key, store.replace_if(op.key, op.data, op.generation))
         elif isinstance(op, Sleep):
             time.sleep(op.seconds)
         else:

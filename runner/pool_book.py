@@ -1,8 +1,9 @@
 """What is known of a batch run by a worker pool, and how its work is cut. Pure.
 
 Shared by the workers (:mod:`runner.pool_machine`, driven by :mod:`runner.pool`) and
-the processes that follow the batch (:mod:`kinetic._core.pool_plan`, whose docstring
-tells the whole protocol). Standard library only, no IO, no clock: times are passed in.
+the processes that follow the batch (:mod:`kinetic._core.pool_plan`). The protocol as a
+whole (objects, invariants, failure model, limits, cost) is told in
+``docs/pool-protocol.md``. Standard library only, no IO, no clock: times are passed in.
 
 Theory of operation
 -------------------
@@ -706,8 +707,8 @@ def take_over(span: Span, first: int, worker: str, expires: float, end: int | No
     )
 
 
-def claim_record(span: Span) -> bytes:
-    """The bytes of a claim object."""
+def claim_record(span: Span, *, taken_by: str | None = None) -> bytes:
+    """The bytes of a claim object (``taken_by``: ended by that worker's takeover)."""
     record: protocol.ClaimRecord = {
         "worker": span.worker,
         "expires": span.expires,
@@ -718,6 +719,8 @@ def claim_record(span: Span) -> bytes:
     if span.reach is not None:
         record["reach"] = span.reach
         record["slot"] = span.slot
+    if taken_by is not None:
+        record["taken_by"] = taken_by
     return protocol.dump_json(record)
 
 

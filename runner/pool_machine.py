@@ -1,5 +1,9 @@
 """One pool worker's decisions, sans-IO: what to read, write and run next. Pure.
 
+The protocol as a whole (objects, invariants, failure model, limits, cost) is told in
+``docs/pool-protocol.md``; its invariants are checked by a seeded fault explorer
+(``tests/unit/pool_explorer.py``).
+
 Theory of operation
 -------------------
 A :class:`WorkerMachine` holds one worker's state (the span it holds, the input it
@@ -11,9 +15,10 @@ simulation of a thousand workers::
     while True:
         op = machine.next(wall=time.time(), mono=time.monotonic(), pick=random.random())
         # List(prefix)      -> machine.listed(prefix, keys)
-        # Read(key)         -> machine.read(key, data or None when missing)
-        # Create(key, data) -> machine.created(key, won)     (create-if-absent)
+        # Read(key)         -> machine.read(key, data, generation)  (None, None: missing)
+        # Create(key, data) -> machine.created(key, generation or None)  (if absent)
         # Write(key, data)  -> machine.written(key)
+        # Replace(key, data, generation) -> machine.replaced(key, new generation or None)
         # Run(index, n)     -> machine.ran(index, record, payload, output, seconds)
         # Kill(index)       -> end the running input, then machine.ended(index)
         # Sleep(seconds)    -> sleep (an input that ends meanwhile may be fed at once)
@@ -34,12 +39,16 @@ What a worker does (the protocol is in :mod:`runner.pool_book`):
    them as one burst when ``burst_max`` are buffered, ``burst_s`` after the first, at
    the span's end, and before waiting or exiting — an outcome is never visible before
    its burst is durable, and a takeover writes its first outcome at once;
-3. renew the claim every third of the lease; end the running input when the batch
-   stops (cancel, ``cancel_running_on_fail``) or the input was cancelled alone; a claim
-   found taken over (this worker stalled past its lease) is dropped with its buffer;
+3. renew the claim every third of the lease, and before writing a burst once it
+   lapsed: a replace at the claim's generation, which fails once another worker took
+   the span over (this worker stalled past its lease), and the span is dropped with its
+   buffer; end the running input when the batch stops (cancel,
+   ``cancel_running_on_fail``) or the input was cancelled alone;
 4. with no span left: list, read a few claims that may have expired, take one over from
    its first input without an outcome (or fail that input once it had ``max_claims``
-   claims; a takeover that cuts a long span announces its hole in ``holes/``), else
+   claims; a takeover that cuts a long span announces its hole in ``holes/``; a
+   takeover first replaces the expired claim, at the generation read after its lease
+   ended, so that of it and a late renewal exactly one wins), else
    sleep until a lease may end, rationed; in a large pool, look first after a spread
    wait (:data:`FIRST_LOOK_READS`), and between two such full looks only at the holes,
    and join one (:data:`QUICK_VISITS`); exit once every input has an outcome or the
@@ -160,6 +169,16 @@ class Write:
 
 
 @dataclass(frozen=True)
+class Replace:
+    """Replace ``key`` with ``data`` if it is still at ``generation`` (the answer, its
+    new generation or None, goes to :meth:`WorkerMachine.replaced`)."""
+
+    key: str
+    data: bytes
+    generation: int
+
+
+@dataclass(frozen=True)
 class Run:
     """Run attempt ``attempt`` (0 first) of input ``index``."""
 
@@ -184,7 +203,9 @@ class Exit:
     reason: str
 
 
-Op = List | Read | Create | Write | Run | Kill | Sleep | Exit
+Op = List | Read | Create | Write | Replace | Run | Kill | Sleep | Exit
+Storage = List | Read | Create | Write | Replace
+"""The operations that wait for an answer."""
 
 
 @dataclass
@@ -264,8 +285,12 @@ class WorkerMachine:
         self.counts: dict[str, int] = {}
         """Operations handed out, by kind (for benchmarks)."""
         self._queue: list[Op] = []
-        self._pending: List | Read | Create | Write | None = None
+        self._pending: Storage | None = None
         self._claiming: dict[str, Span] = {}  # claim keys being created -> their spans
+        # Claim (start, number) -> its generation as this worker last read or wrote it:
+        # renewals and takeovers replace a claim only at that generation (the fence).
+        self._generations: dict[tuple[int, int], int] = {}
+        self._marking: dict[str, Span] = {}  # claims being marked taken -> the new claim
         self._took_from: dict[int, str] = {}  # span start -> the worker of its last claim
         self._stop_due = float("-inf")  # when the stop record is next read (mono)
         self._singles_read = float("-inf")
@@ -293,14 +318,12 @@ class WorkerMachine:
         # a span is taken over only once a listing of its bursts sent after its lease
         # ended shows inputs left (its holder's last burst may postdate an older one).
         self._bursts_walls: dict[str, float] = {}
-        self._lapse_check = False
         self._settled = False  # every input has an outcome: seen, or announced in holes/
         self._settled_checked = False  # holes/ listed for that announcement, once seen
         self._names: set[str] = set()  # names listed and learned from (listed())
         self._taking: int | None = None  # the start of the expired span being taken over
         self._walk_reads = 0  # claims read since the last sleep to walk other regions
         self._walking: int | None = None  # the region whose chain is being walked
-        self._renewing: tuple[int, float] | None = None  # (start, lease end) being renewed
         self._idle = idle_first  # the next sleep with nothing to do (doubles to wait_max)
 
     # -- the step ------------------------------------------------------------------------
@@ -323,7 +346,7 @@ class WorkerMachine:
         op = self._decide(wall, mono, pick)
         kind = type(op).__name__
         self.counts[kind] = self.counts.get(kind, 0) + 1
-        if isinstance(op, (List, Read, Create, Write)):
+        if isinstance(op, (List, Read, Create, Write, Replace)):
             self._pending = op
             if isinstance(op, (Read, List)):
                 self._read_wall = wall
@@ -333,11 +356,6 @@ class WorkerMachine:
         book = self.book
         if self._queue:
             return self._queue.pop(0)
-        renewing, self._renewing = self._renewing, None
-        if renewing is not None and wall >= renewing[1] and self.span is not None:
-            # The renewal landed after the lease it renewed had run out (a run of 429s
-            # delayed it): another worker may have taken the span over meanwhile.
-            return List(self._span_claims_prefix(renewing[0]))
         if book.stop is None and mono >= self._stop_due:
             # Workers that started together would read it in the same instant every
             # period (a thousand reads in a fraction of a second meet the bucket's read
@@ -422,21 +440,20 @@ class WorkerMachine:
         return Sleep(max(0.01, min(due)))
 
     def _renew(self, wall: float) -> Op | None:
-        """Renew the held claim once a third of its lease is gone; first, when it lapsed,
-        look whether it was taken over (then it is dropped: :meth:`_lose_span`)."""
+        """Renew the held claim once a third of its lease is gone: a replace at the
+        generation this worker last wrote, so that it fails if the claim was taken over
+        meanwhile (a takeover replaces it first), however late it lands; the span is
+        then dropped (:meth:`replaced`)."""
         span = self.span
         if span is None or wall < span.expires - 2 * self.options.lease_s / 3:
             return None
-        if wall >= span.expires and not self._lapse_check:
-            self._lapse_check = True
-            return List(self._span_claims_prefix(span.start))
-        self._lapse_check = False
-        self._renewing = (span.start, span.expires)
+        generation = self._generations[(span.start, span.number)]
         self.span = replace(span, expires=wall + self.options.lease_s)
         if self.buffer is not None:
             self.buffer.span = self.span
         self.book.learn_span(self.span)
-        return Write(self._claim_key(span.start, span.number), self._claim_bytes(self.span))
+        key = self._claim_key(span.start, span.number)
+        return Replace(key, self._claim_bytes(self.span), generation)
 
     # -- outcomes -------------------------------------------------------------------------
 
@@ -454,6 +471,8 @@ class WorkerMachine:
         assert self.running[0] == index
         attempt = self.running[1]
         self.running, self.killing = None, False
+        # A span lost while the input ran queued its Kill: the input ended first.
+        self._queue = [op for op in self._queue if op != Kill(index)]
         if self.span is None:
             return  # the claim was taken over meanwhile: the new holder runs it
         if seconds is not None:
@@ -513,15 +532,15 @@ class WorkerMachine:
             buffer.records.append(data)
 
     def _flush(self, wall: float) -> Op:
-        """Write the buffered burst (first checking, when the claim lapsed, that it was
-        not taken over)."""
+        """Write the buffered burst (first renewing the claim when it lapsed: a renewal
+        that fails tells that it was taken over, and the burst is dropped)."""
         buffer = self.buffer
         assert buffer is not None
         span = buffer.span
-        if wall >= span.expires and self.span is span and not self._lapse_check:
-            self._lapse_check = True
-            return List(self._span_claims_prefix(span.start))
-        self._lapse_check = False
+        if wall >= span.expires and self.span is span:
+            renew = self._renew(wall)
+            assert renew is not None  # a lapsed lease is always due
+            return renew
         self.buffer = None
         name = protocol.burst_name(buffer.first, buffer.end, span.start, span.number)
         self.book.learn_burst(buffer.first, buffer.end)
@@ -791,7 +810,14 @@ class WorkerMachine:
         if self.options.large:  # the rest shared by HOLE_SLOTS idle workers at least
             size = min(size, -(-(span.end - first) // HOLE_SLOTS))
         claim = take_over(span, first, self.worker, wall + self.options.lease_s, first + size)
-        return self._create_claim(claim)
+        # The fence: the claim taken over is first replaced, at the generation read after
+        # its lease ended, by itself ended now. Its holder's renewal, if late, then fails
+        # (it drops the span); if the renewal landed first, this replace fails instead and
+        # the span is left to its holder. Only then is the takeover's claim created.
+        key = self._claim_key(span.start, span.number)
+        self._marking[key] = claim
+        ended = claim_record(replace(span, expires=wall), taken_by=self.worker)
+        return Replace(key, ended, self._generations[(span.start, span.number)])
 
     def _create_claim(self, span: Span) -> Create:
         key = self._claim_key(span.start, span.number)
@@ -864,13 +890,13 @@ class WorkerMachine:
         self.span = None
         self.buffer = None
         self.retry = None
-        self._lapse_check = False
         if self.running is not None and not self.killing:
             self.killing = True
             self._queue.append(Kill(self.running[0]))
 
-    def read(self, key: str, data: bytes | None) -> None:
-        """The answer to :class:`Read`: the object's bytes, or None when it is missing."""
+    def read(self, key: str, data: bytes | None, generation: int | None) -> None:
+        """The answer to :class:`Read`: the object's bytes and generation, or None (both)
+        when it is missing."""
         self._answer(Read, key)
         self._look_reads += 1
         if key == self.stop_key:
@@ -884,15 +910,18 @@ class WorkerMachine:
             if span is not None:
                 self.book.learn_span(span)
                 self._fresh_reads[parsed] = self._read_wall
+                if generation is not None:
+                    self._generations[parsed] = generation
 
-    def created(self, key: str, won: bool) -> None:
-        """The answer to :class:`Create`: whether the object was created (else one
-        existed)."""
+    def created(self, key: str, generation: int | None) -> None:
+        """The answer to :class:`Create`: the new object's generation, or None when one
+        existed."""
         self._answer(Create, key)
         span = self._claiming.pop(key, None)
         if span is None:
             return
-        if won:
+        if generation is not None:
+            self._generations[(span.start, span.number)] = generation
             if span.number > 0 and span.reach is not None:  # a cut: announce the hole
                 name = protocol.hole_name(
                     span.start, span.number, span.end, span.reach, span.slot, span.expires
@@ -925,6 +954,30 @@ class WorkerMachine:
     def written(self, key: str) -> None:
         """The answer to :class:`Write`."""
         self._answer(Write, key)
+
+    def replaced(self, key: str, generation: int | None) -> None:
+        """The answer to :class:`Replace`: the object's new generation, or None when it
+        was no longer at the generation asked (a claim taken over, or renewed)."""
+        self._answer(Replace, key)
+        claim = self._marking.pop(key, None)
+        if claim is not None:  # a takeover's fence
+            if generation is None:  # renewed (or taken) since it was read: read it again
+                self._taking = None
+                parsed = protocol.parse_claim_name(key.removeprefix(self.claims_prefix))
+                assert parsed is not None
+                self._fresh_reads.pop(parsed, None)
+                self._queue.append(self._read_claim(*parsed))
+            else:
+                self._generations[(claim.start, claim.number - 1)] = generation
+                self._queue.append(self._create_claim(claim))
+            return
+        span = self.span
+        if span is None or key != self._claim_key(span.start, span.number):
+            return  # a renewal of a span this worker no longer holds
+        if generation is None:
+            self._lose_span()  # taken over while this worker stalled past its lease
+        else:
+            self._generations[(span.start, span.number)] = generation
 
 
 def _rotated(items: list[int], pick: float) -> list[int]:

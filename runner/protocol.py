@@ -740,6 +740,9 @@ class ClaimRecord(TypedDict):
     tries: NotRequired[int]
     """How many claims of the span ran input ``first``, this one included; past
     ``max_claims`` it is failed instead (absent: ``number + 1``)."""
+    taken_by: NotRequired[str]
+    """The worker taking the span over, which ended this claim (the fence that a late
+    renewal of it meets) before it creates claim ``number + 1``."""
     reach: NotRequired[int]
     """Where the span's link of its region's chain ends (absent: ``end``). A takeover
     that runs only part of a dead worker's span has ``end < reach``: inputs

@@ -5,6 +5,7 @@ exactly, from a seed."""
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 import pickle
 import random
@@ -21,6 +22,7 @@ from runner.pool_machine import (
     List,
     Op,
     Read,
+    Replace,
     Run,
     Sleep,
     WorkerMachine,
@@ -65,20 +67,34 @@ class Store:
         return found
 
 
+def generation(data: bytes) -> int:
+    """An object's generation in :class:`Store`: a digest of its bytes (a claim's bytes
+    differ in every version: its lease's end moves on, a takeover ends it)."""
+    return int.from_bytes(hashlib.sha256(data).digest()[:8], "big") >> 1
+
+
 def answer(machine: WorkerMachine, objects: dict[str, bytes], op: object) -> bool:
     """Answer a storage operation over ``objects`` at once; False for any other
     operation."""
     if isinstance(op, List):
         machine.listed(op.prefix, sorted(k for k in objects if k.startswith(op.prefix)))
     elif isinstance(op, Read):
-        machine.read(op.key, objects.get(op.key))
+        data = objects.get(op.key)
+        machine.read(op.key, data, None if data is None else generation(data))
     elif isinstance(op, Create):
         won = op.key not in objects
         objects.setdefault(op.key, op.data)
-        machine.created(op.key, won)
+        machine.created(op.key, generation(op.data) if won else None)
     elif isinstance(op, Write):
         objects[op.key] = op.data
         machine.written(op.key)
+    elif isinstance(op, Replace):
+        current = objects.get(op.key)
+        if current is None or generation(current) != op.generation:
+            machine.replaced(op.key, None)
+        else:
+            objects[op.key] = op.data
+            machine.replaced(op.key, generation(op.data))
     else:
         return False
     return True
@@ -169,7 +185,7 @@ class Pool:
         """Perform ``op`` at once and schedule the worker's next step."""
         delay = self.io_s
         if answer(machine, self.store.objects, op):
-            if isinstance(op, Write):
+            if isinstance(op, (Write, Replace)):
                 self.last_write = self.now
         elif isinstance(op, Run):
             self.runs[op.index] += 1
@@ -201,9 +217,9 @@ def running(
     op = machine.next(wall=wall, mono=0.0, pick=pick)
     while not isinstance(op, Run):
         if isinstance(op, Read):
-            machine.read(op.key, None)
+            machine.read(op.key, None, None)
         elif isinstance(op, Create):
-            machine.created(op.key, True)
+            machine.created(op.key, generation(op.data))
         elif isinstance(op, List):
             machine.listed(op.prefix, [])
         else:

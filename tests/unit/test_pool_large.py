@@ -109,9 +109,9 @@ def test_idle_workers_of_a_large_pool_read_few_claims_a_look() -> None:
             machine.listed(op.prefix, listed)
         elif isinstance(op, Read):
             reads[op.key.split("/")[-2]] += 1
-            machine.read(op.key, None)  # unread as far as the worker is concerned
+            machine.read(op.key, None, None)  # unread as far as the worker is concerned
         elif isinstance(op, Create):
-            machine.created(op.key, False)
+            machine.created(op.key, None)
     else:
         raise AssertionError("the worker never slept")
     assert reads["claims"] <= max(SAMPLE, WALK_READS // workers) + SAMPLE  # walks + samples
@@ -131,7 +131,7 @@ def test_idle_workers_of_a_large_pool_read_few_claims_a_look() -> None:
                 machine.listed(op.prefix, [])
             else:
                 assert isinstance(op, Read)
-                machine.read(op.key, None)
+                machine.read(op.key, None, None)
                 sampled += op.key.startswith(protocol.group_claims_prefix(GID))
             quick += 1
         assert sampled <= QUICK_SAMPLE  # besides the holes' names and the stop record

@@ -11,8 +11,18 @@ import pytest
 
 from runner import protocol
 from runner.pool_book import PoolOptions, parse_claim
-from runner.pool_machine import Create, Exit, Kill, List, Read, Run, Sleep, WorkerMachine, Write
-from tests.unit.pool_driver import GID, Pool, answer, ok, running
+from runner.pool_machine import (
+    Create,
+    Exit,
+    Kill,
+    List,
+    Read,
+    Replace,
+    Run,
+    Sleep,
+    WorkerMachine,
+)
+from tests.unit.pool_driver import GID, Pool, answer, generation, ok, running
 
 
 def options(total: int, workers: int, **kw: Any) -> PoolOptions:
@@ -218,12 +228,12 @@ def test_the_machine_refuses_a_step_before_its_answer() -> None:
     assert isinstance(op, Read)
     with pytest.raises(RuntimeError, match="not answered"):
         machine.next(wall=1000.0, mono=0.0, pick=0.0)
-    machine.read(op.key, None)
+    machine.read(op.key, None, None)
     claim = machine.next(wall=1000.0, mono=0.0, pick=0.0)
     while not isinstance(claim, Create):
         machine.listed(claim.prefix, [])  # type: ignore[union-attr]
         claim = machine.next(wall=1000.0, mono=0.0, pick=0.0)
-    machine.created(claim.key, True)
+    machine.created(claim.key, 1)
     assert machine.next(wall=1000.0, mono=0.0, pick=0.0) == Run(0, 0)
 
 
@@ -291,33 +301,31 @@ def test_a_pod_takes_its_ordinal_from_the_indexed_jobs_annotation(
     assert worker_ordinal() is None
 
 
-def test_a_renewal_that_landed_late_is_followed_by_a_look_for_a_takeover() -> None:
+def test_a_renewal_is_a_replace_at_the_claims_generation_and_its_failure_drops_the_span() -> None:
     """A renewal held up (429s) until its lease had run out may land after another
-    worker took the span over: the worker looks, and drops the span it lost. (Monotonic
+    worker took the span over: it is a replace at the generation the worker wrote, so it
+    fails then, and the worker drops the span it lost and ends its input. (Monotonic
     time stands still, short of the next read of the stop record: only the leases'
     wall clock moves.)"""
     machine, op = running(WorkerMachine(options(100, 1, lease_s=30.0), GID, "w"))
     assert machine.span is not None
     start, number, expires = machine.span.start, machine.span.number, machine.span.expires
+    key = protocol.group_claim_key(GID, start, number)
     renew = machine.next(wall=expires - 15.0, mono=0.25, pick=0.0)  # half the lease gone
-    assert isinstance(renew, Write)
-    assert renew.key == protocol.group_claim_key(GID, start, number)
-    machine.written(renew.key)  # ... answered only after the old lease ended
-    look = machine.next(wall=expires + 1.0, mono=0.25, pick=0.0)
-    assert look == List(f"{protocol.group_claims_prefix(GID)}{start:07d}.")
-    taken = protocol.group_claim_key(GID, start, number + 1)
-    machine.listed(look.prefix, [renew.key, taken])
+    assert isinstance(renew, Replace)
+    assert renew.key == key
+    machine.replaced(renew.key, None)  # ... the claim was replaced by a takeover first
     assert machine.span is None  # dropped with its buffer; its input is ended
     assert machine.next(wall=expires + 1.0, mono=0.25, pick=0.0) == Kill(op.index)
 
 
-def test_a_renewal_that_landed_in_time_needs_no_look() -> None:
+def test_a_renewal_that_landed_needs_no_look() -> None:
     machine, _ = running(WorkerMachine(options(100, 1, lease_s=30.0), GID, "w"))
     assert machine.span is not None
     expires = machine.span.expires
     renew = machine.next(wall=expires - 15.0, mono=0.25, pick=0.0)
-    assert isinstance(renew, Write)
-    machine.written(renew.key)
+    assert isinstance(renew, Replace)
+    machine.replaced(renew.key, generation(renew.data))
     after = [machine.next(wall=expires - 14.0, mono=0.25, pick=0.0)]
     if isinstance(after[0], List):  # a look for a cancel of the input (results/)
         machine.listed(after[0].prefix, [])
@@ -325,6 +333,13 @@ def test_a_renewal_that_landed_in_time_needs_no_look() -> None:
     claims_prefix = protocol.group_claims_prefix(GID)
     assert not any(isinstance(o, List) and o.prefix.startswith(claims_prefix) for o in after)
     assert isinstance(after[-1], Sleep)
+    # The next renewal is at the generation this one made.
+    again = machine.next(wall=expires + 1.0, mono=0.25, pick=0.0)
+    while isinstance(again, List):
+        machine.listed(again.prefix, [])
+        again = machine.next(wall=expires + 1.0, mono=0.25, pick=0.0)
+    assert isinstance(again, Replace)
+    assert again.generation == generation(renew.data)
 
 
 def test_a_claim_read_before_its_lease_ended_is_not_taken_over_on_that_read() -> None:
@@ -406,7 +421,7 @@ def test_workers_that_start_together_read_the_stop_record_at_spread_times() -> N
         dues.append(op.seconds)
         stop = Read(protocol.group_stop_key(GID))
         assert machine.next(wall=1000.0, mono=op.seconds, pick=pick) == stop
-        machine.read(stop.key, None)
+        machine.read(stop.key, None, None)
         after = machine.next(wall=1000.0, mono=op.seconds, pick=pick)
         assert after == Sleep(pytest.approx(1.0))  # then once a period: the phase is kept
     assert dues == pytest.approx([0.5, 1.0, 1.4])  # stop_every is 1 s in a small pool
