@@ -299,7 +299,8 @@ MAP: tuple[tuple[str, str, tuple[Entry, ...]], ...] = (
         "tests/",
         (
             "unit/, storage/, local/, cluster/ tiers; fix_*.py fixture plugins; testbed/ "
-            "brings the cluster tier's Kubernetes up and down"
+            "brings the cluster tier's Kubernetes up and down; typing/ holds what mypy "
+            "--strict must accept and refuse of the public API"
         ),
         (),
     ),
@@ -312,7 +313,11 @@ MAP: tuple[tuple[str, str, tuple[Entry, ...]], ...] = (
         ),
         (),
     ),
-    ("examples/", "the quickstart script the set-up runs", ()),
+    (
+        "examples/",
+        "the quickstart script the set-up runs, and the examples docs/examples.md explains",
+        (),
+    ),
     (".ci/run", "CI: the README's set-up section, verbatim, in a fresh clone", ()),
 )
 

@@ -1,5 +1,8 @@
 """The decisions of a GKE batch run by a worker pool. Pure: no IO, no clock, no loop.
 
+The protocol as a whole (objects, invariants, failure model, limits, cost) is told in
+``docs/pool-protocol.md``; this docstring names the objects a follower reads.
+
 Theory of operation
 -------------------
 A pool batch is one Kubernetes Job whose pods (the workers, :mod:`runner.pool`) take

@@ -97,7 +97,12 @@ def test_run_keeps_every_parameter_of_the_original() -> None:
         "debug",
     ]
     # In the original's order (positional calls keep working); Kinetic's own follow.
-    assert list(inspect.signature(kinetic.run).parameters) == [*original, "secrets", "timeout", "retries"]
+    assert list(inspect.signature(kinetic.run).parameters) == [
+        *original,
+        "secrets",
+        "timeout",
+        "retries",
+    ]
 
 
 def test_handle_fields_match_the_original() -> None:

@@ -1,5 +1,7 @@
 """Batches on GKE run by a worker pool: one Kubernetes Job for the whole batch.
 
+The protocol as a whole is told in ``docs/pool-protocol.md``.
+
 Theory of operation
 -------------------
 Submission recorded the batch (function, input chunks, manifest); :meth:`GKEPool.launch`
