@@ -49,10 +49,9 @@ def cli(*args: str, stdin: int | None = subprocess.DEVNULL) -> subprocess.Comple
 @pytest.mark.usefixtures("home")
 @pytest.mark.parametrize("stdin", [subprocess.DEVNULL, subprocess.PIPE])
 def test_without_a_terminal_it_never_waits_for_input(stdin: int) -> None:
-    started = time.monotonic()
-    done = cli("init", stdin=stdin)  # PIPE: stdin open, and never written to
-    assert time.monotonic() - started < 30
-    assert done.returncode == 2
+    # PIPE: stdin open, and never written to; a wait for it would run into cli's timeout.
+    done = cli("init", stdin=stdin)
+    assert done.returncode == 2, done.stderr
     assert done.stdout == ""
     assert "--local, --join CLUSTER, --create or --doctor" in done.stderr
 
