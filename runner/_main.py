@@ -34,7 +34,7 @@ from runner.job import (
 from runner.protocol import PhaseError
 from runner.scratch import scratch_dir
 from runner.store import RunnerStore, open_store
-from runner.time_limit import TimeLimit, TimeLimitExceeded, reached
+from runner.time_limit import TimeLimit, TimeLimitExceeded, call_limited, reached
 
 if TYPE_CHECKING:
     from runner.gpu_lease import GpuLease
@@ -160,32 +160,7 @@ def _attempt(
     ``(False, exception)`` (a :class:`TimeLimitExceeded` when the limit was reached,
     whatever the function made of it)."""
     fn, args, kwargs = call
-    limit = _time_limit(store, job_id, spec, host, final)
-    try:
-        try:
-            if limit is not None:
-                limit.start()
-            value = fn(*args, **kwargs)
-        finally:
-            if limit is not None:
-                limit.stop()
-    except BaseException as exc:  # noqa: BLE001 - SystemExit too: it must not skip the record
-        import traceback
-
-        if limit is not None:
-            limit.stop()  # again: the limit may have been reached inside the first stop
-            if not limit.claim():
-                limit.wait_for_end()
-        traceback.print_exc()
-        if limit is not None and reached() and not isinstance(exc, TimeLimitExceeded):
-            return False, limit.error()
-        return False, exc
-    if limit is not None:
-        if not limit.claim():
-            limit.wait_for_end()
-        if reached():  # it caught the exception and returned: the limit was still passed
-            return False, limit.error()
-    return True, value
+    return call_limited(_time_limit(store, job_id, spec, host, final), fn, args, kwargs)
 
 
 def _retried(retries: protocol.RetriesRecord | None, exc: BaseException, attempt: int) -> bool:

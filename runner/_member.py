@@ -29,7 +29,7 @@ from runner.code_files import load_function
 from runner.job import build_failure, build_success, prepare_workspace
 from runner.protocol import PhaseError
 from runner.store import RunnerStore
-from runner.time_limit import TimeLimit, TimeLimitExceeded, reached
+from runner.time_limit import TimeLimit, TimeLimitExceeded, call_limited
 
 
 def run_member(store: RunnerStore, group_id: str, index: int, attempt: int, workdir: Path) -> int:
@@ -72,37 +72,15 @@ def run_member(store: RunnerStore, group_id: str, index: int, attempt: int, work
             _record(store, group_id, index, attempt, data, record)
         return protocol.EXIT_RUNNER_ERROR
     limit = _time_limit(store, group_id, index, attempt, spec)
-    try:
-        try:
-            if limit is not None:
-                limit.start()
-            value = fn(*args, **kwargs)
-        finally:
-            if limit is not None:
-                limit.stop()
-    except BaseException as exc:  # noqa: BLE001 - SystemExit too: it must not skip the record
-        import traceback
-
-        traceback.print_exc()
-        if limit is not None:
-            limit.stop()  # again: the limit may have been reached inside the first stop
-            if not limit.claim():
-                limit.wait_for_end()
-            if reached():  # a run-time limit: recorded now, never retried
-                timed_out = exc if isinstance(exc, TimeLimitExceeded) else limit.error()
-                data, record = build_failure("execute", timed_out, user=False)
-                return _record(store, group_id, index, attempt, data, record)
-        if not final:
-            return protocol.EXIT_USER_ERROR  # the driver starts the next attempt
-        data, record = build_failure("execute", exc, user=True)
-        return _record(store, group_id, index, attempt, data, record)
-    if limit is not None:
-        if not limit.claim():
-            limit.wait_for_end()
-        if reached():  # it caught the limit's exception and returned
-            data, record = build_failure("execute", limit.error(), user=False)
-            return _record(store, group_id, index, attempt, data, record)
-    data, record = build_success(value)
+    ok, outcome = call_limited(limit, fn, args, kwargs)
+    if ok:
+        data, record = build_success(outcome)
+    elif isinstance(outcome, TimeLimitExceeded):  # recorded now, never retried
+        data, record = build_failure("execute", outcome, user=False)
+    elif not final:
+        return protocol.EXIT_USER_ERROR  # the driver starts the next attempt
+    else:
+        data, record = build_failure("execute", outcome, user=True)
     return _record(store, group_id, index, attempt, data, record)
 
 

@@ -36,6 +36,7 @@ import threading
 import time
 from collections.abc import Callable
 from types import FrameType
+from typing import Any
 
 from runner.protocol import EXIT_USER_ERROR, time_limit_message
 
@@ -138,6 +139,41 @@ class TimeLimit:
         with contextlib.suppress(OSError):
             os.killpg(os.getpgrp(), signal.SIGKILL)
         os._exit(EXIT_USER_ERROR)
+
+
+def call_limited(
+    limit: TimeLimit | None, fn: Callable[..., Any], args: Any, kwargs: Any
+) -> tuple[bool, Any]:
+    """Call the job's function once under ``limit`` (None: none): ``(True, value)`` or
+    ``(False, exception)``, the traceback of which is printed; a
+    :class:`TimeLimitExceeded` when the limit was reached, whatever the function made of
+    its exception (caught it and returned, or raised another). Call from the main thread.
+    """
+    try:
+        try:
+            if limit is not None:
+                limit.start()
+            value = fn(*args, **kwargs)
+        finally:
+            if limit is not None:
+                limit.stop()
+    except BaseException as exc:  # noqa: BLE001 - SystemExit too: it must not skip the record
+        import traceback
+
+        if limit is not None:
+            limit.stop()  # again: the limit may have been reached inside the first stop
+            if not limit.claim():
+                limit.wait_for_end()
+        traceback.print_exc()
+        if limit is not None and reached() and not isinstance(exc, TimeLimitExceeded):
+            return False, limit.error()
+        return False, exc
+    if limit is not None:
+        if not limit.claim():
+            limit.wait_for_end()
+        if reached():  # it caught the exception and returned: the limit was still passed
+            return False, limit.error()
+    return True, value
 
 
 class InputTimeLimits:
