@@ -5,8 +5,12 @@ submitted with ``kinetic.aio`` and run by the local supervisor: nothing is const
 by hand. While it runs, and after, the dashboard's batch watch (the object every page
 and event stream of one batch shares) refreshes once a second, as a page does:
 
-- ``running``: refreshes while the supervisor runs the batch (each one takes its
-  snapshot over the supervisor's socket);
+- ``followed`` (what the dashboard does): the watch follows the supervisor's event
+  stream, so a refresh reads nothing while it runs; ``snapshots_only`` (as on GKE, or
+  with no task group to follow in): each refresh takes the engine's snapshot. For each:
+  ``running``, refreshes while inputs finish; ``running_nothing_new``, refreshes while
+  only the last 4 inputs (which sleep 15 s) run; ``process_reads_per_s``, all the
+  process read meanwhile (the follower's socket included);
 - ``cold``: a dashboard started after the batch ended (a fresh backend object, so
   nothing of the results logs is cached): its first refresh reads the records once;
 - ``steady``: the refreshes after it (nothing new: what a page costs to keep open).
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import shutil
 import sys
 import time
@@ -37,11 +42,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import isolated_project, machine, ms, summary, write_results
 
 _MODULE = """
+import os, time
+
+SLOW_FROM = int(os.environ["BENCH_DASH_SLOW_FROM"])
+
 def square(x):
+    if x >= SLOW_FROM:  # the last few inputs run a while: a batch that is still running
+        time.sleep(float(os.environ["BENCH_DASH_SLOW_S"]))
     if x % 1000 == 7:
         raise ValueError(f"input {x} is unlucky")
     return x * x
 """
+_SLOW = 4  # inputs at the end that sleep
+_SLOW_S = 15.0
 
 
 def _io() -> tuple[int, int]:
@@ -112,34 +125,60 @@ async def main(n: int) -> dict[str, Any]:
     from kinetic._settings import load_settings
 
     fn = kinetic.aio.run()(square)
-    start = time.perf_counter()
-    batch = await fn.run_async_map(range(n))
-    submitted = time.perf_counter() - start
     settings = load_settings()
-    source = Source(runtime.backend_for_settings(settings))
-    watch = await source.batch(batch.group_id)
-    running: list[dict[str, float]] = []
-    lag = [0.0]
+    backend = runtime.backend_for_settings(settings)
 
-    async def probe() -> None:  # how late a 5 ms sleep wakes: the loop's longest stall
-        while True:
-            before = time.perf_counter()
-            await anyio.sleep(0.005)
-            lag[0] = max(lag[0], time.perf_counter() - before - 0.005)
+    async def watch_a_run(follow: bool) -> dict[str, Any]:
+        """Submit a batch and refresh its watch every 0.25 s until it ends."""
+        start = time.perf_counter()
+        batch = await fn.run_async_map(range(n))
+        submitted = time.perf_counter() - start
+        running: list[dict[str, float]] = []
+        waiting: list[dict[str, float]] = []  # only the slow inputs left: nothing new
+        lag = [0.0]
 
-    async with anyio.create_task_group() as probes:
-        probes.start_soon(probe)
-        while not watch.progress.finished:
-            running.append(await _refresh(watch))
-            await anyio.sleep(0.25)  # a page refreshes once a second; more samples here
-        probes.cancel_scope.cancel()
-    ran = time.perf_counter() - start
-    assert watch.progress.failed == n // 1000, watch.progress.failed
-    await anyio.sleep(1.0)  # the supervisor exits
+        async def probe() -> None:  # how late a 5 ms sleep wakes: the loop's longest stall
+            while True:
+                before = time.perf_counter()
+                await anyio.sleep(0.005)
+                lag[0] = max(lag[0], time.perf_counter() - before - 0.005)
+
+        io_before, began = _io(), time.perf_counter()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(probe)
+            watch = await Source(backend, tg if follow else None).batch(batch.group_id)
+            while not watch.progress.finished:
+                p = watch.progress
+                rows = waiting if p.succeeded + p.failed >= n - _SLOW else running
+                rows.append(await _refresh(watch))
+                await anyio.sleep(0.25)  # a page refreshes once a second; more samples here
+            tg.cancel_scope.cancel()
+        io_after, took = _io(), time.perf_counter() - began
+        assert watch.progress.failed == n // 1000, watch.progress.failed
+        return {
+            "group_id": batch.group_id,
+            "submit_s": round(submitted, 3),
+            "submit_to_done_s": round(time.perf_counter() - start, 3),
+            "running": {
+                **_report(running),
+                "refreshes": len(running),
+                "loop_stall_max_ms": ms(lag[0]),
+            },
+            "running_nothing_new": _report(waiting),
+            "process_reads_per_s": {  # everything this process read meanwhile
+                "syscalls": round((io_after[0] - io_before[0]) / took),
+                "bytes": round((io_after[1] - io_before[1]) / took),
+            },
+        }
+
+    followed = await watch_a_run(follow=True)
+    snapshots = await watch_a_run(follow=False)
+    batch_id = followed["group_id"]
+    await anyio.sleep(1.0)  # the supervisors exit
 
     # A dashboard started afterwards: nothing cached.
     cold_source = Source(LocalBackend(Path(settings.local_root)))
-    cold_watch = await cold_source.batch(batch.group_id)
+    cold_watch = await cold_source.batch(batch_id)
     cold = [await _refresh(cold_watch)]
     assert cold_watch.progress.finished
     steady = [await _refresh(cold_watch) for _ in range(20)]
@@ -147,7 +186,7 @@ async def main(n: int) -> dict[str, Any]:
     pages: dict[str, Any] = {}
     async with anyio.create_task_group() as tg:
         dash = await tg.start(serve)
-        g = batch.group_id
+        g = batch_id
         for name, path in (
             ("jobs", "/"),
             ("batch_page", f"/batches/{g}"),
@@ -167,18 +206,15 @@ async def main(n: int) -> dict[str, Any]:
     return {
         "inputs": n,
         "failed_inputs": n // 1000,
-        "submit_s": round(submitted, 3),
-        "submit_to_done_s": round(ran, 3),
         "note": (
-            "a real batch run by the local supervisor; reads = calls into the async core "
+            "real batches run by the local supervisor; the last "
+            f"{_SLOW} inputs sleep {_SLOW_S}s (running_nothing_new: a page kept open on a "
+            "running batch in which nothing changes); reads = calls into the async core "
             "that read the batch's records; syscalls/bytes from /proc/self/io (sockets "
             "included)"
         ),
-        "running": {
-            **_report(running),
-            "refreshes": len(running),
-            "loop_stall_max_ms": ms(lag[0]),
-        },
+        "followed": followed,
+        "snapshots_only": snapshots,
         "cold_first_refresh": {
             "ms": ms(cold[0]["s"]),
             "reads": cold[0]["reads"],
@@ -193,6 +229,8 @@ def cli() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--inputs", type=int, default=100_000)
     args = parser.parse_args()
+    os.environ["BENCH_DASH_SLOW_FROM"] = str(args.inputs - _SLOW)
+    os.environ["BENCH_DASH_SLOW_S"] = str(_SLOW_S)
     workdir, _project = isolated_project("kn-bench-dash-", "square_mod", _MODULE)
     try:
         data = asyncio.run(main(args.inputs))
@@ -201,7 +239,10 @@ def cli() -> None:
     data["machine"] = machine()
     path = write_results("dashboard", data)
     print(f"wrote {path}")
-    for key in ("running", "cold_first_refresh", "steady"):
+    for mode in ("followed", "snapshots_only"):
+        for key in ("running", "running_nothing_new", "process_reads_per_s"):
+            print(mode, key, data[mode][key])
+    for key in ("cold_first_refresh", "steady"):
         print(key, data[key])
     print("pages", {k: v["median_ms"] for k, v in data["pages"].items()})
 

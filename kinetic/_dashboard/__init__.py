@@ -20,6 +20,7 @@ import anyio.abc
 import anyio.to_thread
 from anyio.abc import SocketAttribute
 
+from kinetic._core.exception_groups import one_error
 from kinetic._dashboard.app import App
 from kinetic._dashboard.http import serve_connection
 from kinetic._dashboard.source import Source
@@ -66,22 +67,34 @@ async def serve(
     """
     from kinetic._engine.remote import _listing_target  # where `kinetic jobs list` reads
 
-    source = Source(await _listing_target(project, zone, cluster, namespace, backend))
+    target = await _listing_target(project, zone, cluster, namespace, backend)
     token = token or secrets.token_urlsafe(32)
     listener = await anyio.create_tcp_listener(local_host=HOST, local_port=port)
-    async with listener:
-        bound = int(listener.extra(SocketAttribute.local_port))
-        app = App(source, token, bound)
-        # Any local user may connect to a loopback port: only ours are answered, the
-        # token is then checked as well (runner.peer reads the socket's owner).
-        gate = Gate("dashboard", log.warning)
+    # Followers never raise (BatchWatch._follow); the listener's errors reach the caller
+    # as themselves.
+    with one_error():
+        async with listener, anyio.create_task_group() as followers:
+            await _serve(listener, Source(target, followers), token, task_status)
 
-        async def connection(stream: anyio.abc.SocketStream) -> None:
-            sock = stream.extra(SocketAttribute.raw_socket)
-            if not await anyio.to_thread.run_sync(gate.admit, sock):
-                await stream.aclose()
-                return
-            await serve_connection(stream, app.handle)
 
-        task_status.started(Dashboard(bound, token, source.storage_url))
-        await listener.serve(connection)
+async def _serve(
+    listener: anyio.abc.Listener[anyio.abc.SocketStream],
+    source: Source,
+    token: str,
+    task_status: anyio.abc.TaskStatus[Dashboard],
+) -> None:
+    bound = int(listener.extra(SocketAttribute.local_port))
+    app = App(source, token, bound)
+    # Any local user may connect to a loopback port: only ours are answered, the token
+    # is then checked as well (runner.peer reads the socket's owner).
+    gate = Gate("dashboard", log.warning)
+
+    async def connection(stream: anyio.abc.SocketStream) -> None:
+        sock = stream.extra(SocketAttribute.raw_socket)
+        if not await anyio.to_thread.run_sync(gate.admit, sock):
+            await stream.aclose()
+            return
+        await serve_connection(stream, app.handle)
+
+    task_status.started(Dashboard(bound, token, source.storage_url))
+    await listener.serve(connection)

@@ -259,6 +259,11 @@ class App:
                     break
                 await anyio.sleep(LOG_EVERY)
         report = await self.source.status(handle)
+        # A pod's log stream ends with its container; the Job's status follows a moment
+        # later. Wait for it (an UNKNOWN status is not waited for).
+        while _status(report) in ("PENDING", "RUNNING"):
+            await anyio.sleep(LOG_EVERY)
+            report = await self.source.status(handle)
         status = _status(report)
         yield (
             "html",

@@ -23,6 +23,7 @@ the statuses seen, with when they were first seen; the records carry no timings.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -30,10 +31,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 import anyio
+import anyio.abc
 import anyio.lowlevel
 import anyio.to_thread
 
 from kinetic._backends.base import Backend
+from kinetic._backends.local_batch import LocalBatches, event_chunks
 from kinetic._concurrency import for_each
 from kinetic._core.status import StatusReport, stopped_report
 from kinetic._dashboard.progress import BatchProgress
@@ -43,6 +46,8 @@ from kinetic._engine.handle import JobHandle
 from kinetic._engine.results import load_payload
 from kinetic._exceptions import KineticError, ObjectNotFoundError
 from runner import protocol
+
+log = logging.getLogger("kinetic")
 
 REFRESH_INTERVAL = 1.0
 FAILED_PER_REFRESH = 4096
@@ -78,7 +83,12 @@ def parse_time(text: str | None) -> float | None:
 class BatchWatch:
     """One batch: its manifest, and what its records said at the last refresh."""
 
-    def __init__(self, runner: BatchRunner, manifest: protocol.BatchManifest) -> None:
+    def __init__(
+        self,
+        runner: BatchRunner,
+        manifest: protocol.BatchManifest,
+        followers: anyio.abc.TaskGroup | None = None,
+    ) -> None:
         self.runner = runner
         self.manifest = manifest
         self.group_id = manifest["group_id"]
@@ -86,9 +96,55 @@ class BatchWatch:
         self.stop: protocol.StopRecord | None = None
         self.reads = 0
         self.refreshes = 0
+        self.following = False  # a local supervisor's events are being applied
+        self._followers = followers
+        self._follow_started = False
         self._lock = anyio.Lock()
         self._last = -REFRESH_INTERVAL
         self._backlog: list[int] = []  # failed inputs not grouped yet (over the cap)
+
+    def _start_following(self) -> None:
+        """Follow the local supervisor's event stream while it runs, once per watch (in
+        the dashboard's task group): its snapshot names every finished input, so taking
+        one per refresh costs a pass over the batch; its stream says only what changed."""
+        if self._follow_started or self._followers is None:
+            return
+        batches = getattr(self.runner, "batches", None)
+        if not isinstance(batches, LocalBatches):
+            return
+        self._follow_started = True
+        self._followers.start_soon(self._follow, batches)
+
+    async def _follow(self, batches: LocalBatches) -> None:
+        """Apply the supervisor's events until it closes the stream (the batch ended, or
+        it stopped); then refreshes read the records again. With no supervisor listening,
+        the next refresh tries again. Never raises: a follower that fails leaves the
+        batch to snapshots."""
+        try:
+            stream = await batches.connect(self.group_id)
+        except KineticError as exc:
+            log.warning(
+                "dashboard: batch %s: its events cannot be followed: %s", self.group_id, exc
+            )
+            return
+        if stream is None:  # not listening yet (starting), or gone: try again next refresh
+            self._follow_started = False
+            return
+        p = self.progress
+        async with stream:
+            try:
+                async for events in event_chunks(stream):
+                    async with self._lock:
+                        self.following = events.snapshot_complete or self.following
+                        now = time.monotonic()
+                        self._backlog += p.apply(
+                            [(i, str(s)) for i, s in events.done],
+                            events.running,
+                            running_complete=False,
+                            now=now,
+                        )
+            finally:
+                self.following = False
 
     async def refresh(self, *, force: bool = False) -> None:
         """Look at the batch's records unless another look was taken within
@@ -103,7 +159,8 @@ class BatchWatch:
     async def _refresh(self, now: float) -> None:
         p = self.progress
         self.refreshes += 1
-        if not p.finished:
+        self._start_following()
+        if not p.finished and not self.following:
             events = await self.runner.snapshot(self.group_id, p.known)
             self.reads += 1
             self._backlog += p.apply(
@@ -171,8 +228,11 @@ def _traceback_of(payload: bytes, where: str) -> str | None:
 class Source:
     """Every read the dashboard makes, on one backend."""
 
-    def __init__(self, backend: Backend) -> None:
+    def __init__(self, backend: Backend, followers: anyio.abc.TaskGroup | None = None) -> None:
+        """:param followers: where batches' event followers run (the dashboard's task
+        group); without one, every refresh takes a snapshot."""
         self.backend = backend
+        self._followers = followers
         self.history: dict[str, list[Seen]] = {}
         self._batches: dict[str, BatchWatch] = {}
         self._lock = anyio.Lock()
@@ -283,7 +343,9 @@ class Source:
                 except ObjectNotFoundError:
                     raise JobNotFoundError(f"no batch {group_id!r}") from None
                 manifest = protocol.load_manifest(data)
-                watch = self._batches[group_id] = BatchWatch(runner_for(self.backend), manifest)
+                runner = runner_for(self.backend)
+                watch = BatchWatch(runner, manifest, self._followers)
+                self._batches[group_id] = watch
         return watch
 
     async def batches(self) -> list[dict[str, Any]]:

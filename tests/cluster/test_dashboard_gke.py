@@ -59,10 +59,13 @@ async def test_a_gke_batch_and_job_in_the_dashboard(gke: GKETarget, tmp_path: Pa
             )
 
             await page.goto(f"{base}/jobs/{job.job_id}?t={dash.token}")
-            await page.wait_for(
-                "document.getElementById('live').textContent === 'ended: SUCCEEDED'",
-                timeout=240,
-            )
+            try:
+                await page.wait_for(
+                    "document.getElementById('live').textContent === 'ended: SUCCEEDED'",
+                    timeout=240,
+                )
+            except TimeoutError:
+                raise AssertionError(await page.eval("document.body.innerText")) from None
             assert "line 15" in await page.eval("document.getElementById('log').textContent")
             assert await page.eval("document.getElementById('result-type').textContent") == "int"
             await page.screenshot(ARTIFACTS / "gke-job.png")
