@@ -248,16 +248,22 @@ class App:
             async for chunk in handle.iter_logs():
                 yield ("log", chunk)
         else:
-            sent = 0
+            # A batch input's output is cut out of its worker's log (no stream of its
+            # own): read while it runs, at most a tenth of the time, and once at its end.
+            sent, took = 0, 0.0
             while True:
                 report = await self.source.status(handle)
-                text = await handle.logs() or ""
-                if len(text) > sent:
-                    yield ("log", text[sent:])
-                    sent = len(text)
-                if _status(report) not in ("PENDING", "RUNNING"):
+                status = _status(report)
+                if status != "PENDING":
+                    began = time.monotonic()
+                    text = await handle.logs() or ""
+                    took = time.monotonic() - began
+                    if len(text) > sent:
+                        yield ("log", text[sent:])
+                        sent = len(text)
+                if status not in ("PENDING", "RUNNING"):
                     break
-                await anyio.sleep(LOG_EVERY)
+                await anyio.sleep(max(LOG_EVERY, 10 * took))
         report = await self.source.status(handle)
         # A pod's log stream ends with its container; the Job's status follows a moment
         # later. Wait for it (an UNKNOWN status is not waited for).
