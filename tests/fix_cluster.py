@@ -198,6 +198,10 @@ def gke(testbed: Testbed, runner_image: str, monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setenv("KINETIC_GKE_HOST_NETWORK", env.get("KINETIC_TESTBED_HOST_NETWORK", "false"))
     monkeypatch.setenv("KINETIC_GKE_SERVICE_ACCOUNT", env["KINETIC_TESTBED_SERVICE_ACCOUNT"])
     monkeypatch.setenv("KINETIC_GKE_START_GRACE", START_GRACE)
+    # A custom image's pods get Kinetic's runner from the runner image (built here, on
+    # the testbed's base and registry: the one `runner_image` pushed).
+    monkeypatch.setenv("KINETIC_IMAGE_REGISTRY", env["KINETIC_TESTBED_REGISTRY"])
+    monkeypatch.setenv("KINETIC_IMAGE_BASE", env["KINETIC_TESTBED_BASE_IMAGE"])
     # The jobs name a cluster (its bucket) that has no GKE context: they go to the
     # testbed's active context because the tests ask for it outright.
     monkeypatch.setenv("KINETIC_KUBE_CONTEXT", current_context(env["KUBECONFIG"]))

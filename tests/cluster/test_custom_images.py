@@ -42,10 +42,8 @@ def where_am_i() -> dict[str, object]:
 
 @pytest.fixture
 def delivering(gke: GKETarget, monkeypatch: pytest.MonkeyPatch) -> GKETarget:
-    """Jobs whose runner image goes to the testbed's registry (built there when new)."""
-    env = gke.testbed.env
-    monkeypatch.setenv("KINETIC_IMAGE_REGISTRY", env["KINETIC_TESTBED_REGISTRY"])
-    monkeypatch.setenv("KINETIC_IMAGE_BASE", env["KINETIC_TESTBED_BASE_IMAGE"])
+    """Jobs whose runner image goes to the testbed's registry (the gke fixture's), built
+    there by the Docker builder when new."""
     monkeypatch.setenv("KINETIC_BUILDER", "docker")
     return gke
 
