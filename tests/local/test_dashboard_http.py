@@ -3,7 +3,10 @@ batch's refresh reads its records a bounded number of times, whatever its size."
 
 from __future__ import annotations
 
+import signal
 import socket
+import subprocess
+import sys
 import textwrap
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -145,3 +148,44 @@ async def test_refreshes_read_the_records_a_bounded_number_of_times(
     watch.progress = type(watch.progress)(n)
     await watch.refresh()
     assert watch.reads == 4
+
+
+def test_the_command_prints_its_url_stops_on_ctrl_c_and_says_why_it_cannot_listen(
+    kinetic_env: Path,
+) -> None:
+    # A process started in the background inherits SIGINT ignored: take it as a shell's
+    # foreground command does, then run `kinetic dashboard`.
+    command = (
+        "import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+        "sys.argv = ['kinetic', 'dashboard']; runpy.run_module('kinetic', run_name='__main__')"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", command], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().startswith("Kinetic dashboard (file://")
+        url = proc.stdout.readline().strip()
+        assert url.startswith("http://127.0.0.1:")
+        assert "/?t=" in url
+        port = int(url.split(":")[2].split("/")[0])
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, err
+    assert "dashboard stopped" in err
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", port))
+        taken.listen()
+        out = subprocess.run(
+            [sys.executable, "-m", "kinetic", "dashboard", "--port", str(port)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert out.returncode == 1
+    assert "the dashboard cannot listen" in out.stderr
