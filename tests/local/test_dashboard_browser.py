@@ -1,7 +1,8 @@
 """The dashboard in a real browser: headless Chromium, driven over the DevTools protocol
 (tests/cdp.py), against `kinetic dashboard` serving a real local batch and job.
 
-Screenshots of each page are kept under ``$KINETIC_ARTIFACTS/dashboard/`` (default
+Screenshots of each page (jobs, a job, batches, a batch, an input, the confirm step, a
+cancelled input) are kept under ``$KINETIC_ARTIFACTS/dashboard/`` (default
 ``build/artifacts/dashboard/`` in the repository).
 """
 
@@ -127,6 +128,11 @@ async def test_batch_and_job_pages_in_chromium(
         assert rows == 1
         await page.screenshot(ARTIFACTS / "jobs.png")
 
+        # The batches listing links the batch.
+        await page.goto(_page(dashboard, "/batches"))
+        assert batch.group_id in await page.eval("document.getElementById('batches').innerText")
+        await page.screenshot(ARTIFACTS / "batches.png")
+
 
 async def test_cancel_a_batch_from_its_page_after_confirming(
     dashboard: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -154,6 +160,7 @@ async def test_cancel_a_batch_from_its_page_after_confirming(
         await page.goto(_page(dashboard, f"/batches/{batch.group_id}"))
         await page.eval("document.getElementById('cancel').click()")
         await page.wait_for("!!document.getElementById('confirm')")  # the confirm step
+        await page.screenshot(ARTIFACTS / "confirm-cancel.png")
         assert (await batch.status_counts()).get("FAILED", 0) == 1  # nothing more cancelled yet
         await page.eval("document.getElementById('confirm').click()")
         await page.wait_for(
