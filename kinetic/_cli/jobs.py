@@ -400,33 +400,14 @@ def _list_batches(ns: argparse.Namespace) -> int:
 async def _batch_manifests(
     backend: str | None, project: str | None, cluster: str | None
 ) -> list[dict[str, Any]]:
-    """The committed batches where the settings point: a summary of each manifest,
-    newest first. A manifest that is gone (being deleted) or is not a JSON object
-    (damaged) is skipped: one bad record must not hide the others.
+    """The committed batches where the settings point, newest first
+    (:func:`kinetic._engine.batch_listing.batch_summaries`).
 
     :raises StorageError: a listing or a read the storage refused.
     """
-
     from kinetic._engine import runtime
-    from kinetic._exceptions import ObjectNotFoundError
+    from kinetic._engine.batch_listing import batch_summaries
     from kinetic._settings import load_settings
-    from runner import protocol
 
     settings = load_settings(backend=backend, project=project, cluster=cluster)
-    storage = runtime.backend_for_settings(settings).storage
-    keys = [k async for k in storage.list("_groups/") if k.endswith("/manifest.json")]
-    found: list[dict[str, Any]] = []
-
-    async def one(key: str) -> None:
-        try:
-            m = protocol.load_json(await storage.read(key))
-        except (ObjectNotFoundError, ValueError):
-            return
-        if not isinstance(m, dict):
-            return
-        found.append(
-            {k: m.get(k) for k in ("group_id", "name", "func_name", "total", "created_at", "tags")}
-        )
-
-    await for_each(keys, one, limit=_LIST_CONCURRENCY)
-    return sorted(found, key=lambda m: (str(m["created_at"]), str(m["group_id"])), reverse=True)
+    return await batch_summaries(runtime.backend_for_settings(settings).storage)

@@ -41,6 +41,7 @@ from kinetic._concurrency import for_each
 from kinetic._core.status import StatusReport, stopped_report
 from kinetic._dashboard.progress import BatchProgress
 from kinetic._engine.batch import member_job
+from kinetic._engine.batch_listing import batch_summaries
 from kinetic._engine.batch_runner import BatchRunner, runner_for
 from kinetic._engine.handle import JobHandle
 from kinetic._engine.results import load_payload
@@ -350,21 +351,7 @@ class Source:
 
     async def batches(self) -> list[dict[str, Any]]:
         """A summary of each recorded batch's manifest, newest first."""
-        storage = self.backend.storage
-        keys = [k async for k in storage.list("_groups/") if k.endswith("/manifest.json")]
-        found: list[dict[str, Any]] = []
-
-        async def one(key: str) -> None:
-            try:
-                m = protocol.load_json(await storage.read(key))
-            except (ObjectNotFoundError, ValueError):
-                return
-            if isinstance(m, dict):
-                found.append({k: m.get(k) for k in ("group_id", "name", "func_name", "total")})
-                found[-1]["created_at"] = str(m.get("created_at") or "")
-
-        await for_each(keys, one, limit=_CONCURRENCY)
-        return sorted(found, key=lambda m: (m["created_at"], str(m["group_id"])), reverse=True)
+        return await batch_summaries(self.backend.storage)
 
     async def cancel_batch(self, group_id: str) -> None:
         watch = await self.batch(group_id)
