@@ -9,7 +9,10 @@ operations and injects what pods meet on GCS:
   runner.patient_store does (a create or replace that finds its own bytes has won);
 - a worker **paused** (GC, throttling) that resumes, with its requests in flight;
 - a worker **crashed** at any step (its buffer and running input lost; the Job
-  controller starts another) — a SIGTERM is a crash here, the worst case of one;
+  controller starts another);
+- a worker **terminated** (SIGTERM: its pod deleted, its node drained) at any step: as
+  runner/pool.py does, it ends its input, writes what it buffered and exits; another
+  starts;
 - **clock skew**: each worker's wall clock is off by up to a tenth of the lease.
 
 The invariants, checked after every step (:meth:`Exploration.check_step`) and at the end
@@ -155,6 +158,34 @@ class Exploration:
             self.land(worker, worker.in_flight[0])  # it had reached the store
         self.start()  # the Job controller replaces the pod
 
+    def terminate(self, worker: Worker) -> None:
+        """SIGTERM, as runner/pool.py's wind_up answers it: the request under way ends,
+        the running input is ended (no outcome), the buffer is written; then the worker
+        exits and the Job controller starts another."""
+        self.log.append(f"{self.now:.2f} SIGTERM {worker.name}")
+        machine = worker.machine
+        if worker.in_flight is not None:
+            op, _ = worker.in_flight
+            worker.in_flight = None
+            self.answer(worker, op, self.land(worker, op))
+        machine.book.learn_stop(protocol.stop_record("cancelled", "SIGTERM"))
+        if machine.running is not None:
+            machine.ended(machine.running[0])
+        worker.running = None
+        for _ in range(1_000):
+            op = machine.next(wall=self.now + worker.skew, mono=self.now, pick=self.rng.random())
+            if isinstance(op, Exit):
+                break
+            if isinstance(op, (Run, Kill)):
+                if machine.running is not None:
+                    machine.ended(op.index)
+            elif not isinstance(op, Sleep):
+                self.answer(worker, op, self.land(worker, op))
+        else:
+            raise AssertionError(f"seed {self.seed}: {worker.name} never wound up")
+        del self.live[worker.name]
+        self.start()
+
     def land(self, worker: Worker, op: Op) -> int | None:
         """Apply ``worker``'s storage request; the answer's value (generation, or None)."""
         objects = self.objects
@@ -215,6 +246,9 @@ class Exploration:
         roll = rng.random()
         if roll < 0.004:
             self.crash(worker)
+            return True
+        if roll < 0.005:
+            self.terminate(worker)
             return True
         if roll < 0.01:  # paused: a GC, throttling, a stalled connection
             worker.awake_at = self.now + rng.uniform(0, 2 * LEASE)
