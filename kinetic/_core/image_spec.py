@@ -46,6 +46,10 @@ from kinetic._exceptions import ConfigError
 IMAGE_FORMAT = 4
 """Bumped when the image layout changes, so old tags are not reused."""
 DEFAULT_REPOSITORY = "kinetic-runner"
+RUNTIME_REPOSITORY = "kinetic-runtime"
+"""Where runtime images go in the image registry (project images: ``kinetic-runner``)."""
+ENV_REPOSITORY = "kinetic-env"
+"""Where environment images (the venv with the runtime) go."""
 CATEGORIES = ("cpu", "gpu", "tpu")
 UV_REQUIREMENT = "uv"
 """Prebuilt base images carry uv: pods install the job's requirements with it at start."""
@@ -225,6 +229,12 @@ def prebuilt_tag(version: str, python: str) -> str:
     """A prebuilt base's tag: Kinetic's ``version`` for Python ``python`` (``X.Y``), as
     ``0.3.0-py3.12``: a payload's code loads only in the Python that pickled it."""
     return f"{version}-py{python}"
+
+
+KINETIC_REPOSITORIES = frozenset(
+    {DEFAULT_REPOSITORY, RUNTIME_REPOSITORY, ENV_REPOSITORY, *(f"base-{c}" for c in CATEGORIES)}
+)
+"""The repositories of every image Kinetic builds (the prebuilt bases' too)."""
 
 
 def prebuilt_uri(base_image_repo: str, category: str, version: str) -> str:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kinetic._core import image_spec
 from runner import DEPS_ENV
 from runner.protocol import PYTHON_ENV, python_version
 
@@ -59,20 +60,14 @@ done
 """
 
 
-KINETIC_REPOSITORIES = frozenset(
-    {"kinetic-runner", "kinetic-runtime", "kinetic-env", "base-cpu", "base-gpu", "base-tpu"}
-)
-"""The repositories of the images Kinetic builds (:mod:`kinetic._core.image_spec`), which
-carry its runner."""
-
-
 def needs_delivery(image: str) -> bool:
     """Whether a custom image's pods get the runner delivered: yes, unless the image is
-    one Kinetic built (its repository is one of :data:`KINETIC_REPOSITORIES`), whose
+    one Kinetic built (its repository is one of
+    :data:`kinetic._core.image_spec.KINETIC_REPOSITORIES`), whose
     runner is its own. Pure."""
     path = image.split("@", 1)[0]
     name = path.rsplit("/", 1)[-1].split(":", 1)[0]
-    return name not in KINETIC_REPOSITORIES
+    return name not in image_spec.KINETIC_REPOSITORIES
 
 
 def copy_script() -> str:

@@ -56,10 +56,8 @@ from kinetic._storage.base import Storage
 
 DISTRIBUTION = "kinetic-aio"
 PLATFORMS = PIP_PLATFORMS
-RUNTIME_REPOSITORY = "kinetic-runtime"
-"""Where runtime images go in the image registry (project images: ``kinetic-runner``)."""
-ENV_REPOSITORY = "kinetic-env"
-"""Where environment images (the venv with the runtime) go."""
+RUNTIME_REPOSITORY = image_spec.RUNTIME_REPOSITORY
+ENV_REPOSITORY = image_spec.ENV_REPOSITORY
 log = logging.getLogger(__name__)
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*")
 _LOCKS: dict[str, anyio.Lock] = {}
