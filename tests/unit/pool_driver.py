@@ -120,6 +120,8 @@ class Pool:
     runs: Counter[int] = field(default_factory=Counter)
     doom: set[int] = field(default_factory=set)
     """Inputs whose run kills their worker; the Job controller starts another."""
+    machine_type: type[WorkerMachine] = WorkerMachine
+    """The machines' class (a subclass records their operations: test_pool_replay)."""
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
@@ -132,7 +134,7 @@ class Pool:
     def start(
         self, name: str, at: float | None = None, ordinal: int | None = None
     ) -> WorkerMachine:
-        machine = WorkerMachine(self.options, GID, name, ordinal=ordinal)
+        machine = self.machine_type(self.options, GID, name, ordinal=ordinal)
         self.machines[name] = machine
         self._at(self.now if at is None else at, name)
         return machine

@@ -119,6 +119,8 @@ class Exploration:
     objects: dict[str, bytes] = field(default_factory=dict)
     now: float = 1_000.0
     log: list[str] = field(default_factory=list)
+    machine_type: type[WorkerMachine] = WorkerMachine
+    """The machines' class (a subclass records their operations: test_pool_replay)."""
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
@@ -146,7 +148,7 @@ class Exploration:
     def start(self) -> None:
         name = f"w{self.started}"
         self.started += 1
-        machine = WorkerMachine(self.options, GID, name, wait_max=LEASE / 6)
+        machine = self.machine_type(self.options, GID, name, wait_max=LEASE / 6)
         skew = self.rng.uniform(-LEASE / 10, LEASE / 10)
         self.live[name] = Worker(name, machine, skew, awake_at=self.now)
 
@@ -364,10 +366,14 @@ class Exploration:
 
 
 def explore(
-    seed: int, *, steps: int = 60_000, check: Callable[[Exploration], None] | None = None
+    seed: int,
+    *,
+    steps: int = 60_000,
+    check: Callable[[Exploration], None] | None = None,
+    machine_type: type[WorkerMachine] = WorkerMachine,
 ) -> Exploration:
     """Run seed ``seed`` to its end, checking the invariants; the exploration."""
-    run = Exploration(seed)
+    run = Exploration(seed, machine_type=machine_type)
     for _ in range(steps):
         if not run.step():
             break
