@@ -28,9 +28,22 @@ name takes about one write per second), each a token bucket:
   spends the name's token. A create-if-absent (``ifGenerationMatch=0``) is never
   refused for its name: it can change a name once, and otherwise fails (412).
 
-A bucket's burst is ``--burst`` seconds of its rate; an object name's is one write.
-Past a limit the request is answered ``429`` with a GCS-style JSON error, without
-reaching fake-gcs-server; a refused request takes no token.
+A bucket's burst is ``--burst`` seconds of its rate (0.05 s by default: 50 writes, 250
+reads), so that no second passes more than the rate and that burst (1,050 writes at
+most, not the 2,000 a burst of a whole second let through); an object name's is one
+write. Past a limit the request is answered ``429`` with a GCS-style JSON error, without
+reaching fake-gcs-server; a refused request takes no token. A listing is enforced as a
+read (the rate guidelines count it with reads) though GCS bills it as a Class A
+operation, with writes: the reports count it with writes.
+
+**Latency.** Each request waits ``--latency-ms LO HI`` (uniform; GCS's 30–80 ms
+scaled by the caller's dilation), half on its way in and half on its way back. A client
+that drops its connection on the way in (a pod killed during a write) reaches nothing:
+the request is counted ``cut`` and never applied; one that drops it on the way back
+has its write applied and never hears of it (counted ``unanswered``). The time from
+arrival to answer of each request is kept as a histogram in whole milliseconds
+(``latency_ms``), and so is the time each outcome object landed (``landed``: name ->
+wall-clock time; bursts and outcomes only).
 
 Every request is counted by *kind* (``create`` = an upload with ``ifGenerationMatch=0``,
 ``write`` = any other upload, ``read``, ``stat``, ``list``, ``delete``) and *area* (the
@@ -39,7 +52,8 @@ first path segment after ``_groups/{group}/``: ``claims``, ``results``, ``inputs
 counts, the 429s by limit, and the accepted writes and reads of each second are served
 at ``GET /_limiter/stats``; ``POST /_limiter/reset`` zeroes them, and with
 ``?limits=off`` lets every request through uncounted until the next reset (to set up a
-run and to check it afterwards).
+run and to check it afterwards); ``GET /_limiter/names?bucket=B&prefix=P`` lists the names it
+saw created (several upstreams only), uncounted.
 
 A benchmark tool, not part of Kinetic.
 """
@@ -50,6 +64,7 @@ import argparse
 import asyncio
 import bisect
 import json
+import random
 import re
 import signal
 import time
@@ -92,7 +107,9 @@ class Limits:
     write_rate: float = 1000.0
     read_rate: float = 5000.0
     object_rate: float = 1.0
-    burst_s: float = 1.0
+    burst_s: float = 0.05
+    latency_s: tuple[float, float] = (0.0, 0.0)
+    """A request's latency, uniform between the two (half in, half back)."""
 
 
 @dataclass
@@ -110,6 +127,14 @@ class Tally:
     writes_per_s: Counter[int] = field(default_factory=Counter)
     reads_per_s: Counter[int] = field(default_factory=Counter)
     refused_per_s: Counter[int] = field(default_factory=Counter)
+    latency_ms: Counter[int] = field(default_factory=Counter)
+    """Arrival to answer of each request, whole milliseconds -> count."""
+    landed: dict[str, float] = field(default_factory=dict)
+    """Outcome objects (bursts, outcomes of their own) -> wall-clock time they landed."""
+    cut: Counter[str] = field(default_factory=Counter)
+    """Requests whose client left on the way in (never applied), ``kind area``."""
+    unanswered: Counter[str] = field(default_factory=Counter)
+    """Requests applied whose client left before the answer, ``kind area``."""
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -122,6 +147,10 @@ class Tally:
             "writes_per_s": _series(self.writes_per_s),
             "reads_per_s": _series(self.reads_per_s),
             "refused_per_s": _series(self.refused_per_s),
+            "latency_ms": {str(k): v for k, v in sorted(self.latency_ms.items())},
+            "landed": self.landed,
+            "cut": dict(self.cut),
+            "unanswered": dict(self.unanswered),
         }
 
 
@@ -200,6 +229,35 @@ class Limiter:
         body = await request.read()
         kind, bucket, name = classify(request.method, request.path, request.query, body)
         area = area_of(name) if name is not None else "-"
+        arrived = time.monotonic()
+        lo, hi = self.limits.latency_s
+        latency = random.uniform(lo, hi) if hi > 0 and self.enforcing else 0.0
+        if latency:
+            await asyncio.sleep(latency / 2)  # on its way in
+            transport = request.transport
+            if transport is None or transport.is_closing():  # its client is gone
+                self.tally.cut[f"{kind} {area}"] += 1
+                return web.Response(status=499)
+        answer = await self._admitted(request, body, kind, bucket, name, area)
+        if latency:
+            await asyncio.sleep(latency / 2)  # on its way back
+            transport = request.transport
+            if (transport is None or transport.is_closing()) and answer.status < 300:
+                self.tally.unanswered[f"{kind} {area}"] += 1
+        if self.enforcing and bucket is not None:
+            self.tally.latency_ms[round((time.monotonic() - arrived) * 1000)] += 1
+        return answer
+
+    async def _admitted(
+        self,
+        request: web.Request,
+        body: bytes,
+        kind: str,
+        bucket: str | None,
+        name: str | None,
+        area: str,
+    ) -> web.StreamResponse:
+        """Admit the request by the limits, then forward it (or answer 429)."""
         now = time.monotonic()
         second = int(now - self.tally.started)
         limit = None
@@ -252,6 +310,8 @@ class Limiter:
             self.tally.requests[f"{kind} {area} {status}"] += 1
             if status < 300 and kind in ("create", "write") and area in ("bursts", "results"):
                 self.tally.last_outcome = time.time()
+                if name is not None:
+                    self.tally.landed.setdefault(name, self.tally.last_outcome)
             if status < 300 and name is not None and kind in ("create", "write", "delete"):
                 # A mutation spends the name's token (a failed precondition changes nothing).
                 self._object(bucket or "", name, time.monotonic()).level -= 1.0
@@ -289,6 +349,15 @@ class Limiter:
     async def _control(self, request: web.Request) -> web.Response:
         if request.path == "/_limiter/stats":
             return web.json_response(self.tally.as_json())
+        if request.path == "/_limiter/names":  # uncounted: a benchmark watching its run
+            names = self._names.get(request.query.get("bucket", ""), [])
+            prefix = request.query.get("prefix", "")
+            at = bisect.bisect_left(names, prefix)
+            found = []
+            while at < len(names) and names[at].startswith(prefix):
+                found.append(names[at])
+                at += 1
+            return web.json_response(found)
         if request.path == "/_limiter/reset" and request.method == "POST":
             self.enforcing = request.query.get("limits") != "off"
             self.tally = Tally()
@@ -358,10 +427,15 @@ def main() -> None:
     parser.add_argument("--write-rate", type=float, default=1000.0)
     parser.add_argument("--read-rate", type=float, default=5000.0)
     parser.add_argument("--object-rate", type=float, default=1.0)
-    parser.add_argument("--burst", type=float, default=1.0, help="seconds of a bucket's rate")
+    parser.add_argument("--burst", type=float, default=0.05, help="seconds of a bucket's rate")
+    parser.add_argument(
+        "--latency-ms", type=float, nargs=2, default=(0.0, 0.0), metavar=("LO", "HI"),
+        help="each request's latency, uniform (half in, half back)",
+    )  # fmt: skip
     parser.add_argument("--lifetime", type=float, default=1800.0)
     ns = parser.parse_args()
-    limits = Limits(ns.write_rate, ns.read_rate, ns.object_rate, ns.burst)
+    lo, hi = ns.latency_ms
+    limits = Limits(ns.write_rate, ns.read_rate, ns.object_rate, ns.burst, (lo / 1e3, hi / 1e3))
     asyncio.run(serve(ns.upstream, limits, ns.port, ns.lifetime))
 
 
