@@ -22,6 +22,7 @@ a timeout), it inherits the builtin too, so ``except ValueError`` keeps working:
     ├── JobNotFoundError (LookupError, RuntimeError)  no such job / batch
     ├── JobError                          a job ended without a value
     │   ├── JobFailedError (RuntimeError) runner failed or vanished, SystemExit, ...
+    │   │   └── JobPreemptedError         its pod was lost (preempted, evicted), no retry left
     │   ├── ResultError (RuntimeError)    result payload missing or corrupted
     │   ├── JobCancelledError (RuntimeError)  the job was cancelled
     │   └── RemoteError                   user exception whose type could not be rebuilt
@@ -57,6 +58,7 @@ __all__ = [
     "JobError",
     "JobFailedError",
     "JobNotFoundError",
+    "JobPreemptedError",
     "JobTimeoutError",
     "KineticBlockingWarning",
     "KineticError",
@@ -140,6 +142,15 @@ class JobFailedError(JobError, RuntimeError):
 
     Also a ``RuntimeError``: the original documents ``result()`` raising one when the job
     fails, and ``except RuntimeError:`` written for it keeps working.
+    """
+
+
+class JobPreemptedError(JobFailedError):
+    """The job's pod was lost while its function ran (preempted, evicted, its node gone)
+    and its ``retries`` allowed no other attempt. Its ``phase`` is ``"preempted"``.
+
+    Such a loss is retried whatever ``Retries.on`` names: it is no exception of the
+    function. Running it again (or with ``retries=``) may well succeed.
     """
 
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 
-from runner import protocol
+from runner import preemption, protocol
 from runner.code_files import restore_code_files
 from runner.isolation import enter_job_namespaces
 from runner.job import (
@@ -58,8 +58,11 @@ def run_job(
     ``host``'s outcome in a multi-host job).
     """
     phase = "fetch"
+    pod = preemption.pod_name(os.environ) if host is None else None
     try:
         spec = protocol.load_json(store.read(protocol.spec_key(job_id)))
+        # A pod before this one lost mid-attempt: that attempt failed (runner/preemption.py).
+        attempt, attempts = preemption.resume(store, job_id, pod)
         # Before any of the job's code runs, while this process has one thread.
         enter_job_namespaces(store, spec, host)
         payload_bytes = store.read(protocol.payload_key(job_id))
@@ -103,12 +106,17 @@ def run_job(
     phase = "execute"
     retries = spec.get("retries") if host is None else None  # hosts run in step: never alone
     final: dict[str, Any] = {}  # what a job that retries adds to its final record
-    attempts: list[protocol.AttemptRecord] = []
-    attempt = 1
+    if attempts and not preemption.allowed(retries, attempt):
+        final.update(attempt=attempt - 1, attempts=attempts[:-1])
+        lost = preemption.Preempted(attempts[-1]["error"])
+        _record_failure(store, job_id, protocol.PREEMPTED_PHASE, lost, user=False, final=final)
+        return protocol.EXIT_RUNNER_ERROR
     try:
         while True:
             started = time.time()
-            if retries is not None:
+            preemption.mark(store, job_id, pod, attempt)
+            os.environ["KINETIC_ATTEMPT"] = str(attempt - 1)  # 0 first, as a batch input's
+            if retries is not None or attempt > 1:
                 final.update(attempt=attempt, attempts=list(attempts))
             ok, outcome = _attempt(store, job_id, spec, host, final, (fn, args, kwargs))
             if ok or not _retried(retries, outcome, attempt):

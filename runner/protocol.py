@@ -159,6 +159,33 @@ def attempts_key(job_id: str) -> str:
     return f"{job_id}/attempts.json"
 
 
+PREEMPTED_PHASE: Final = "preempted"
+"""The phase of an attempt, or of a job, ended by the loss of its pod (preempted, evicted,
+its node gone) while the function ran: no exception of the function, so any ``retries=``
+retries it whatever its ``on`` (:mod:`runner.preemption`)."""
+PREEMPTED_ERROR_TYPE: Final = "runner.preemption.Preempted"
+"""The ``error_type`` recorded for such an attempt, and for a job that ends with it."""
+
+
+class RunningRecord(TypedDict):
+    """The attempt a job's pod is running (``running.json``, :func:`running_key`): what a
+    replacement pod reads to learn that the pod before it was lost mid-attempt."""
+
+    pod: str
+    attempt: int
+    started: float
+
+
+POD_ENV: Final = "KINETIC_POD_NAME"
+"""A GKE job's pod's name, given to its container by the Job's manifest (the downward
+API): the runner records it with each attempt (:func:`running_key`)."""
+
+
+def running_key(job_id: str) -> str:
+    """The attempt a job's pod runs now, written as each attempt starts (GKE jobs only)."""
+    return f"{job_id}/running.json"
+
+
 class SecretRecord(TypedDict):
     """A reference to a secret, as a spec or a batch manifest records it: never a value.
 

@@ -136,6 +136,8 @@ class NewJob:
     secrets: tuple[Secret, ...] = ()
     timeout: float | None = None
     """The run-time limit (its runner enforces it; a cluster backend backs it up)."""
+    retries: int = 0
+    """The ``retries`` count (its runner retries; a cluster backend replaces lost pods)."""
 
 
 class Launch(Protocol):

@@ -217,6 +217,7 @@ class ClusterBackend(abc.ABC):
             runner_image=job.runner_image,
             secrets=job.secrets,
             timeout=job.timeout,
+            retries=job.retries,
         )
         return ClusterLaunch(self, self.prepare(job.job_id, template))
 

@@ -3,9 +3,12 @@
 A job is one Job with one pod that runs ``python -m runner --storage gs://BUCKET
 --job-id ID --upload-logs``. Names and labels follow the original Kinetic
 (``kinetic-{job_id}``, ``app=kinetic``, ``job-id``) so that tools written for it
-keep finding the jobs. Kubernetes never retries (``backoffLimit: 0``,
-``restartPolicy: Never``): a failed run is recorded by the runner, and re-running
-is the caller's decision.
+keep finding the jobs. Kubernetes never re-runs a job that failed (``restartPolicy:
+Never``, and a ``podFailurePolicy`` that fails the Job when its container exits non-zero):
+a failed run is recorded by the runner, which retries in its own process (``retries=``).
+Kubernetes replaces only a pod that was lost (preempted, evicted: a ``DisruptionTarget``
+condition), up to ``backoffLimit`` (the ``retries`` count) times; the replacement's runner
+counts the lost attempt (:mod:`runner.preemption`).
 
 Resources, node selector and tolerations come from the accelerator catalog
 (:mod:`kinetic._core.accelerators`). Unlike the original, CPU jobs request real
@@ -23,7 +26,7 @@ from typing import Any
 from kinetic._core import accelerators, runner_delivery, secret_spec, store_plugins
 from kinetic._core.accelerators import AcceleratorConfig
 from kinetic._exceptions import ConfigError
-from runner.protocol import FUSE_ROOT, member_attempt_id, member_job_id
+from runner.protocol import FUSE_ROOT, POD_ENV, member_attempt_id, member_job_id
 
 APP_LABEL = "app"
 APP_VALUE = "kinetic"
@@ -149,6 +152,8 @@ class JobTemplate:
         carries Kinetic.
     :ivar secrets: the Kubernetes Secrets the pods read (:mod:`kinetic._core.secret_spec`).
     :ivar timeout: a single job's run-time limit in seconds (:func:`active_deadline`).
+    :ivar retries: a single job's ``retries`` count: how many lost pods Kubernetes
+        replaces (:func:`pod_failure_policy`).
     """
 
     namespace: str
@@ -162,6 +167,7 @@ class JobTemplate:
     runner_image: str = ""
     secrets: tuple[secret_spec.Secret, ...] = ()
     timeout: float | None = None
+    retries: int = 0
 
     @property
     def python(self) -> str:
@@ -186,6 +192,49 @@ def active_deadline(timeout: float) -> int:
     a backstop to the runner's own limit, for a runner that cannot enforce it (native
     code that never lets Python run, a hung step before the function)."""
     return math.ceil(timeout) + DEADLINE_GRACE_S
+
+
+REPLACES_LOST_PODS = "kinetic/replaces-lost-pods"
+"""The annotation of a Job whose lost pods are replaced and counted by its runner (a
+single job's: :func:`pod_failure_policy`); read back by :mod:`kinetic._core.k8s_status`
+(a Kubernetes before 1.26 keeps annotations, not the policy)."""
+
+
+def _lost_pods_not_replaced(manifest: dict[str, Any]) -> None:
+    """Take out what lets a single job's Job replace its lost pods: a batch's Jobs leave
+    a lost pod to their driver (a new Job per attempt) or to the pool's protocol."""
+    del manifest["spec"]["podFailurePolicy"]
+    del manifest["metadata"]["annotations"][REPLACES_LOST_PODS]
+    container = manifest["spec"]["template"]["spec"]["containers"][0]
+    container["env"] = [var for var in container["env"] if var["name"] != POD_ENV]
+
+
+def pod_failure_policy() -> dict[str, Any]:
+    """A job's ``podFailurePolicy``: a pod lost to a disruption (preemption, eviction, a
+    node drained or gone: Kubernetes gives it a ``DisruptionTarget`` condition) counts
+    towards ``backoffLimit``, and Kubernetes replaces it while the limit allows; a
+    container that exited non-zero (the runner recorded the failure, or could not) fails
+    the Job at once, never re-run. Rules apply in order; the first that matches wins.
+
+    A Kubernetes before 1.26 ignores the field: it replaces a deleted pod by itself and
+    counts a failed one towards ``backoffLimit``; the runner bounds the attempts either
+    way (:mod:`runner.preemption`)."""
+    return {
+        "rules": [
+            {
+                "action": "Count",
+                "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
+            },
+            {
+                "action": "FailJob",
+                "onExitCodes": {
+                    "containerName": CONTAINER_NAME,
+                    "operator": "NotIn",
+                    "values": [0],
+                },
+            },
+        ]
+    }
 
 
 def job_manifest(template: JobTemplate, job_id: str) -> dict[str, Any]:
@@ -216,7 +265,8 @@ def job_manifest(template: JobTemplate, job_id: str) -> dict[str, Any]:
         "name": CONTAINER_NAME,
         "image": image,
         "command": runner_command(bucket, job_id, python=template.python),
-        "env": [{"name": k, "value": v} for k, v in sorted(variables.items())],
+        "env": [{"name": k, "value": v} for k, v in sorted(variables.items())]
+        + [{"name": POD_ENV, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
         "resources": container_resources(accelerator),
     }
     if pod.image_pull_policy is not None:
@@ -246,11 +296,15 @@ def job_manifest(template: JobTemplate, job_id: str) -> dict[str, Any]:
             pod_spec, template.runner_image, pull_policy=pod.image_pull_policy
         )
     secret_spec.apply_secrets(pod_spec, template.secrets, namespace=template.namespace)
-    annotations = {"kinetic/accelerator": accelerator.name + (":spot" if accelerator.spot else "")}
+    annotations = {
+        "kinetic/accelerator": accelerator.name + (":spot" if accelerator.spot else ""),
+        REPLACES_LOST_PODS: "true",
+    }
     if template.func_name:
         annotations["kinetic/function"] = template.func_name
     job_spec: dict[str, Any] = {
-        "backoffLimit": 0,
+        "backoffLimit": template.retries,
+        "podFailurePolicy": pod_failure_policy(),
         "completions": 1,
         "parallelism": 1,
         "template": {"metadata": {"labels": labels}, "spec": pod_spec},
@@ -295,7 +349,8 @@ def member_job_manifest(
     member = member_job_id(group_id, index)
     attempt_id = member_attempt_id(group_id, index, attempt)
     own_output = f"{template.output_dir.rstrip('/')}/{member}"
-    out = job_manifest(replace(template, output_dir=own_output), attempt_id)
+    out = job_manifest(replace(template, output_dir=own_output, retries=0), attempt_id)
+    _lost_pods_not_replaced(out)
     bucket = template.bucket
     extra = {GROUP_ID_LABEL: group_id, GROUP_INDEX_LABEL: str(index), ATTEMPT_LABEL: str(attempt)}
     out["metadata"]["labels"].update(extra)
@@ -386,7 +441,8 @@ def pool_job_manifest(template: JobTemplate, *, group_id: str, workers: int) -> 
     spec = out["spec"]
     spec["completions"] = spec["parallelism"] = max(1, workers)
     spec["completionMode"] = "Indexed"
-    spec["backoffLimit"] = max(6, 2 * workers)
+    spec["backoffLimit"] = max(6, 2 * workers)  # a worker that dies, for any reason
+    _lost_pods_not_replaced(out)
     pod_template = spec["template"]
     pod_template["metadata"]["labels"] = dict(out["metadata"]["labels"])
     pod_template["spec"]["terminationGracePeriodSeconds"] = POOL_GRACE_S

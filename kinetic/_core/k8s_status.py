@@ -10,8 +10,14 @@ Job's events. The rules, first match wins:
    Then a Job that Kubernetes ended at its deadline (``DeadlineExceeded``: a job's
    run-time limit, ``kinetic.run(timeout=)``, whose runner could not enforce it
    itself): FAILED in phase ``execute``, naming the limit, whatever its pod says.
-3. A pod that disappeared before it finished: FAILED (Kubernetes would start a
-   replacement; Kinetic never retries behind the user's back).
+3. A single job's pod lost before it finished (deleted; or failed to a disruption:
+   preempted, evicted, its node shut down or gone; a batch's Jobs leave a lost pod to
+   their driver: FAILED as the pod says): Kubernetes replaces it while the Job's
+   ``backoffLimit`` (the ``retries`` count) allows, and the replacement's runner counts the
+   lost attempt (:mod:`runner.preemption`). So, ``preempted``: the replacement pod's
+   status, or PENDING until it exists; FAILED in phase ``preempted`` once the Job gave up
+   (no retry left). A deleted pod whose Job failed by its ``podFailurePolicy`` (a person
+   deleted it: its runner exited non-zero) or whose Job is gone stays a plain FAILED.
 4. The newest pod: its phase and container state. A terminated container gives
    the reason (OOMKilled, killed by signal N, exit status N); one whose command
    could not start (no ``python3`` in a custom image) fails in phase ``fetch``, and
@@ -29,12 +35,13 @@ tells such a report apart; waiting callers fail it after a grace time.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
-from kinetic._core.k8s_spec import TIMEOUT_ANNOTATION
+from kinetic._core.k8s_spec import REPLACES_LOST_PODS, TIMEOUT_ANNOTATION
 from kinetic._core.secret_spec import missing_secret
 from kinetic._core.status import JobStatus, StatusReport, describe_exit, status_from_records
-from runner.protocol import parse_unrecorded_failure, time_limit_message
+from runner.protocol import PREEMPTED_PHASE, parse_unrecorded_failure, time_limit_message
 
 IMAGE_PROBLEMS = frozenset(
     {
@@ -129,6 +136,50 @@ def _init_report(status: Mapping[str, Any]) -> StatusReport | None:
             phase=FETCH_PHASE,
         )
     return _image_problem(status)
+
+
+DISRUPTION_REASONS = frozenset(
+    {"Evicted", "Preempting", "Shutdown", "NodeShutdown", "Terminated", "NodeLost"}
+)
+"""Reasons of a failed pod that a disruption ended (kubelet eviction, a node's graceful
+shutdown, as on a spot VM's preemption, a node gone), for a Kubernetes that does not
+set the ``DisruptionTarget`` condition (before 1.26)."""
+
+POLICY_FAILURE = "PodFailurePolicy"
+"""The reason of a Job's ``Failed`` condition when a ``FailJob`` rule of its
+``podFailurePolicy`` matched (:func:`kinetic._core.k8s_spec.pod_failure_policy`)."""
+
+
+def disruption(pod: Mapping[str, Any]) -> str | None:
+    """Why a failed pod was lost to a disruption (preempted, evicted, its node shut down
+    or gone), or None when it was not (or has not failed)."""
+    if _get(pod, "status", "phase") != "Failed":
+        return None
+    for cond in _get(pod, "status", "conditions") or []:
+        if cond.get("type") == "DisruptionTarget" and cond.get("status") == "True":
+            why = str(cond.get("reason") or "DisruptionTarget")
+            message = _first_line(cond.get("message"))
+            return f"{why}: {message}" if message else why
+    reason = _get(pod, "status", "reason")
+    if reason in DISRUPTION_REASONS:
+        message = _first_line(_get(pod, "status", "message"))
+        return f"{reason}: {message}" if message else str(reason)
+    return None
+
+
+def lost_report(job: Mapping[str, Any], why: str) -> StatusReport:
+    """A job whose pod was lost (``why``): PENDING while Kubernetes replaces the pod;
+    FAILED in phase ``preempted`` once the Job gave up on it."""
+    verdict = job_conditions_report(job)
+    if verdict is None or verdict.status is not JobStatus.FAILED:
+        return StatusReport(JobStatus.PENDING, preempted=True)
+    return StatusReport(
+        JobStatus.FAILED,
+        reason=f"its pod was lost before the job finished ({why}) and no retry was left "
+        "(run(retries=N) runs such a job again)",
+        phase=PREEMPTED_PHASE,
+        preempted=True,
+    )
 
 
 def pod_report(pod: Mapping[str, Any]) -> StatusReport:
@@ -269,13 +320,19 @@ def status_from_k8s(
     deadline = deadline_report(job)
     if deadline is not None:
         return deadline
-    if lost_pod is not None:
-        return StatusReport(
-            JobStatus.FAILED,
-            reason=f"pod {lost_pod} was deleted before the job finished (no result recorded)",
-        )
     pod = newest(pods)
+    replaced = job is not None and _replaces_lost_pods(job)
+    if lost_pod is not None:
+        deleted = f"pod {lost_pod} was deleted before the job finished (no result recorded)"
+        if not replaced or job is None or _failed_by_policy(job):
+            return StatusReport(JobStatus.FAILED, reason=deleted)
+        if pod is not None:  # its replacement
+            return replace(pod_report(pod), preempted=True)
+        return lost_report(job, deleted)
     if pod is not None:
+        why = disruption(pod) if replaced else None
+        if why is not None and job is not None:
+            return lost_report(job, why)
         return pod_report(pod)
     if job is not None:
         verdict = job_conditions_report(job)
@@ -290,6 +347,19 @@ def status_from_k8s(
             "(deleted, or never launched)",
         )
     return StatusReport(JobStatus.NOT_FOUND, reason="no records for this job")
+
+
+def _replaces_lost_pods(job: Mapping[str, Any]) -> bool:
+    return bool(_get(job, "metadata", "annotations", REPLACES_LOST_PODS) == "true")
+
+
+def _failed_by_policy(job: Mapping[str, Any]) -> bool:
+    return any(
+        cond.get("type") == "Failed"
+        and cond.get("status") == "True"
+        and cond.get("reason") == POLICY_FAILURE
+        for cond in _get(job, "status", "conditions") or []
+    )
 
 
 def cannot_start(report: StatusReport) -> bool:

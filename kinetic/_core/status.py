@@ -49,6 +49,9 @@ class StatusReport:
     :ivar attempt: a job that retries (``run(retries=)``): the attempt running now, or
         the one that settled it (1 for the first); None for a job that does not retry.
     :ivar attempts: a job that retries: its earlier, failed attempts, in order.
+    :ivar preempted: its pod was lost mid-run (preempted, evicted): FAILED, when no retry
+        was left (phase ``preempted``); PENDING or RUNNING, while a replacement pod takes
+        the next attempt.
     """
 
     status: JobStatus
@@ -57,6 +60,7 @@ class StatusReport:
     cancelled: bool = False
     attempt: int | None = None
     attempts: tuple[Attempt, ...] = ()
+    preempted: bool = False
 
 
 @dataclass(frozen=True)
@@ -112,6 +116,7 @@ def status_from_records(*, final: Mapping[str, Any] | None, cancelled: bool) -> 
             phase=None if ok else final.get("phase"),
             attempt=attempt if isinstance(attempt, int) else None,
             attempts=attempts_from_records(final.get("attempts")),
+            preempted=not ok and final.get("phase") == protocol.PREEMPTED_PHASE,
         )
     if cancelled:
         return StatusReport(JobStatus.FAILED, reason="cancelled", cancelled=True)

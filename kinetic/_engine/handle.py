@@ -38,6 +38,7 @@ from kinetic._exceptions import (
     JobCancelledError,
     JobFailedError,
     JobNotFoundError,
+    JobPreemptedError,
     JobTimeoutError,
     ObjectNotFoundError,
     ResultError,
@@ -291,7 +292,8 @@ class JobHandle(JobRecord, Generic[T]):
                 f"job {self.job_id} was cancelled: {report.reason}", job_id=self.job_id
             )
         if report.status is JobStatus.FAILED and report.reason:
-            return JobFailedError(
+            kind = JobPreemptedError if report.preempted else JobFailedError
+            return kind(
                 f"job {self.job_id} failed: {report.reason}", job_id=self.job_id, phase=report.phase
             )
         return ResultError(

@@ -7,7 +7,7 @@ from typing import Any
 
 import cloudpickle
 
-from kinetic._exceptions import JobFailedError, RemoteError, ResultError
+from kinetic._exceptions import JobFailedError, JobPreemptedError, RemoteError, ResultError
 from runner import protocol
 
 _NOT_REBUILT = (
@@ -79,9 +79,8 @@ def unwrap(payload: dict[str, Any], job_id: str) -> Any:
             job_id=job_id,
         )
     else:
-        err = JobFailedError(
-            f"job {job_id} failed in phase {phase!r}: {error}", job_id=job_id, phase=phase
-        )
-    if tb:
+        kind = JobPreemptedError if phase == protocol.PREEMPTED_PHASE else JobFailedError
+        err = kind(f"job {job_id} failed in phase {phase!r}: {error}", job_id=job_id, phase=phase)
+    if tb and phase != protocol.PREEMPTED_PHASE:  # the runner's frames would say nothing
         err.add_note(f"Remote traceback (job {job_id}):\n{tb}")
     raise err

@@ -424,6 +424,7 @@ async def submit(
             runner_image=image.runner,
             secrets=() if place.runs_here else opts.secrets,
             timeout=opts.timeout,
+            retries=opts.retries.count if opts.retries is not None else 0,
         )
     )
     # The local root holds jobs' records and contexts: never part of a context.

@@ -130,3 +130,64 @@ def test_a_pool_batch_refuses_the_limit(gke: GKETarget) -> None:
     fn = kinetic.run(**gke.run_args(timeout=3))(sleeper)
     with pytest.raises(kinetic.ConfigError, match="pod_per_input=True"):
         fn.run_async_map([1])
+
+
+def evict(gke: GKETarget, job: kinetic.JobHandle) -> str:
+    """Evict the job's pod through the Eviction API, once its function runs, as a node
+    drain or a preemption would; the pod's name."""
+    deadline = time.monotonic() + 120
+    while "sleeping" not in (job.logs() or ""):
+        assert time.monotonic() < deadline, "the function never started"
+        time.sleep(0.2)
+    (pod,) = kubectl(gke, "get", "pods", "-l", f"job-id={job.job_id}", "-o", "name").split()
+    name = pod.removeprefix("pod/")
+    eviction = {
+        "apiVersion": "policy/v1beta1",  # the testbed's Kubernetes (1.20)
+        "kind": "Eviction",
+        "metadata": {"name": name, "namespace": gke.namespace},
+        "deleteOptions": {"gracePeriodSeconds": 1},
+    }
+    path = f"/api/v1/namespaces/{gke.namespace}/pods/{name}/eviction"
+    subprocess.run(
+        ["kubectl", "create", "--raw", path, "-f", "-"],
+        input=json.dumps(eviction),
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+        env={**os.environ, "KUBECONFIG": gke.testbed.env["KUBECONFIG"]},
+    )
+    return name
+
+
+def sleeps_on_its_first_attempt(seconds: float) -> str:
+    attempt = os.environ["KINETIC_ATTEMPT"]
+    if attempt == "0":
+        sleeper(seconds)
+    return attempt
+
+
+def test_an_evicted_pod_is_replaced_and_its_attempt_counted(gke: GKETarget) -> None:
+    # Retried whatever `on` names: a lost pod is no exception of the function.
+    retries = kinetic.Retries(1, on=(KeyError,))
+    fn = kinetic.run(**gke.run_args(retries=retries))(sleeps_on_its_first_attempt)
+    job = fn.run_async(120)
+    lost = evict(gke, job)
+    assert job.result(timeout=180, cleanup=False) == "1"  # the waiter did not give up
+    report = job.status_report()
+    assert report.attempt == 2
+    (first,) = report.attempts
+    assert (first.number, first.phase) == (1, "preempted")
+    assert lost in first.error
+    job.cleanup()
+
+
+def test_an_evicted_pod_without_retries_fails_the_job_as_preempted(gke: GKETarget) -> None:
+    job = kinetic.run(**gke.run_args())(sleeper).run_async(120)
+    evict(gke, job)
+    with pytest.raises(kinetic.JobPreemptedError) as info:
+        job.result(timeout=180, cleanup=False)
+    assert info.value.phase == "preempted"
+    report = job.status_report()
+    assert (report.status, report.preempted) == (JobStatus.FAILED, True)
+    job.cleanup()

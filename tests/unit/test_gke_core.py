@@ -32,7 +32,7 @@ def container(m: dict[str, Any]) -> dict[str, Any]:
 
 
 def env_of(m: dict[str, Any]) -> dict[str, str]:
-    return {e["name"]: e["value"] for e in container(m)["env"]}
+    return {e["name"]: e["value"] for e in container(m)["env"] if "value" in e}
 
 
 def test_names_labels_and_no_kubernetes_retries() -> None:
@@ -52,6 +52,37 @@ def test_names_labels_and_no_kubernetes_retries() -> None:
         "job-1234abcd",
         "--upload-logs",
     ]
+
+
+def test_lost_pods_are_replaced_up_to_the_retries_count_and_failures_never() -> None:
+    plain = manifest()
+    policy = plain["spec"]["podFailurePolicy"]["rules"]
+    # A disrupted pod (preempted, evicted) is counted and replaced while backoffLimit allows
+    assert policy[0] == {
+        "action": "Count",
+        "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
+    }
+    # ... and a runner that exited non-zero (it recorded the failure) fails the Job at once.
+    assert policy[1]["action"] == "FailJob"
+    assert policy[1]["onExitCodes"] == {
+        "containerName": "kinetic",
+        "operator": "NotIn",
+        "values": [0],
+    }
+    template = k8s_spec.JobTemplate(
+        namespace="default",
+        image="img",
+        bucket="b",
+        accelerator=accelerators.parse_accelerator("cpu"),
+        output_dir="gs://b/out",
+        retries=3,
+    )
+    assert k8s_spec.job_manifest(template, "job-1")["spec"]["backoffLimit"] == 3
+    # The runner learns its pod's name, to tell a replacement that the pod before it was lost.
+    assert {
+        "name": "KINETIC_POD_NAME",
+        "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}},
+    } in container(plain)["env"]
 
 
 def test_env_has_kinetic_variables_over_captured_ones() -> None:
@@ -199,6 +230,93 @@ def derive(**kw: Any) -> Any:
     args: dict[str, Any] = {"final": None, "cancelled": False, "job": JOB, "pods": []}
     args.update(kw)
     return k8s_status.status_from_k8s(**args)
+
+
+SINGLE_JOB = {
+    "metadata": {"name": "kinetic-j", "annotations": {k8s_spec.REPLACES_LOST_PODS: "true"}},
+    "status": {},
+}
+"""A single job's Job as the API server keeps it: Kubernetes replaces its lost pods."""
+
+
+def given_up(reason: str) -> dict[str, Any]:
+    failed = {"type": "Failed", "status": "True", "reason": reason, "message": reason}
+    return {**SINGLE_JOB, "status": {"conditions": [failed]}}
+
+
+def test_a_lost_pod_of_a_single_job_is_preempted_until_its_job_gives_up() -> None:
+    # A pod deleted before it finished (evicted through the API, its node gone): Kubernetes
+    # starts a replacement, so the job is pending -- not failed, as it once said.
+    waiting = derive(job=SINGLE_JOB, lost_pod="p")
+    assert (waiting.status, waiting.preempted, waiting.reason) == (JobStatus.PENDING, True, None)
+    assert not k8s_status.cannot_start(waiting)  # a waiter does not count it as stuck
+    # ... then the replacement pod's state, still marked as preempted.
+    running = derive(job=SINGLE_JOB, lost_pod="p", pods=[pod("Running", {"running": {}})])
+    assert (running.status, running.preempted) == (JobStatus.RUNNING, True)
+    # The Job gave up (no retry left: backoffLimit is the retries count): FAILED, preempted.
+    out = derive(job=given_up("BackoffLimitExceeded"), lost_pod="p")
+    assert (out.status, out.phase, out.preempted) == (JobStatus.FAILED, "preempted", True)
+    assert "no retry was left" in str(out.reason)
+    # A person deleted the pod of a job whose runner then exited non-zero: a plain failure.
+    deleted = derive(job=given_up(k8s_status.POLICY_FAILURE), lost_pod="p")
+    assert (deleted.status, deleted.preempted) == (JobStatus.FAILED, False)
+    assert "deleted" in str(deleted.reason)
+
+
+def test_a_disrupted_pod_is_preempted_by_its_condition_or_its_reason() -> None:
+    spot = pod(
+        "Failed",
+        {"terminated": {"reason": "Error", "exitCode": 143}},
+        conditions=[
+            {
+                "type": "DisruptionTarget",
+                "status": "True",
+                "reason": "TerminationByKubelet",
+                "message": "Pod was terminated in response to imminent node shutdown.",
+            }
+        ],
+    )
+    evicted = pod("Failed", reason="Evicted", message="The node was low on resource: memory.")
+    for lost in (spot, evicted):
+        again = derive(job=SINGLE_JOB, pods=[lost])
+        assert (again.status, again.preempted) == (JobStatus.PENDING, True)
+        final = derive(job=given_up("BackoffLimitExceeded"), pods=[lost])
+        assert (final.status, final.phase, final.preempted) == (JobStatus.FAILED, "preempted", True)
+    assert "TerminationByKubelet" in str(derive(job=given_up("X"), pods=[spot]).reason)
+    # A plain failure of the container is no disruption.
+    crashed = pod("Failed", {"terminated": {"reason": "Error", "exitCode": 1}})
+    assert derive(job=SINGLE_JOB, pods=[crashed]).preempted is False
+
+
+def test_a_batch_jobs_lost_pod_is_left_to_its_driver() -> None:
+    # Per-input Jobs and the pool's Job carry no annotation: a lost pod fails as it says.
+    assert derive(lost_pod="p").status is JobStatus.FAILED
+    evicted = derive(pods=[pod("Failed", reason="Evicted", message="low memory")])
+    assert (evicted.status, evicted.preempted) == (JobStatus.FAILED, False)
+    group = "grp-0123456789ab"
+    template = k8s_spec.JobTemplate(
+        namespace="default",
+        image="img",
+        bucket="b",
+        accelerator=accelerators.parse_accelerator("cpu"),
+        output_dir="gs://b/out",
+        retries=2,
+    )
+    for batch_job in (
+        k8s_spec.member_job_manifest(template, group_id=group, index=0, attempt=0),
+        k8s_spec.pool_job_manifest(template, group_id=group, workers=4),
+    ):
+        assert k8s_spec.REPLACES_LOST_PODS not in batch_job["metadata"]["annotations"]
+        assert "podFailurePolicy" not in batch_job["spec"]
+    single = k8s_spec.job_manifest(template, "job-1")
+    assert single["metadata"]["annotations"][k8s_spec.REPLACES_LOST_PODS] == "true"
+
+
+def test_a_runner_record_of_preemption_is_preempted() -> None:
+    record = {"state": "failed", "phase": "preempted", "error": "Preempted: lost"}
+    out = derive(final=record)
+    assert (out.status, out.preempted) == (JobStatus.FAILED, True)
+    assert derive(final={**record, "phase": "execute"}).preempted is False
 
 
 def test_final_record_wins() -> None:
@@ -356,7 +474,7 @@ def test_member_job_manifest_names_labels_and_command() -> None:
     assert container["command"][-7:] == [
         "--group", group, "--index", "5", "--attempt", "2", "--upload-logs",
     ]  # fmt: skip
-    env = {e["name"]: e["value"] for e in container["env"]}
+    env = env_of(retry)
     assert env["JOB_ID"] == member
     assert env["KINETIC_OUTPUT_DIR"] == f"gs://b/outputs/{member}"
     assert retry["spec"]["backoffLimit"] == 0

@@ -135,7 +135,7 @@ def test_hosts_get_the_same_pod_as_a_gke_job() -> None:
             assert ours[key] == theirs[key], key
         env = env_of(template)
         for var in theirs["env"]:
-            assert env[var["name"]] == var["value"]
+            assert env[var["name"]] == var.get("value", var.get("valueFrom"))
         assert template["metadata"]["annotations"] == {"gke-gcsfuse/volumes": "true"}
     # The Job manifest given is not changed.
     assert job == job_manifest(service_account="sa", host_network=True, image_pull_policy="Always")
