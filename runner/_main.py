@@ -32,6 +32,7 @@ from runner.job import (
     verify,
 )
 from runner.protocol import PhaseError
+from runner.retry_rule import RetryRule
 from runner.scratch import scratch_dir
 from runner.store import RunnerStore, open_store
 from runner.time_limit import TimeLimit, TimeLimitExceeded, call_limited, reached
@@ -135,7 +136,7 @@ def run_job(
             )
             _record_attempts(store, job_id, attempts)
             assert retries is not None
-            delay = retries["initial_delay"] * retries["backoff"] ** (attempt - 1)
+            delay = RetryRule.of_record(retries).delay(attempt)
             print(
                 f"kinetic runner: attempt {attempt} of job {job_id} failed ({error}); "
                 f"attempt {attempt + 1} of {retries['count'] + 1} in {delay:g} s",
@@ -172,12 +173,8 @@ def _attempt(
 
 
 def _retried(retries: protocol.RetriesRecord | None, exc: BaseException, attempt: int) -> bool:
-    """Whether attempt ``attempt``'s exception is retried: attempts are left and its type
-    (or a base of it) is named in ``on``. A run-time limit never is."""
-    if retries is None or attempt > retries["count"] or isinstance(exc, TimeLimitExceeded):
-        return False
-    names = {f"{kind.__module__}.{kind.__qualname__}" for kind in type(exc).__mro__}
-    return not names.isdisjoint(retries["on"])
+    """Whether attempt ``attempt``'s exception is retried (:mod:`runner.retry_rule`)."""
+    return RetryRule.of_record(retries).delay_after(attempt - 1, exc) is not None
 
 
 def _record_attempts(

@@ -30,7 +30,15 @@ by the local backend once a batch's inputs are durably recorded. It
    unstarted, a running one ends with its worker; ``p``: answered ``P`` once the
    commands before it were acted on).
 
-A worker that dies mid-input fails that input (or retries it), its other queued
+A failed input that the batch's retry rule runs again (:mod:`runner.retry_rule`) is
+handed back by its worker (``r``); the supervisor queues it again at once, or, with a
+delay (a ``kinetic.Retries``), keeps it aside until the delay has passed: a waiting
+input holds no worker, so the others run meanwhile. The wait lives in the supervisor
+only: a supervisor that dies forgets it, and the batch resumes the input from its
+first attempt (at-least-once, as for any input that was running).
+
+A worker that dies mid-input fails that input (or retries it, under a plain
+``retries=N``: a death is no exception that ``on`` could name), its other queued
 inputs go back to the queue, and a new worker takes its place: the batch never
 hangs. Which input it died in is not guessed from what it was sent: a worker
 reports in bursts, so the supervisor may not yet have heard of the inputs it
@@ -50,6 +58,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import heapq
 import mmap
 import os
 import pickle
@@ -74,6 +83,7 @@ from runner.code_files import load_function
 from runner.fs import atomic_write, make_private_dirs, try_lock
 from runner.job import build_failure, build_success, parse_args, prepare_workspace
 from runner.protocol import PhaseError
+from runner.retry_rule import RetryRule
 from runner.store import FileStore, open_store
 from runner.time_limit import InputTimeLimits, TimeLimitExceeded
 
@@ -228,7 +238,8 @@ def _worker_main(
     log: Path,
 ) -> None:
     group_id = manifest["group_id"]
-    retries: int = manifest["options"]["retries"]
+    rule = RetryRule.of_batch(manifest["options"])
+    retrying = rule.count > 0  # (then the input sees its attempt in KINETIC_ATTEMPT)
     reports = _Reports(sock, results_log.open_log(log))
     out_base = manifest["spec"]["output_dir"]
     inputs = _Inputs(store, group_id, manifest["chunk_size"])
@@ -303,10 +314,11 @@ def _worker_main(
         if not queue:
             continue
         index, attempt = queue.popleft()
-        final = attempt >= retries
         job_id = protocol.member_job_id(group_id, index)
         environ["KINETIC_OUTPUT_DIR"] = f"{out_base}/{job_id}"
         environ["JOB_ID"] = job_id
+        if retrying:
+            environ["KINETIC_ATTEMPT"] = str(attempt)
         mark(slot, 0, index, attempt, 1)
         out.write(f"{marker} {index}\n")
         outcome: tuple[bytes, protocol.FinalRecord] | None = None
@@ -332,7 +344,7 @@ def _worker_main(
                 limits.stop()  # (when it was reached inside the first stop)
                 timed_out = exc if isinstance(exc, TimeLimitExceeded) else limits.error()
                 outcome = build_failure("execute", timed_out, user=False)
-            elif final:
+            elif not retrying or rule.delay_after(attempt, exc) is None:
                 outcome = build_failure("execute", exc, user=True)
         else:
             outcome = _success(value)
@@ -410,7 +422,7 @@ class Supervisor:
         self.group_id: str = manifest["group_id"]
         self.total: int = manifest["total"]
         opts = manifest["options"]
-        self.retries: int = opts["retries"]
+        self.rule = RetryRule.of_batch(opts)
         self.fail_fast: bool = opts["fail_fast"]
         self.cancel_running_on_fail: bool = opts["cancel_running_on_fail"]
         self.pool_size: int = max(1, opts["max_concurrent"])
@@ -422,6 +434,9 @@ class Supervisor:
         # Inputs to run, in order; the attempt of those queued again after a failure.
         self.pending: deque[int] = deque()
         self.attempts: dict[int, int] = {}
+        # Inputs waiting out their retry's delay: (when, on the monotonic clock, index,
+        # attempt), soonest first. They hold no worker: the others run meanwhile.
+        self.delayed: list[tuple[float, int, int]] = []
         self.cancelling: set[int] = set()  # inputs a worker was asked to drop unstarted
         self.workers: dict[int, _Worker] = {}
         self.clients: dict[int, _Client] = {}
@@ -498,6 +513,7 @@ class Supervisor:
         )
         self.pending.clear()
         self.attempts.clear()
+        self.delayed.clear()
         for w in list(self.workers.values()):
             if kill:
                 with contextlib.suppress(ProcessLookupError):
@@ -512,6 +528,28 @@ class Supervisor:
             if attempt:
                 self.attempts[index] = attempt
         self.pending.extendleft(reversed([i for i, _ in items]))
+
+    def retry(self, index: int, attempt: int) -> None:
+        """Run ``index`` again as attempt ``attempt`` once its rule's delay has passed:
+        at once without one, else after it (:meth:`release_delayed`)."""
+        delay = self.rule.delay(attempt)
+        if delay <= 0:
+            self.requeue([(index, attempt)])
+        else:
+            heapq.heappush(self.delayed, (time.monotonic() + delay, index, attempt))
+
+    def release_delayed(self) -> float | None:
+        """Queue the inputs whose retry delay has passed (first in line); the seconds
+        until the next one's does, or None when none waits."""
+        now = time.monotonic()
+        due: list[tuple[int, int]] = []
+        while self.delayed and self.delayed[0][0] <= now:
+            _, index, attempt = heapq.heappop(self.delayed)
+            if not self.done[index]:
+                due.append((index, attempt))
+        if due and not self.stopping:
+            self.requeue(due)
+        return self.delayed[0][0] - now if self.delayed else None
 
     # -- workers -------------------------------------------------------------------
 
@@ -666,7 +704,7 @@ class Supervisor:
                     if index in self.cancelling:
                         self.write_member(index, "cancelled", "cancelled", None)
                     elif not self.stopping:
-                        self.requeue([(index, attempt + 1)])
+                        self.retry(index, attempt + 1)
                 elif kind == _X:
                     self.write_member(index, "cancelled", "cancelled", None)
                 # _U: handed back after a stop, which already accounts for it
@@ -728,6 +766,7 @@ class Supervisor:
             (pos + 1 for pos, item in enumerate(held) if item == (last_index, last_attempt)), 0
         )
         requeue: list[tuple[int, int]] = []
+        retried: list[tuple[int, int]] = []
         for pos, (index, attempt) in enumerate(held):
             if index in recorded:
                 self.mark_done(index, recorded[index])
@@ -739,8 +778,8 @@ class Supervisor:
                 requeue.append((index, attempt))  # not what it died in: run it again
             elif w.cancelled:
                 requeue.append((index, attempt))  # killed to cancel another: run it again
-            elif attempt < self.retries:
-                requeue.append((index, attempt + 1))
+            elif self.rule.delay_after(attempt, None) is not None:  # a plain count only
+                retried.append((index, attempt + 1))
             else:
                 self.write_member(
                     index,
@@ -750,6 +789,8 @@ class Supervisor:
                 )
         if not self.stopping:  # (a failure settled above may have stopped the batch)
             self.requeue(requeue)
+            for index, attempt in retried:
+                self.retry(index, attempt)
 
     # -- clients -------------------------------------------------------------------
 
@@ -832,6 +873,9 @@ class Supervisor:
                     return
             self.pending = deque(i for i in self.pending if i != index)
             self.attempts.pop(index, None)
+            if any(i == index for _, i, _ in self.delayed):
+                self.delayed = [item for item in self.delayed if item[1] != index]
+                heapq.heapify(self.delayed)
             self.write_member(index, "cancelled", "cancelled", None)
 
     def flush_client(self, client: _Client) -> None:
@@ -882,11 +926,11 @@ class Supervisor:
             if not self.spawn():
                 break
         while True:
-            timeout = None
+            timeout = self.release_delayed()
             self.dispatch()
             self.broadcast()
             busy = any(w.assigned for w in self.workers.values())
-            if not busy and (not self.pending or self.stopping):
+            if not busy and timeout is None and (not self.pending or self.stopping):
                 break
             if (
                 self.pending
@@ -896,7 +940,8 @@ class Supervisor:
                 if self.spawn():
                     continue
                 # Its GPUs are taken (by other jobs): look again soon.
-                timeout = max(0.0, self.gpu_retry_at - time.monotonic())
+                gpus_in = max(0.0, self.gpu_retry_at - time.monotonic())
+                timeout = gpus_in if timeout is None else min(timeout, gpus_in)
             for key, mask in self.sel.select(timeout):
                 kind, obj = key.data
                 if kind == "worker":

@@ -411,8 +411,12 @@ class MapOptionsRecord(TypedDict):
     max_concurrent: int
     """Inputs running at once: the caller's value, or the backend's default."""
     retries: int
+    """Extra attempts of a failed input (the count; every reader takes it)."""
     fail_fast: bool
     cancel_running_on_fail: bool
+    retry_rule: NotRequired[RetriesRecord]
+    """A ``kinetic.Retries``: its delays and exception types, applied by the runner
+    (:mod:`runner.retry_rule`). Absent: the plain count, every failure retried at once."""
 
 
 class BatchHandleRecord(TypedDict):

@@ -194,6 +194,13 @@ MAP: tuple[tuple[str, str, tuple[Entry, ...]], ...] = (
                 ),
             ),
             (
+                "retry_rule.py",
+                (
+                    "whether a failed attempt runs again, and after what delay: one pure "
+                    "rule for a job's runner and the local batch engine"
+                ),
+            ),
+            (
                 "job.py",
                 "one job's building blocks, shared by every mode: workspace, phases, outcomes",
             ),

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from kinetic._core.retries import Retries, retries_record
 from kinetic._exceptions import ConfigError
 from runner import protocol
 from runner.protocol import INPUT_MODES
@@ -89,8 +90,12 @@ def check_map_options(
         raise ConfigError(
             f"max_concurrent must be a positive integer or None, got {max_concurrent!r}"
         )
-    if not isinstance(retries, int) or isinstance(retries, bool) or retries < 0:
-        raise ConfigError(f"retries must be a non-negative integer, got {retries!r}")
+    if not isinstance(retries, Retries) and (
+        not isinstance(retries, int) or isinstance(retries, bool) or retries < 0
+    ):
+        raise ConfigError(
+            f"retries must be a non-negative integer or a kinetic.Retries, got {retries!r}"
+        )
     for label, flag in (
         ("fail_fast", fail_fast),
         ("cancel_running_on_fail", cancel_running_on_fail),
@@ -119,7 +124,9 @@ class MapOptions:
 
     :ivar input_mode: how each input becomes a call (:func:`to_call`).
     :ivar max_concurrent: inputs running at once; None: the backend's default.
-    :ivar retries: extra attempts of a failed input.
+    :ivar retries: extra attempts of a failed input: a plain count (every failure
+        retried at once), or a :class:`~kinetic._core.retries.Retries` (its delays and
+        exception types); a ``Retries(0)`` is made ``0``.
     :ivar fail_fast: stop launching inputs after the first final failure.
     :ivar cancel_running_on_fail: with ``fail_fast``, also end the running inputs.
     :ivar name: a label kept in the manifest.
@@ -132,7 +139,7 @@ class MapOptions:
 
     input_mode: protocol.InputMode = "auto"
     max_concurrent: int | None = None
-    retries: int = 0
+    retries: int | Retries = 0
     fail_fast: bool = False
     cancel_running_on_fail: bool = False
     name: str | None = None
@@ -152,19 +159,26 @@ class MapOptions:
         )
         # Frozen all the way down: the caller's dict may change after submission.
         object.__setattr__(self, "tags", MappingProxyType(dict(self.tags or {})))
+        if isinstance(self.retries, Retries) and not self.retries.count:
+            object.__setattr__(self, "retries", 0)
 
     def record(self, default_concurrency: int) -> protocol.MapOptionsRecord:
         """The manifest's ``options``, with ``max_concurrent`` resolved against the
-        backend's ``default_concurrency``."""
-        return {
+        backend's ``default_concurrency``. ``retries`` is always the count (what every
+        reader takes); a :class:`Retries` adds ``retry_rule``."""
+        retries = self.retries
+        record: protocol.MapOptionsRecord = {
             "input_mode": self.input_mode,
             "max_concurrent": (
                 self.max_concurrent if self.max_concurrent is not None else default_concurrency
             ),
-            "retries": self.retries,
+            "retries": retries.count if isinstance(retries, Retries) else retries,
             "fail_fast": self.fail_fast,
             "cancel_running_on_fail": self.cancel_running_on_fail,
         }
+        if isinstance(retries, Retries):
+            record["retry_rule"] = retries_record(retries)
+        return record
 
 
 def chunk_size(n_inputs: int, *, target_chunks: int = 64, max_size: int = 2048) -> int:

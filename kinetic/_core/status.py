@@ -166,14 +166,20 @@ GPU_WAIT_REASON: Final = "waiting for GPUs: other jobs hold all of them"
 
 
 def input_report(header: protocol.OutcomeHeader) -> StatusReport:
-    """The status a batch input's outcome header stands for."""
+    """The status a batch input's outcome header stands for; ``attempt`` (1 for the
+    first) only for an input that was retried: its header counts retries (0 first)."""
     state = header.get("state")
+    retried = header.get("attempt")
+    attempt = retried + 1 if isinstance(retried, int) and retried > 0 else None
     if state == "succeeded":
-        return StatusReport(JobStatus.SUCCEEDED)
+        return StatusReport(JobStatus.SUCCEEDED, attempt=attempt)
     if state == "cancelled":
         return StatusReport(JobStatus.FAILED, reason="cancelled", cancelled=True)
     return StatusReport(
-        JobStatus.FAILED, reason=str(header.get("error") or "failed"), phase=header.get("phase")
+        JobStatus.FAILED,
+        reason=str(header.get("error") or "failed"),
+        phase=header.get("phase"),
+        attempt=attempt,
     )
 
 

@@ -82,7 +82,7 @@ class AsyncRemoteFunction(Generic[P, R]):
         inputs: Iterable[Any],
         input_mode: str = "auto",
         max_concurrent: int | None = None,
-        retries: int = 0,
+        retries: int | Retries | None = None,
         fail_fast: bool = False,
         cancel_running_on_fail: bool = False,
         name: str | None = None,
@@ -96,7 +96,14 @@ class AsyncRemoteFunction(Generic[P, R]):
             list/tuple -> ``*args``, else one argument), ``"single"``, ``"args"``, ``"kwargs"``.
         :param max_concurrent: inputs running at once; None: the backend's default
             (the number of cores on the local backend).
-        :param retries: extra attempts for a failed input (cancelled inputs are never retried).
+        :param retries: run a failed input again (a cancelled one never is). A number:
+            that many extra attempts, at once, whatever the failure (a dead worker's
+            input included). A ``kinetic.Retries(count, backoff, initial_delay, on)``:
+            as for a single job, only for the function's exceptions named in ``on``,
+            after growing delays, which hold no worker (local backend; GKE batches take
+            a number, for now). None (the default): the function's ``run(retries=)``,
+            else none. An input's attempt shows in its ``status_report().attempt``
+            once retried, and in ``KINETIC_ATTEMPT`` (0 first) in a batch that retries.
         :param fail_fast: stop launching inputs after the first final failure.
         :param cancel_running_on_fail: with ``fail_fast``, also end running inputs.
         :param name, tags: labels kept in the batch's manifest.
@@ -112,14 +119,10 @@ class AsyncRemoteFunction(Generic[P, R]):
         :raises ConfigError: for invalid options or empty inputs; :raises SerializationError:
             naming an input that cannot be pickled. Nothing is left behind in either case.
             A function with a run-time limit (``run(timeout=)``) limits each input on
-            the local backend (a GKE batch refuses it, for now); one with
-            ``run(retries=)`` is refused (use ``retries`` here).
+            the local backend (a GKE batch refuses it, for now).
         """
-        if self.options.retries is not None:
-            raise ConfigError(
-                "run(retries=...) retries single jobs: a batch retries its inputs with "
-                "run_async_map(retries=N). Decorate the function for batches without retries="
-            )
+        if retries is None:  # the function's own, a kinetic.Retries (or none)
+            retries = self.options.retries or 0
         map_opts = MapOptions(
             input_mode=check_input_mode(input_mode),
             max_concurrent=max_concurrent,
@@ -202,8 +205,9 @@ def run(
         (every ``Exception``, 1 s then doubling delays), or
         ``kinetic.Retries(count, backoff=2.0, initial_delay=1.0, on=(ExcType, ...))``.
         The job's runner retries in the job's process; the handle stays the same, and
-        ``status_report()`` shows the attempt and the earlier failures. Single jobs
-        only (a batch takes ``run_async_map(retries=)``); not for pathways jobs.
+        ``status_report()`` shows the attempt and the earlier failures. Also the default
+        of the function's batches: each input retries alike (``run_async_map(retries=)``
+        overrides it; GKE batches take a plain count, for now). Not for pathways jobs.
     :raises ConfigError: for invalid arguments, at decoration time.
     :raises InvalidFunctionError: when the decorated object cannot run as a job.
     """

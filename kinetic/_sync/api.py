@@ -49,7 +49,7 @@ class RemoteFunction(Generic[P, R]):
         inputs: Iterable[Any],
         input_mode: str = "auto",
         max_concurrent: int | None = None,
-        retries: int = 0,
+        retries: int | Retries | None = None,
         fail_fast: bool = False,
         cancel_running_on_fail: bool = False,
         name: str | None = None,

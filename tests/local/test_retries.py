@@ -157,8 +157,3 @@ def test_the_cli_shows_the_attempts(tmp_path: Path) -> None:
     )
     assert document["attempt"] == 3
     assert [a["number"] for a in document["attempts"]] == [1, 2]
-
-
-def test_batches_take_their_own_retries() -> None:
-    with pytest.raises(kinetic.ConfigError, match="run_async_map"):
-        fails_twice.run_async_map(["a"])

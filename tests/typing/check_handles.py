@@ -48,6 +48,9 @@ def blocking_api(flag: bool) -> None:
     assert_type(batch.results(None, True, True, True), list[int | Exception])
     assert_type(batch.results(return_exceptions=flag), list[int | Exception])
     assert_type(batch.as_completed(), Iterator[kinetic.JobHandle[int]])
+    retried = square.run_async_map([1], retries=kinetic.Retries(2, on=(OSError,)))
+    assert_type(retried, kinetic.BatchHandle[int])
+    assert_type(square.run_async_map([1], retries=2).results(), list[int])
     for done in batch.as_completed(timeout=60):
         assert_type(done.result(), int)
     assert_type(batch.jobs, list[kinetic.JobHandle[int] | None])
@@ -82,6 +85,10 @@ async def async_api() -> None:
 
     batch = await shout.run_async_map(["a", "b"])
     assert_type(batch, aio.BatchHandle[str])
+    assert_type(
+        await shout.run_async_map(["a"], retries=aio.Retries(1, initial_delay=0)),
+        aio.BatchHandle[str],
+    )
     assert_type(await batch.results(), list[str])
     assert_type(await batch.results(return_exceptions=True), list[str | Exception])
     assert_type(batch.as_completed(), AsyncIterator[aio.JobHandle[str]])

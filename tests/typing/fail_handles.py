@@ -31,6 +31,7 @@ def blocking_api() -> None:
     square.run_async(3, 4)  # E: call-arg
     square.run_async(y=3)  # E: call-arg
     values: list[int] = square.run_async_map([1]).results(return_exceptions=True)  # E: assignment
+    square.run_async_map([1], retries="2")  # E: arg-type
     del text, texts, values
 
 

@@ -30,7 +30,10 @@ def test_a_success_header_is_succeeded() -> None:
         3, {"state": "succeeded", "phase": None, "error": None, "error_type": None}
     )
     assert header == {"attempt": 3, "state": "succeeded"}
-    assert input_report(header) == StatusReport(JobStatus.SUCCEEDED)
+    # The header counts retries (0 first); the report counts attempts (1 first), as a
+    # single job's does, and only for an input that was retried.
+    assert input_report(header) == StatusReport(JobStatus.SUCCEEDED, attempt=4)
+    assert input_report({"state": "succeeded", "attempt": 0}) == StatusReport(JobStatus.SUCCEEDED)
 
 
 def test_a_failure_header_carries_its_reason_and_phase() -> None:
