@@ -133,7 +133,7 @@ def host_cpu() -> Counter[str]:
 def pod_requests(namespace: str, group_id: str) -> tuple[Counter[str], Counter[str]]:
     """The storage requests and the CPU seconds (the workers' own, and their inputs'
     processes with the zygote's) the pool's workers logged when they exited."""
-    from runner.pool import CPU_MARKER, REQUESTS_MARKER
+    from runner.pool.worker import CPU_MARKER, REQUESTS_MARKER
 
     # Every value is in once its burst is durable; the workers log their counts as they
     # exit, a moment later: wait for every pod to end (at most a minute).
@@ -239,6 +239,9 @@ async def one_batch(
         )
         out["storage_writes_per_input_by_workers"] = round(writes / n, 4)
         out["storage_writes_per_input"] = round((writes + client_writes) / n, 4)
+        # GCS bills a listing as a write (Class A): the figure the target is judged on.
+        lists = workers_req["list"] + seen.get("list", 0)
+        out["storage_class_a_per_input"] = round((writes + client_writes + lists) / n, 4)
         out["storage_requests_per_input"] = round(
             (sum(workers_req.values()) + sum(seen.values())) / n, 4
         )
@@ -295,7 +298,9 @@ def main() -> None:
         "pool reuse_process inputs/s >= 200": verdict(
             reuse["inputs_per_s"], 200.0, lower_is_better=False
         ),
-        "pool storage writes per input <= 0.1": verdict(pool["storage_writes_per_input"], 0.1),
+        "pool storage writes per input, listings counted, <= 0.1": verdict(
+            pool["storage_class_a_per_input"], 0.1
+        ),
         "pool k8s requests per input <= 0.01": verdict(pool["k8s_requests_per_input"], 0.01),
     }
     results["before"] = {

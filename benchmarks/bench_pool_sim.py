@@ -156,8 +156,8 @@ async def drive(
     ``state["running"]`` is set while an input runs (a kill waits for that); ``timeout``
     bounds each storage operation (the client's default, dilated)."""
     from kinetic._exceptions import ObjectNotFoundError
-    from runner import pool_machine as pm
     from runner.job import build_success
+    from runner.pool import ops as pm
 
     rng = random.Random()
     while True:
@@ -239,9 +239,10 @@ async def span_process(cfg: dict[str, Any]) -> WorkerStats:
     """Run this process's workers (the span/burst engine) from the start signal on."""
     from kinetic._storage.base import DEFAULT_TIMEOUT
     from kinetic._storage.gcs import GCSStorage
-    from runner import pool_machine, protocol
-    from runner.pool_book import PoolOptions
-    from runner.pool_machine import WorkerMachine
+    from runner import protocol
+    from runner.pool import machine as pool_machine
+    from runner.pool.machine import WorkerMachine
+    from runner.pool.options import PoolOptions
 
     stats = WorkerStats()
     names = cfg["names"]

@@ -6,7 +6,7 @@ minutes for 1,000 workers and 100,000 inputs on one core; ``--help`` for the kno
 
 :mod:`benchmarks.bench_pool_sim` runs the workers against fake-gcs-server in real
 (dilated) time and takes 15 minutes of both CPUs a run; this model replays the same
-:class:`runner.pool_machine.WorkerMachine` s without IO, over the in-memory store of
+:class:`runner.pool.machine.WorkerMachine` s without IO, over the in-memory store of
 ``tests/unit/pool_driver.py``, adding what the simulation's limiter enforces — 1,000
 writes and 5,000 reads a second per bucket (token buckets with a second of burst), one
 write a second per object name (a create-if-absent is never refused for its name), a
@@ -30,8 +30,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from runner.pool_book import PoolOptions
-from runner.pool_machine import PAGE, Create, List, Op, Read, Replace, WorkerMachine, Write
+from runner.pool.limits import PAGE
+from runner.pool.machine import WorkerMachine
+from runner.pool.ops import Create, List, Op, Read, Replace, Write
+from runner.pool.options import PoolOptions
 from tests.unit.pool_driver import GID, Pool, ok
 
 BUCKET_WRITES, BUCKET_READS = 1000.0, 5000.0

@@ -2,7 +2,7 @@
 
 The single-job runner (:mod:`runner._main`), a local batch's workers
 (:mod:`runner.batch`), a GKE batch input (:mod:`runner._member`) and the GKE pool
-(:mod:`runner.pool`) all prepare the same workspace, fail in the same named phases
+(:mod:`runner.pool.worker`) all prepare the same workspace, fail in the same named phases
 and record outcomes in the same shape: those steps live here, below all of them.
 """
 

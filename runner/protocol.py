@@ -718,7 +718,7 @@ def decode_outcome(data: bytes) -> tuple[OutcomeHeader, bytes]:
 
 # --- Batches run by a worker pool on GKE (one Kubernetes Job for the whole batch) ----
 #
-# The default on GKE (see runner/pool.py, runner/pool_book.py and
+# The default on GKE (see docs/pool-protocol.md, runner/pool/ and
 # kinetic/_backends/gke/pool.py). Besides the records above, per *span* of inputs (a
 # worker claims many at once) one claim, and per *burst* of outcomes one object:
 #
@@ -731,7 +731,7 @@ def decode_outcome(data: bytes) -> tuple[OutcomeHeader, bytes]:
 #                                                   that input, or a large result); it
 #                                                   stands over any burst's record of it
 #                                                   (of two bursts' records, the earliest
-#                                                   claim's: runner/pool_book.py)
+#                                                   claim's: docs/pool-protocol.md)
 #   _groups/{group_id}/holes/{start:07d}.{n:03d}.{end:07d}.{reach:07d}.{slot:07d}.{ms:013d}
 #                                                   claim n cut the span: [end, reach)
 #                                                   is claimed in slots (hole_name)

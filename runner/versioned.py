@@ -4,7 +4,7 @@ replace one only if it is still the generation the caller read. Blocking.
 What GCS gives every object (``generation``, and the ``ifGenerationMatch``
 precondition), for the ``file://`` stores (:class:`runner.store.FileStore`, Kinetic's
 local storage): a pool's claims are renewed and taken over with it, so that of a late
-renewal and a takeover exactly one wins (:mod:`runner.pool_machine`).
+renewal and a takeover exactly one wins (``docs/pool-protocol.md``, invariant 1).
 
 A file's generation is a digest of its inode, its modification time and its bytes:
 every replace writes a new file and renames it into place (a new inode, written

@@ -201,6 +201,13 @@ MAP: tuple[tuple[str, str, tuple[Entry, ...]], ...] = (
                 ),
             ),
             (
+                "preemption.py",
+                (
+                    "a GKE job's pod lost mid-attempt (preempted, evicted), counted by the "
+                    "pod that replaces it: the next attempt, or a failure in phase preempted"
+                ),
+            ),
+            (
                 "job.py",
                 "one job's building blocks, shared by every mode: workspace, phases, outcomes",
             ),

@@ -30,9 +30,9 @@ known of the batch lives in storage, as objects whose names say almost everythin
 * ``stop.json``: the batch was stopped (cancel, fail_fast, an unusable function):
   nothing new starts, and once nothing runs every input without an outcome never ran.
 
-A :class:`PoolBook` holds that knowledge (:mod:`runner.pool_book`, re-exported here with
-the pure decisions the workers take, :mod:`runner.pool_machine`: the workers import
-nothing of ``kinetic``). The follower's step is here:
+A :class:`PoolBook` holds that knowledge (:mod:`runner.pool.book`, re-exported here with
+the pure pieces the workers share; the workers import nothing of ``kinetic``, and the
+protocol as a whole is told in ``docs/pool-protocol.md``). The follower's step is here:
 
 * :func:`follow_step` — what a follower (any client process) reports and does: the
   running inputs, the stop once nothing runs, and the failure of a pool that cannot
@@ -57,7 +57,9 @@ from typing import Any
 from kinetic._core import k8s_status
 from kinetic._core.status import START_PHASE, JobStatus, could_not_start, start_grace_left
 from runner import protocol
-from runner.pool_book import PoolBook, PoolOptions, Span, parse_claim, stop_kills
+from runner.pool.book import PoolBook, stop_kills
+from runner.pool.options import PoolOptions
+from runner.pool.spans import Span, parse_claim
 
 __all__ = [
     "ClusterView",

@@ -2,7 +2,7 @@
 ``kinetic batch status``: :class:`kinetic._backends.gke.pool._Follower`) on a directory
 store: an input with two outcomes (a worker whose burst landed after its lease ran
 out, and the takeover that ran the input again) is reported the same by every reader,
-whatever the order it listed and read the bursts in (runner.pool_book's docstring,
+whatever the order it listed and read the bursts in (docs/pool-protocol.md,
 "Which outcome of an input stands")."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from kinetic._backends.gke.pool import _Follower
 from kinetic._storage.base import DEFAULT_TIMEOUT
 from kinetic._storage.local import LocalStorage
 from runner import protocol, results_log
-from runner.pool_book import Span, claim_record
+from runner.pool.spans import Span, claim_record
 
 GID = "grp-00000000bbbb"
 TOTAL = 8

@@ -22,7 +22,7 @@ import pytest
 
 import kinetic
 from runner import protocol, results_log
-from runner.pool_book import parse_claim
+from runner.pool.spans import parse_claim
 from runner.store import FileStore
 
 REPO = Path(__file__).resolve().parents[2]

@@ -11,7 +11,7 @@ import pytest
 from kinetic import ObjectNotFoundError, StorageError
 from kinetic._storage.gcs import GCSStorage
 from kinetic._storage.runner_gcs import GCSStore
-from runner.patient_store import PatientStore
+from runner.pool.patient_store import PatientStore
 from runner.store import StoreUnavailable
 from tests.fix_gcs import FaultProxy
 

@@ -1,4 +1,4 @@
-"""A discrete-event driver for pool workers' machines (runner.pool_machine): many
+"""A discrete-event driver for pool workers' machines (runner.pool.machine): many
 workers over one in-memory object store, on a simulated clock. No loop, no IO: the
 machines are pure, so their interleavings (races, deaths, takeovers) are replayed
 exactly, from a seed."""
@@ -14,20 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from runner import protocol, results_log
-from runner.pool_book import PoolOptions
-from runner.pool_machine import (
-    Create,
-    Exit,
-    Kill,
-    List,
-    Op,
-    Read,
-    Replace,
-    Run,
-    Sleep,
-    WorkerMachine,
-    Write,
-)
+from runner.pool.machine import WorkerMachine
+from runner.pool.ops import Create, Exit, Kill, List, Op, Read, Replace, Run, Sleep, Write
+from runner.pool.options import PoolOptions
 
 GID = "grp-00000000feed"
 

@@ -1,17 +1,17 @@
 """A seeded fault explorer for the pool protocol: real worker machines
-(runner.pool_machine) and their book, over one in-memory store whose objects have
+(runner.pool.machine) and their book, over one in-memory store whose objects have
 generations (tests/unit/pool_driver.py), stepped by a scheduler that interleaves their
 operations and injects what pods meet on GCS:
 
 - a request **delayed**: its effect lands later (past a lease, at times), and its answer
   after that, while the other workers go on;
 - a **lost answer**: the request landed, its answer did not; the shell tries again, as
-  runner.patient_store does (a create or replace that finds its own bytes has won);
+  runner.pool.patient_store does (a create or replace that finds its own bytes has won);
 - a worker **paused** (GC, throttling) that resumes, with its requests in flight;
 - a worker **crashed** at any step (its buffer and running input lost; the Job
   controller starts another);
 - a worker **terminated** (SIGTERM: its pod deleted, its node drained) at any step: as
-  runner/pool.py does, it ends its input, writes what it buffered and exits; another
+  runner/pool/worker.py does, it ends its input, writes what it buffered and exits; another
   starts;
 - **clock skew**: each worker's wall clock is off by up to a tenth of the lease.
 
@@ -38,20 +38,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from runner import protocol, results_log
-from runner.pool_book import OWN_OUTCOME, OutcomeChoice, PoolBook, PoolOptions, outcome_rank
-from runner.pool_machine import (
-    Create,
-    Exit,
-    Kill,
-    List,
-    Op,
-    Read,
-    Replace,
-    Run,
-    Sleep,
-    WorkerMachine,
-    Write,
-)
+from runner.pool.book import PoolBook
+from runner.pool.machine import WorkerMachine
+from runner.pool.ops import Create, Exit, Kill, List, Op, Read, Replace, Run, Sleep, Write
+from runner.pool.options import PoolOptions
+from runner.pool.outcomes import OWN_OUTCOME, OutcomeChoice, outcome_rank
 from tests.unit.pool_driver import GID, generation, ok
 
 LEASE = 30.0
@@ -77,7 +68,7 @@ class Reader:
     """A process following the batch (``results()``, ``kinetic batch status``): it looks
     now and then, as kinetic/_backends/gke/pool.py does — bursts, outcomes of their own,
     then claims — and reports each input's outcome by the rule every reader follows
-    (runner/pool_book.py, "Which outcome of an input stands")."""
+    (docs/pool-protocol.md, "Which outcome of an input stands")."""
 
     def __init__(self, options: PoolOptions) -> None:
         self.book = PoolBook(options)
@@ -161,7 +152,7 @@ class Exploration:
         self.start()  # the Job controller replaces the pod
 
     def terminate(self, worker: Worker) -> None:
-        """SIGTERM, as runner/pool.py's wind_up answers it: the request under way ends,
+        """SIGTERM, as runner/pool/worker.py's wind_up answers it: the request under way ends,
         the running input is ended (no outcome), the buffer is written; then the worker
         exits and the Job controller starts another."""
         self.log.append(f"{self.now:.2f} SIGTERM {worker.name}")
@@ -222,7 +213,7 @@ class Exploration:
 
     def retry_after_loss(self, worker: Worker, op: Op, landed: int | None) -> int | None:
         """A lost answer, tried again: a create or replace that finds its own bytes won
-        (runner.patient_store); another try otherwise."""
+        (runner.pool.patient_store); another try otherwise."""
         if isinstance(op, (Create, Replace)):
             current = self.objects.get(op.key)
             if current == op.data:

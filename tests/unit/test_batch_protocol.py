@@ -10,7 +10,8 @@ from kinetic._core.inputs import MapOptions
 from kinetic._engine.handle import JobHandle
 from kinetic._exceptions import ConfigError
 from runner import protocol
-from runner.pool_book import PoolOptions, stop_kills
+from runner.pool.book import stop_kills
+from runner.pool.options import PoolOptions
 
 # --- which Jobs belong to a batch ------------------------------------------------------
 

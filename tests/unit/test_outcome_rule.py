@@ -1,5 +1,5 @@
-"""Which outcome of a pool batch's input stands, when it has several (runner.pool_book's
-docstring, "Which outcome of an input stands"): the rule and when a reader reports."""
+"""Which outcome of a pool batch's input stands, when it has several (runner.pool.outcomes;
+docs/pool-protocol.md, "Which outcome of an input stands"): the rule and when a reader reports."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ import itertools
 import pytest
 
 from runner import protocol
-from runner.pool_book import OWN_OUTCOME, OutcomeChoice, PoolBook, PoolOptions, outcome_rank
+from runner.pool.book import PoolBook
+from runner.pool.options import PoolOptions
+from runner.pool.outcomes import OWN_OUTCOME, OutcomeChoice, outcome_rank
 
 FIRST = protocol.burst_name(0, 8, 0, 0)  # claim 0 of the span [0, 8): input 3 failed
 TAKEOVER = protocol.burst_name(3, 8, 0, 1)  # claim 1 took it over from input 3

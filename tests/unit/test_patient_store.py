@@ -1,4 +1,4 @@
-"""runner.patient_store: a pool worker waits out a passing storage failure (on a real
+"""runner.pool.patient_store: a pool worker waits out a passing storage failure (on a real
 file store whose storage service fails at set times) instead of dying of it, and a
 create whose answer was lost is known to have won."""
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.patient_store import PatientStore
+from runner.pool.patient_store import PatientStore
 from runner.store import FileStore, StoreUnavailable
 
 

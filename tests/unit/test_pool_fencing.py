@@ -1,6 +1,6 @@
 """Fenced claims: of a late renewal and a takeover of the same span, exactly one wins.
 
-Two pool workers' real machines (runner.pool_machine) over one in-memory store whose
+Two pool workers' real machines (runner.pool.machine) over one in-memory store whose
 objects have generations (tests/unit/pool_driver.py), stepped by hand so that the
 storage operations interleave as the issue's replay had them: A's renewal of its claim
 is in flight past its lease while B reads the claim, finds it expired and takes the
@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 
 from runner import protocol
-from runner.pool_book import PoolOptions
-from runner.pool_machine import Create, Exit, Kill, Op, Replace, Run, Sleep, WorkerMachine, Write
+from runner.pool.machine import WorkerMachine
+from runner.pool.ops import Create, Exit, Kill, Op, Replace, Run, Sleep, Write
+from runner.pool.options import PoolOptions
 from tests.unit.pool_driver import GID, answer, ok
 
 LEASE = 30.0

@@ -1,5 +1,5 @@
-"""A pool so large that the bucket's write and read rates bind (runner.pool_book,
-runner.pool_machine): its timers stretch with its size, its first span is its region,
+"""A pool so large that the bucket's write and read rates bind (runner.pool.options,
+runner.pool.search): its timers stretch with its size, its first span is its region,
 its last spans are bounded by its claim rate, its bursts are spread, and its idle workers walk other regions' chains a few claims a look. Pure: the
 machines over the in-memory store of tests/unit/pool_driver.py, no loop, no IO."""
 
@@ -9,15 +9,7 @@ from collections import Counter
 from collections.abc import Callable
 
 from runner import protocol
-from runner.pool_book import (
-    CLAIMS_PER_S,
-    FIRST_SPAN,
-    LEASE_WAIT_MAX,
-    PoolOptions,
-    parse_claim,
-    span_size,
-)
-from runner.pool_machine import (
+from runner.pool.limits import (
     FIRST_LOOK_READS,
     HOLE_SLOTS,
     IDLE_READS_PER_S,
@@ -25,14 +17,11 @@ from runner.pool_machine import (
     QUICK_SAMPLE,
     SAMPLE,
     WALK_READS,
-    Create,
-    Exit,
-    List,
-    Read,
-    Run,
-    Sleep,
-    WorkerMachine,
 )
+from runner.pool.machine import WorkerMachine
+from runner.pool.ops import Create, Exit, List, Read, Run, Sleep
+from runner.pool.options import CLAIMS_PER_S, FIRST_SPAN, LEASE_WAIT_MAX, PoolOptions, span_size
+from runner.pool.spans import parse_claim
 from tests.unit.pool_driver import GID, answer, ok, running
 
 WALL = 1_000_000.0
@@ -167,7 +156,7 @@ class Tail:
     [0, 4)); every other region ran and is done."""
 
     def __init__(self, region: int = 4) -> None:
-        from runner.pool_book import Span, claim_record
+        from runner.pool.spans import Span, claim_record
 
         self.total = 1000 * region  # regions of ``region`` inputs
         self.claims = protocol.group_claims_prefix(GID)
@@ -186,7 +175,7 @@ class Tail:
         """The region's worker died; x took its span over, runs ``[start, start + 1)``
         and leaves the rest of the region a hole in slots of one, announced in
         ``holes/`` (its first lease ending ``at``)."""
-        from runner.pool_book import Span, claim_record
+        from runner.pool.spans import Span, claim_record
 
         taken = Span(start, 1, "x", at, start + 1, start, 2, start + 4, 1)
         self.store[self.claims + f"{start:07d}.001"] = claim_record(taken)
@@ -196,7 +185,7 @@ class Tail:
     def two_dead(self) -> None:
         """Worker b holds region 1 too; a full look reads both claims; then a and b die
         (their leases run out), past the time of this worker's next full look."""
-        from runner.pool_book import Span, claim_record
+        from runner.pool.spans import Span, claim_record
 
         self.store.pop(self.bursts + protocol.burst_name(4, self.total, 4, 0))
         self.store[self.bursts + protocol.burst_name(8, self.total, 8, 0)] = b""
@@ -308,7 +297,7 @@ def test_a_look_rereads_a_claim_whose_lease_ended_before_claims_never_read() -> 
     hundreds of spans may still have inputs left as far as it knows, their claims never
     read. A dead worker's claim, read before and expired since, is read first: a
     sample at random would rarely meet it."""
-    from runner.pool_book import Span, claim_record
+    from runner.pool.spans import Span, claim_record
 
     tail = Tail()
     tail.store.pop(tail.bursts + protocol.burst_name(4, tail.total, 4, 0))
@@ -351,7 +340,7 @@ def test_a_takeover_made_since_the_claim_was_read_is_seen_before_a_create() -> N
     its create, sees the takeover, and creates nothing (a create that loses its race is
     a write; at the tail, dozens of them met the bucket's limit), nor lists the span's
     bursts (one read, not two, for a span taken over already)."""
-    from runner.pool_book import Span, claim_record
+    from runner.pool.spans import Span, claim_record
 
     tail = Tail()
     _, sleep = tail.until_sleep()  # a full look: worker a's span holds
@@ -428,7 +417,7 @@ def test_a_worker_beaten_to_an_expired_span_tries_no_other_in_that_look() -> Non
     """At a large pool's tail the idle workers that read one dead claim when its lease
     ended read the others too: one beaten to the span it picked would be beaten to the
     next, two listings each. It tries none more until its next look."""
-    from runner.pool_book import Span, claim_record
+    from runner.pool.spans import Span, claim_record
 
     tail = Tail()
     tail.two_dead()
@@ -453,7 +442,7 @@ def test_a_large_pool_spreads_its_first_looks_for_work() -> None:
     """A large pool's workers run out of work about together, and a first look costs a
     dozen reads or more: each waits a share of FIRST_LOOK_READS x workers /
     IDLE_READS_PER_S seconds first (its pick), then lists everything once."""
-    from runner.pool_book import Span, claim_record
+    from runner.pool.spans import Span, claim_record
 
     def out_of_work(pick: float) -> tuple[Sleep, list[object]]:
         """A lone worker runs its region, runs out of work: its first sleep, then what
@@ -542,7 +531,7 @@ def test_a_quick_look_joins_a_new_hole_rather_than_one_likely_full() -> None:
     (their slots claimed by others, which a worker learns only by listing each one's
     claims). A quick look lists the claims of one hole, the newest mostly (a hole's
     name tells when it was cut), where free slots are likely."""
-    from runner.pool_book import Span, claim_record
+    from runner.pool.spans import Span, claim_record
 
     tail = Tail()
     claims = tail.claims

@@ -1,4 +1,4 @@
-"""Pool workers' machines (runner.pool_machine) driven together over one in-memory store
+"""Pool workers' machines (runner.pool.machine) driven together over one in-memory store
 on a simulated clock (tests/unit/pool_driver.py): claims by span, bursts, takeovers of
 part of a span, retries, max_claims, fail_fast, cancels. Pure: no loop, no IO."""
 
@@ -10,18 +10,10 @@ from typing import Any
 import pytest
 
 from runner import protocol
-from runner.pool_book import PoolOptions, parse_claim
-from runner.pool_machine import (
-    Create,
-    Exit,
-    Kill,
-    List,
-    Read,
-    Replace,
-    Run,
-    Sleep,
-    WorkerMachine,
-)
+from runner.pool.machine import WorkerMachine
+from runner.pool.ops import Create, Exit, Kill, List, Read, Replace, Run, Sleep
+from runner.pool.options import PoolOptions
+from runner.pool.spans import parse_claim
 from tests.unit.pool_driver import GID, Pool, answer, generation, ok, running
 
 
@@ -242,7 +234,8 @@ def test_the_books_free_counts_follow_what_it_learns() -> None:
     # any sequence of listed names and read claims it equals the count from scratch.
     import random
 
-    from runner.pool_book import PoolBook, Span, pick_region
+    from runner.pool.book import PoolBook, pick_region
+    from runner.pool.spans import Span
 
     opts = options(1000, 37)
     book = PoolBook(opts)
@@ -291,7 +284,7 @@ def test_workers_with_ordinals_start_in_regions_of_their_own() -> None:
 def test_a_pod_takes_its_ordinal_from_the_indexed_jobs_annotation(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from runner.pool import worker_ordinal
+    from runner.pool.worker import worker_ordinal
 
     monkeypatch.setenv("KINETIC_WORKER_INDEX", "17")
     assert worker_ordinal() == 17
@@ -347,7 +340,7 @@ def test_a_claim_read_before_its_lease_ended_is_not_taken_over_on_that_read() ->
     meanwhile. Once b is idle past the lease b read, it reads the claim again rather than
     take the span over on its old read (which predates the renewal): two workers would
     then run the same inputs. Seen in the 1,000-worker model as inputs with two bursts."""
-    from runner.pool_book import Span, claim_record
+    from runner.pool.spans import Span, claim_record
 
     store: dict[str, bytes] = {}
     a_claim = protocol.group_claim_key(GID, 0, 0)
@@ -378,7 +371,7 @@ def test_a_span_is_not_taken_over_on_a_bursts_listing_older_than_its_lease() -> 
     claim after a's lease ended. a had finished the span meanwhile and written its last
     burst after b's listing: b lists that span's bursts again before taking it over, and
     finds them. Seen in the 1,000-worker model as inputs with two bursts."""
-    from runner.pool_book import Span, claim_record
+    from runner.pool.spans import Span, claim_record
 
     store: dict[str, bytes] = {}
     a_claim = protocol.group_claim_key(GID, 0, 0)

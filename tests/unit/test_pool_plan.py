@@ -1,4 +1,4 @@
-"""The worker pool's decisions (kinetic._core.pool_plan, runner.pool_book): pure, no loop."""
+"""The worker pool's decisions (kinetic._core.pool_plan, runner.pool.book): pure, no loop."""
 
 from __future__ import annotations
 
@@ -19,14 +19,9 @@ from kinetic._core.pool_plan import (
     look_due,
 )
 from runner import protocol
-from runner.pool_book import (
-    Intervals,
-    claim_record,
-    parse_claim,
-    pick_region,
-    span_size,
-    take_over,
-)
+from runner.pool.book import pick_region
+from runner.pool.options import span_size
+from runner.pool.spans import Intervals, claim_record, parse_claim, take_over
 
 WALL = 1_000_000.0
 

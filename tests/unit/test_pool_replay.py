@@ -32,8 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from runner import protocol
-from runner.pool_book import LARGE_RESULT, PoolOptions
-from runner.pool_machine import Op, WorkerMachine
+from runner.pool.machine import WorkerMachine
+from runner.pool.ops import Op
+from runner.pool.options import LARGE_RESULT, PoolOptions
 from tests.unit.pool_driver import GID, Pool, Runner, ok
 from tests.unit.pool_explorer import explore
 

@@ -1,4 +1,4 @@
-"""How soon a pool's workers see its stop record (runner.pool_machine.STOP_EVERY): after
+"""How soon a pool's workers see its stop record (runner.pool.limits.STOP_EVERY): after
 a failure with ``fail_fast``, no input starts more than a period and a half after the
 record is durable, whatever the pool's size. Pure: the machines over the in-memory store
 of tests/unit/pool_driver.py, on its simulated clock."""
@@ -8,8 +8,9 @@ from __future__ import annotations
 import pytest
 
 from runner import protocol
-from runner.pool_book import PoolOptions
-from runner.pool_machine import STOP_EVERY, WorkerMachine
+from runner.pool.limits import STOP_EVERY
+from runner.pool.machine import WorkerMachine
+from runner.pool.options import PoolOptions
 from tests.unit.pool_driver import GID, Pool, ok
 
 INPUT_S = 0.05

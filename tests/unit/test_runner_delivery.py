@@ -52,7 +52,7 @@ def test_a_custom_images_job_copies_the_runner_in_and_runs_it_with_python3() -> 
     assert {"name": rd.VOLUME, "mountPath": rd.MOUNT, "readOnly": True} in job["volumeMounts"]
     # `-m` puts the working directory first: Kinetic's runner and cloudpickle win...
     assert job["workingDir"] == rd.SOURCES
-    env = {e["name"]: e["value"] for e in job["env"]}
+    env = {e["name"]: e["value"] for e in job["env"] if "value" in e}
     # ...and the image's own path is left alone, Kinetic's dependencies after it.
     assert env["PYTHONPATH"] == "/app"
     assert env[DEPS_ENV] == rd.DEPS

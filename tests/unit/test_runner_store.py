@@ -96,6 +96,6 @@ def test_kinetics_pods_name_its_gcs_store_and_it_is_importable() -> None:
     container = k8s_spec.job_manifest(template, "job-1234abcd")["spec"]["template"]["spec"][
         "containers"
     ][0]
-    env = {e["name"]: e["value"] for e in container["env"]}
+    env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
     assert env[STORES_ENV] == store_plugins.GCS_STORE
     assert importlib.util.find_spec(store_plugins.GCS_STORE) is not None

@@ -36,8 +36,8 @@ reports the stop only then.
 Delivery is at-least-once: an input whose worker died before its burst was written
 runs again once its claim's lease expired. Each input is reported once, and every
 reader reports the same outcome of it, whatever order it listed and read them in: the
-rule is :mod:`runner.pool_book`'s ("Which outcome of an input stands", applied by
-:class:`~runner.pool_book.OutcomeChoice`). An outcome object of its own stands over
+rule is ``docs/pool-protocol.md``'s ("Which outcome of an input stands", applied by
+:class:`~runner.pool.outcomes.OutcomeChoice`). An outcome object of its own stands over
 burst records, and of two bursts with the same input (a worker whose burst landed
 after its lease ran out) the earliest claim's; a record of a takeover (or of a hole's
 slot) is reported a lease after it was first listed, when an earlier claim's late
@@ -68,7 +68,7 @@ from kinetic._core.exception_groups import one_error
 from kinetic._exceptions import ObjectNotFoundError
 from kinetic._storage.base import Storage
 from runner import protocol, results_log
-from runner.pool_book import OWN_OUTCOME, OutcomeChoice, outcome_rank
+from runner.pool.outcomes import OWN_OUTCOME, OutcomeChoice, outcome_rank
 
 if TYPE_CHECKING:
     from kinetic._backends.cluster import ClusterBackend
@@ -275,7 +275,7 @@ class _Follower:
             self.choice.forget_held(index)
 
     def _report(self, due: float | None = None) -> None:
-        """Report the records whose time came (:class:`~runner.pool_book.OutcomeChoice`),
+        """Report the records whose time came (:class:`~runner.pool.outcomes.OutcomeChoice`),
         or every one due by ``due`` (monotonic)."""
         assert self.book is not None
         assert self.choice is not None

@@ -10,7 +10,7 @@ and ``random`` run handlers in each child). A pool worker is a heavy process to 
 it holds the storage client (in a pod, Kinetic's GCS store: asyncio, aiohttp, their
 threads and buffers), input chunks and the pool book, and it keeps writing all over its
 heap while the input runs (upkeep). So the worker starts a zygote, a fresh interpreter
-(``python -m runner.pool_zygote FD``) that imports this module alone and, once set up,
+(``python -m runner.pool.zygote FD``) that imports this module alone and, once set up,
 the function, and does nothing but fork and wait. Each input still runs in a fresh
 process, forked from the zygote, in which no input ever runs: a crash, a leak or global
 state of one input never reaches another. On the testbed this halved the CPU of a
@@ -58,7 +58,7 @@ from runner.code_files import load_function
 from runner.job import build_failure, build_success
 
 _HEAD = struct.Struct("!Q")
-_HOME = str(Path(__file__).resolve().parent.parent)
+_HOME = str(Path(__file__).resolve().parents[2])
 """Where the ``runner`` package lies: the zygote imports it from there."""
 
 Ended = tuple[int, bool, bytes]
@@ -112,7 +112,7 @@ class Zygote:
             stream.flush()
         with theirs:
             process = subprocess.Popen(
-                [sys.executable, "-m", "runner.pool_zygote", str(fd)],
+                [sys.executable, "-m", "runner.pool.zygote", str(fd)],
                 pass_fds=(fd,),
                 env=env,
                 stdin=subprocess.DEVNULL,

@@ -1,6 +1,6 @@
 """A store whose operations outlast a passing storage failure.
 
-A pool worker (:mod:`runner.pool`) that met a storage failure its client had already
+A pool worker (:mod:`runner.pool.worker`) that met a storage failure its client had already
 retried (a burst of 429s or 503s, storage unreachable for a few seconds: the store
 raises :class:`runner.store.StoreUnavailable`) used to die of it: its pod restarted, its claim lapsed only when its lease ran out, and a set-up read
 that failed stopped the whole batch in phase ``fetch``. Wrapped in :class:`PatientStore`,
@@ -15,7 +15,7 @@ and its lease's end) mean that the first try won.
 The pool bounds the patience below a claim's lease. A renewal still in flight when the
 lease ends may yet land, but it is a replace at the generation its worker last wrote:
 if another worker took the span over meanwhile (which replaces the claim first), the
-renewal fails, and its worker drops the span (:mod:`runner.pool_machine`).
+renewal fails, and its worker drops the span (``docs/pool-protocol.md``, invariant 1).
 """
 
 from __future__ import annotations

@@ -5,8 +5,8 @@ Theory of operation
 Every pod of a pool batch's Kubernetes Job runs one worker. This module is its IO
 shell; every decision (which span of inputs to claim, when to write a burst of
 outcomes, renew the lease, take over a dead worker's span, stop) is the pure
-:class:`runner.pool_machine.WorkerMachine`'s, whose docstring tells the protocol. A
-worker
+:class:`runner.pool.machine.WorkerMachine`'s (the protocol is told in
+``docs/pool-protocol.md``). A worker
 
 1. reads the manifest and the function (``fn.pkl``, its SHA-256 checked) and prepares
    the workspace (the context) once. A failure there is no input's fault and would
@@ -15,7 +15,7 @@ worker
 2. loops: asks the machine for its next operation and performs it against storage
    (list, read, create-if-absent, write), sleeps, runs an input, or exits;
 3. runs each input, by default, in a fresh process forked from its zygote
-   (:mod:`runner.pool_zygote`: a lean interpreter the worker starts, which unpickles
+   (:mod:`runner.pool.zygote`: a lean interpreter the worker starts, which unpickles
    the function once and does nothing but fork; each input runs in its own copy: a
    crash, a leak or global state of one input never reaches another). Meanwhile it keeps asking the machine for upkeep (lease renewal, the stop
    record, a cancel of the input, a due burst) and ends the input when told to. With
@@ -67,22 +67,11 @@ import cloudpickle
 from runner import protocol
 from runner.code_files import load_function
 from runner.job import build_failure, build_success, parse_args, prepare_workspace
-from runner.patient_store import PatientStore
-from runner.pool_book import PoolOptions
-from runner.pool_machine import (
-    Create,
-    Exit,
-    Kill,
-    List,
-    Op,
-    Read,
-    Replace,
-    Run,
-    Sleep,
-    WorkerMachine,
-    Write,
-)
-from runner.pool_zygote import Zygote
+from runner.pool.machine import WorkerMachine
+from runner.pool.ops import Create, Exit, Kill, List, Op, Read, Replace, Run, Sleep, Write
+from runner.pool.options import PoolOptions
+from runner.pool.patient_store import PatientStore
+from runner.pool.zygote import Zygote
 from runner.protocol import PhaseError
 from runner.scratch import scratch_dir
 from runner.store import RunnerStore, open_store
@@ -669,7 +658,3 @@ def _report_cpu() -> None:
         "inputs": round(children.ru_utime + children.ru_stime, 3),
     }
     print(f"{CPU_MARKER} {protocol.dump_json(spent).decode()}", flush=True)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,289 @@
+"""What a worker holds: its claimed span, the input it runs, the outcomes it has not
+written yet. Pure: the part of :class:`runner.pool.machine.WorkerMachine` that runs
+inputs, renews the claim and writes bursts.
+
+A worker runs its span's inputs in order (retries in place), buffering their outcomes;
+it writes them as one burst when ``burst_max`` are buffered, ``burst_s`` after the
+first, at the span's end, and before waiting or exiting: an outcome is never visible
+before its burst is durable, and a takeover writes its first outcome at once. It renews
+the claim every third of the lease, and before writing a burst once it lapsed: a
+replace at the claim's generation, which fails once another worker took the span over
+(this worker stalled past its lease), and the span is dropped with its buffer. It ends
+the running input when the batch stops (cancel, ``cancel_running_on_fail``) or the
+input was cancelled alone. The protocol as a whole is told in
+``docs/pool-protocol.md``.
+"""
+
+from __future__ import annotations
+
+import pickle
+from dataclasses import dataclass, replace
+
+from runner import protocol, results_log
+from runner.pool.book import PoolBook, stop_kills
+from runner.pool.names import PoolNames
+from runner.pool.ops import Create, Kill, List, Op, Replace, Run, Sleep, Write
+from runner.pool.options import FIRST_SPAN, LARGE_RESULT, MAX_SPAN, PoolOptions
+from runner.pool.spans import Span, claim_record
+
+OUTPUT_TAIL = 64 * 1024
+"""Bytes of an input's output kept in its outcome's header."""
+
+
+@dataclass
+class Buffer:
+    """Outcomes run under one claim and not yet written: inputs ``[first, end)``."""
+
+    span: Span
+    first: int
+    end: int
+    since: float | None
+    """The monotonic time of its first outcome (set at the step after it)."""
+    records: list[bytes]
+    wait: float = 0.0
+    """Seconds after ``since`` it is due (set with ``since``)."""
+
+
+class Holding:
+    """One worker's claimed span, its running input and its buffer.
+
+    :param queue: the machine's operations to hand out first (shared).
+    :param generations: claim ``(start, number)`` -> its generation as this worker last
+        read or wrote it (shared): renewals and takeovers replace a claim only at that
+        generation (the fence).
+    """
+
+    def __init__(
+        self,
+        options: PoolOptions,
+        book: PoolBook,
+        names: PoolNames,
+        worker: str,
+        queue: list[Op],
+        generations: dict[tuple[int, int], int],
+    ) -> None:
+        self.options, self.book, self.names, self.worker = options, book, names, worker
+        self.queue = queue
+        self.generations = generations
+        self.span: Span | None = None
+        """The claim this worker holds."""
+        self.cursor = 0
+        """The next input of the held span to look at."""
+        self.running: tuple[int, int] | None = None
+        """``(index, attempt)`` of the input running now."""
+        self.killing = False
+        self.retry: tuple[int, int] | None = None
+        self.buffer: Buffer | None = None
+        self.ramp = FIRST_SPAN
+        """The most inputs this worker's next fresh span holds (grows per span done)."""
+        self.mean_s: float | None = None
+        """Seconds this worker's inputs took, a moving average (None: none ran yet)."""
+        self.stop_to_write: protocol.StopRecord | None = None
+        """A ``fail_fast`` stop, written once the failure's burst is durable."""
+        self.singles_read = float("-inf")  # when the outcomes of their own were listed
+
+    def hold(self, span: Span) -> None:
+        """This worker won ``span``'s claim: its inputs run from ``span.first`` on."""
+        self.span, self.cursor = span, span.first
+
+    def start_buffer_clock(self, mono: float, pick: float) -> None:
+        """Start the clock of a buffer whose first outcome came since the last step."""
+        buffer = self.buffer
+        if buffer is not None and buffer.since is None:
+            buffer.since = mono
+            wait = self.options.burst_seconds
+            if self.options.large:  # spread the pool's bursts: they would all be due at once
+                wait *= 0.75 + pick / 2
+            buffer.wait = wait
+
+    def flush_due(self, mono: float) -> bool:
+        """Whether the buffer is to be written now (between inputs)."""
+        buffer, span = self.buffer, self.span
+        return buffer is not None and (
+            len(buffer.records) >= self.options.burst_max
+            or mono - (buffer.since or mono) >= buffer.wait
+            # a takeover: its first outcome at once (docs/pool-protocol.md)
+            or (buffer.span.number > 0 and buffer.first == buffer.span.first)
+            or span is None
+            or self.cursor >= span.end
+            or self.stop_to_write is not None  # the failure is durable before the stop
+        )
+
+    def run(self, index: int, attempt: int = 0) -> Run:
+        self.running = (index, attempt)
+        return Run(index, attempt)
+
+    def span_done(self) -> None:
+        """Every input of the held span has an outcome (its burst is out)."""
+        self.span = None
+        self.ramp = min(MAX_SPAN, self.ramp * 4)
+
+    # -- while an input runs --------------------------------------------------------------
+
+    def upkeep(self, wall: float, mono: float, stop_due: float, wait_max: float) -> Op:
+        """The next operation while an input runs: end it, renew the claim, look for a
+        cancel of it, write a due burst, or sleep until one of those is due."""
+        book = self.book
+        assert self.running is not None
+        if self.span is None:
+            return Sleep(0.05)  # the claim was lost: its input is being ended
+        index = self.running[0]
+        if not self.killing and (
+            (book.stop is not None and stop_kills(book.stop, self.options)) or index in book.singles
+        ):
+            self.killing = True
+            return Kill(index)
+        renew = self.renew(wall)
+        if renew is not None:
+            return renew
+        third = self.options.lease_s / 3
+        if mono - self.singles_read >= third:
+            self.singles_read = mono
+            return List(self.names.results)  # a cancel of the input is an object of its own
+        buffer = self.buffer
+        if buffer is not None and mono - (buffer.since or mono) >= buffer.wait:
+            return self.flush(wall)
+        due = [
+            stop_due - mono if book.stop is None else wait_max,
+            self.span.expires - 2 * third - wall,
+            third - (mono - self.singles_read),
+        ]
+        if buffer is not None:
+            due.append(buffer.wait - (mono - (buffer.since or mono)))
+        return Sleep(max(0.01, min(due)))
+
+    def renew(self, wall: float) -> Op | None:
+        """Renew the held claim once a third of its lease is gone: a replace at the
+        generation this worker last wrote, so that it fails if the claim was taken over
+        meanwhile (a takeover replaces it first), however late it lands; the span is
+        then dropped (:meth:`renewed`)."""
+        span = self.span
+        if span is None or wall < span.expires - 2 * self.options.lease_s / 3:
+            return None
+        generation = self.generations[(span.start, span.number)]
+        self.span = replace(span, expires=wall + self.options.lease_s)
+        if self.buffer is not None:
+            self.buffer.span = self.span
+        self.book.learn_span(self.span)
+        key = self.names.claim(span.start, span.number)
+        return Replace(key, claim_record(self.span), generation)
+
+    def renewed(self, key: str, generation: int | None) -> None:
+        """The answer to a renewal: the claim's new generation, or None when it was
+        taken over (this worker stalled past its lease)."""
+        span = self.span
+        if span is None or key != self.names.claim(span.start, span.number):
+            return  # a renewal of a span this worker no longer holds
+        if generation is None:
+            self.lose()  # taken over while this worker stalled past its lease
+        else:
+            self.generations[(span.start, span.number)] = generation
+
+    def lose(self) -> None:
+        """The held claim was taken over (this worker stalled past its lease): drop it,
+        its unwritten outcomes and the running input (its new holder runs it)."""
+        self.span = None
+        self.buffer = None
+        self.retry = None
+        if self.running is not None and not self.killing:
+            self.killing = True
+            self.queue.append(Kill(self.running[0]))
+
+    # -- outcomes -------------------------------------------------------------------------
+
+    def ran(
+        self,
+        index: int,
+        record: protocol.FinalRecord,
+        payload: bytes,
+        output: bytes = b"",
+        seconds: float | None = None,
+    ) -> None:
+        """The running attempt of ``index`` ended (see
+        :meth:`runner.pool.machine.WorkerMachine.ran`)."""
+        assert self.running is not None
+        assert self.running[0] == index
+        attempt = self.running[1]
+        self.running, self.killing = None, False
+        # A span lost while the input ran queued its Kill: the input ended first.
+        self.queue[:] = [op for op in self.queue if op != Kill(index)]
+        if self.span is None:
+            return  # the claim was taken over meanwhile: the new holder runs it
+        if seconds is not None:
+            self.mean_s = seconds if self.mean_s is None else 0.8 * self.mean_s + 0.2 * seconds
+        if record["state"] != "succeeded" and attempt < self.options.retries:
+            self.retry = (index, attempt + 1)
+            return
+        header = protocol.outcome_header(
+            attempt, record, claim=self.span.number, worker=self.worker
+        )
+        if output:
+            header["output"] = output[-OUTPUT_TAIL:].decode(errors="replace")
+        self._record(index, header, payload)
+        if record["state"] != "succeeded" and self.options.fail_fast:
+            self.stop_to_write = protocol.stop_record("fail_fast", f"input {index} failed")
+
+    def ended(self, index: int) -> None:
+        """The running input was ended from outside (after :class:`Kill`): no outcome."""
+        assert self.running is not None
+        assert self.running[0] == index
+        self.running, self.killing = None, False
+        self.cursor = index + 1
+
+    def give_up(self, index: int, span: Span, last: str) -> None:
+        """Fail input ``index``, whose runs killed ``span.tries - 1`` workers (``last``
+        the latest): it is not run again."""
+        error = (
+            f"input {index} lost its worker {span.tries - 1} times (last: {last}); not run again"
+        )
+        record: protocol.FinalRecord = {
+            "state": "failed",
+            "phase": "execute",
+            "error": error,
+            "error_type": None,
+        }
+        header = protocol.outcome_header(0, record, claim=span.number, worker=self.worker)
+        self._record(index, header, _failure_payload(error))
+        if self.options.fail_fast:
+            self.stop_to_write = protocol.stop_record("fail_fast", f"input {index} failed")
+
+    def _record(self, index: int, header: protocol.OutcomeHeader, payload: bytes) -> None:
+        span = self.span
+        assert span is not None
+        self.cursor = index + 1
+        data = b""
+        if len(payload) > LARGE_RESULT:
+            # An object of its own (written now, before the burst that covers it).
+            key = self.names.outcome(index)
+            self.queue.append(Create(key, protocol.encode_outcome(header, payload)))
+            self.book.learn_single(index)
+        else:
+            data = results_log.encode(index, header, payload)
+        buffer = self.buffer
+        if buffer is None:
+            self.buffer = buffer = Buffer(span, index, index + 1, None, [])
+        buffer.end = index + 1
+        if data:
+            buffer.records.append(data)
+
+    def flush(self, wall: float) -> Op:
+        """Write the buffered burst (first renewing the claim when it lapsed: a renewal
+        that fails tells that it was taken over, and the burst is dropped)."""
+        buffer = self.buffer
+        assert buffer is not None
+        span = buffer.span
+        if wall >= span.expires and self.span is span:
+            renew = self.renew(wall)
+            assert renew is not None  # a lapsed lease is always due
+            return renew
+        self.buffer = None
+        self.book.learn_burst(buffer.first, buffer.end)
+        key = self.names.burst(buffer.first, buffer.end, span)
+        return Write(key, protocol.encode_burst(b"".join(buffer.records)))
+
+
+def _failure_payload(error: str) -> bytes:
+    """A pickled failure payload (plain data: the standard pickle is what the client's
+    unpickler reads, and the runner's machine needs no cloudpickle)."""
+    payload = protocol.result_payload(success=False, phase="execute", error=error, error_type="")
+    return pickle.dumps(payload, protocol=4)
