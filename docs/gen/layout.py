@@ -271,25 +271,13 @@ MAP: tuple[tuple[str, str, tuple[Entry, ...]], ...] = (
                 ),
             ),
             (
-                "pool.py, pool_machine.py, pool_book.py",
+                "pool/",
                 (
-                    "a GKE pool batch's worker (`python -m runner.pool`), its decisions as a "
-                    "pure state machine, and the pure book of claims and outcomes it shares "
-                    "with `kinetic._core.pool_plan`"
-                ),
-            ),
-            (
-                "pool_zygote.py",
-                (
-                    "the pool worker's zygote: a lean interpreter that holds the function "
-                    "and forks each input's process"
-                ),
-            ),
-            (
-                "patient_store.py",
-                (
-                    "a store whose operations wait out a passing storage failure (the pool "
-                    "worker's), and know a create or replace whose answer was lost"
+                    "a GKE pool batch's worker (`python -m runner.pool`): its decisions as a "
+                    "pure state machine over the book of claims and outcomes it shares with "
+                    "`kinetic._core.pool_plan`, its IO shell, the zygote that forks each "
+                    "input, a store that waits out a passing storage failure "
+                    "(docs/pool-protocol.md)"
                 ),
             ),
             (
