@@ -72,9 +72,16 @@ class RetryRule:
         """Seconds to wait before running again an attempt that failed with ``error``
         (None: its process died without one) after ``retries_made`` retries (0 after
         the first attempt); None when it is not run again: its failure is final."""
-        if retries_made >= self.count or isinstance(error, TimeLimitExceeded):
+        return self.delay_after_types(
+            retries_made, None if error is None else type_names(type(error))
+        )
+
+    def delay_after_types(self, retries_made: int, types: frozenset[str] | None) -> float | None:
+        """:meth:`delay_after` for an error known by :func:`type_names` of its type (where
+        the attempt ran in another process: a pool batch's input); None: no exception."""
+        if retries_made >= self.count or (types is not None and TIME_LIMIT in types):
             return None
-        if self.on is not None and (error is None or type_names(type(error)).isdisjoint(self.on)):
+        if self.on is not None and (types is None or types.isdisjoint(self.on)):
             return None
         return self.delay(retries_made + 1)
 
@@ -82,6 +89,9 @@ class RetryRule:
         """Seconds before retry number ``retry`` (1 for the first)."""
         return float(self.initial_delay * self.backoff ** (retry - 1))
 
+
+TIME_LIMIT = f"{TimeLimitExceeded.__module__}.{TimeLimitExceeded.__qualname__}"
+"""The qualified name of a run-time limit's exception: never retried."""
 
 NO_RETRIES = RetryRule(count=0)
 """A job or batch that does not retry."""

@@ -73,6 +73,11 @@ class Holding:
         """``(index, attempt)`` of the input running now."""
         self.killing = False
         self.retry: tuple[int, int] | None = None
+        """``(index, attempt)`` of a failed input to run again, in place."""
+        self.retry_delay = 0.0
+        """Seconds the retry waits (a ``kinetic.Retries``' back-off), holding the span."""
+        self.retry_due: float | None = None
+        """When the retry may run (monotonic), once the machine saw it."""
         self.buffer: Buffer | None = None
         self.ramp = FIRST_SPAN
         """The most inputs this worker's next fresh span holds (grows per span done)."""
@@ -198,6 +203,7 @@ class Holding:
         payload: bytes,
         output: bytes = b"",
         seconds: float | None = None,
+        error_types: frozenset[str] | None = None,
     ) -> None:
         """The running attempt of ``index`` ended (see
         :meth:`runner.pool.machine.WorkerMachine.ran`)."""
@@ -211,9 +217,11 @@ class Holding:
             return  # the claim was taken over meanwhile: the new holder runs it
         if seconds is not None:
             self.mean_s = seconds if self.mean_s is None else 0.8 * self.mean_s + 0.2 * seconds
-        if record["state"] != "succeeded" and attempt < self.options.retries:
-            self.retry = (index, attempt + 1)
-            return
+        if record["state"] != "succeeded":
+            delay = self.options.rule.delay_after_types(attempt, error_types)
+            if delay is not None:
+                self.retry, self.retry_delay, self.retry_due = (index, attempt + 1), delay, None
+                return
         header = protocol.outcome_header(
             attempt, record, claim=self.span.number, worker=self.worker
         )

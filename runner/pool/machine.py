@@ -28,7 +28,7 @@ from runner.pool.book import PoolBook
 from runner.pool.holding import Buffer, Holding
 from runner.pool.limits import IDLE_FIRST, IDLE_READS_PER_S, STOP_EVERY
 from runner.pool.names import PoolNames
-from runner.pool.ops import Create, Exit, List, Op, Read, Replace, Storage, Write
+from runner.pool.ops import Create, Exit, List, Op, Read, Replace, Sleep, Storage, Write
 from runner.pool.options import LEASE_WAIT_MAX, PoolOptions
 from runner.pool.search import Search
 from runner.pool.spans import Span
@@ -157,8 +157,12 @@ class WorkerMachine:
         if book.stop is not None:
             return holding.flush(wall) if holding.buffer is not None else Exit("stopped")
         if holding.retry is not None:
-            retry, holding.retry = holding.retry, None
-            return holding.run(*retry)
+            if holding.retry_due is None:
+                holding.retry_due = mono + holding.retry_delay
+            if mono >= holding.retry_due:
+                retry, holding.retry = holding.retry, None
+                return holding.run(*retry)
+            return self._wait_for_retry(wall, mono, holding.retry_due)
         if holding.flush_due(mono):
             return holding.flush(wall)
         if holding.stop_to_write is not None:
@@ -180,6 +184,24 @@ class WorkerMachine:
             holding.span_done()
         return self.search.next(wall, mono, pick)
 
+    def _wait_for_retry(self, wall: float, mono: float, due: float) -> Op:
+        """A failed input waits for its retry's back-off in place: the span stays held
+        (renewed) and due bursts are written meanwhile."""
+        holding = self.holding
+        if holding.flush_due(mono):
+            return holding.flush(wall)
+        renew = holding.renew(wall)
+        if renew is not None:
+            return renew
+        span = holding.span
+        waits = [due - mono, self._stop_due - mono]
+        if span is not None:
+            waits.append(span.expires - 2 * self.options.lease_s / 3 - wall)
+        if holding.buffer is not None:
+            buffer = holding.buffer
+            waits.append(buffer.wait - (mono - (buffer.since or mono)))
+        return Sleep(max(0.01, min(waits)))
+
     # -- answers --------------------------------------------------------------------------
 
     def ran(
@@ -189,10 +211,13 @@ class WorkerMachine:
         payload: bytes,
         output: bytes = b"",
         seconds: float | None = None,
+        error_types: frozenset[str] | None = None,
     ) -> None:
         """The running attempt of ``index`` ended with ``record`` and ``payload`` (the
-        pickled result payload); ``output`` is what it printed, ``seconds`` its time."""
-        self.holding.ran(index, record, payload, output, seconds)
+        pickled result payload); ``output`` is what it printed, ``seconds`` its time;
+        ``error_types`` the qualified names of its exception's type and bases (None: no
+        exception), which a ``kinetic.Retries``' ``on`` is matched against."""
+        self.holding.ran(index, record, payload, output, seconds, error_types)
 
     def ended(self, index: int) -> None:
         """The running input was ended from outside (after :class:`Kill`): no outcome."""

@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass
 
 from runner import protocol
+from runner.retry_rule import RetryRule
 
 LEASE_WAIT_MAX = 5.0
 """Longest a waiting worker sleeps before it looks at storage again."""
@@ -42,6 +43,8 @@ class PoolOptions:
     :ivar chunk_size: inputs per stored chunk.
     :ivar workers: pods in the pool (``max_concurrent``).
     :ivar retries: extra attempts of an input that failed (run by the same worker).
+    :ivar retry_rule: a ``kinetic.Retries`` (its delays and exception types), else None:
+        the plain count, any failure run again at once (:attr:`rule`).
     :ivar fail_fast: stop the batch after the first final failure.
     :ivar cancel_running_on_fail: with ``fail_fast``, end the running inputs too.
     :ivar lease_s: seconds a claim holds without renewal.
@@ -66,11 +69,13 @@ class PoolOptions:
     burst_s: float = BURST_SECONDS
     span_s: float = SPAN_SECONDS
     claims_per_s: float = CLAIMS_PER_S
+    retry_rule: RetryRule | None = None
 
     @classmethod
     def from_manifest(cls, manifest: protocol.BatchManifest) -> PoolOptions:
         options = manifest["options"]
         retries = int(options["retries"])
+        rule = options.get("retry_rule")
         gke = manifest.get("gke")
         lease_s = gke.get("lease_s") if gke is not None else None
         max_claims = gke.get("max_claims") if gke is not None else None
@@ -85,7 +90,13 @@ class PoolOptions:
             lease_s=float(lease_s or protocol.POOL_LEASE_SECONDS),
             max_claims=int(max_claims or retries + 1 + protocol.POOL_MAX_CLAIMS_EXTRA),
             reuse_process=bool(reuse),
+            retry_rule=None if rule is None else RetryRule.of_record(rule),
         )
+
+    @property
+    def rule(self) -> RetryRule:
+        """Whether, and when, a failed input runs again (:mod:`runner.retry_rule`)."""
+        return self.retry_rule if self.retry_rule is not None else RetryRule(self.retries)
 
     @property
     def span_seconds(self) -> float:

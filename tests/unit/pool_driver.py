@@ -167,7 +167,9 @@ class Pool:
         running = self._running.get(name)
         if running is not None and self.now >= running[1]:
             index, _, seconds, record, payload = self._running.pop(name)
-            machine.ran(index, record, payload, seconds=seconds)
+            kind = record.get("error_type")  # (the runner sends its type's and bases' names)
+            types = frozenset({kind}) if kind else None
+            machine.ran(index, record, payload, seconds=seconds, error_types=types)
         op = machine.next(wall=self.now, mono=self.now, pick=self.rng.random())
         self.store.requests[type(op).__name__] += 1
         return op

@@ -14,6 +14,7 @@ from runner.pool.machine import WorkerMachine
 from runner.pool.ops import Create, Exit, Kill, List, Read, Replace, Run, Sleep
 from runner.pool.options import PoolOptions
 from runner.pool.spans import parse_claim
+from runner.retry_rule import RetryRule
 from tests.unit.pool_driver import GID, Pool, answer, generation, ok, running
 
 
@@ -159,6 +160,49 @@ def test_retries_run_again_in_place_and_the_last_attempt_stands() -> None:
     assert found[1][0]["attempt"] == 1
     assert found[3][0]["state"] == "failed"
     assert pool.runs[3] == 2
+
+
+def test_a_retries_rule_waits_its_back_off_in_place_and_retries_only_what_on_names() -> None:
+    def failing(kind: str) -> dict[str, Any]:
+        return {"state": "failed", "phase": "execute", "error": kind, "error_type": kind}
+
+    started: dict[tuple[int, int], float] = {}
+
+    def flaky(index: int, attempt: int) -> tuple[float, protocol.FinalRecord, bytes]:
+        started[(index, attempt)] = pool.now
+        if index == 1 and attempt < 2:  # named in `on`: retried after 5 s, then 10 s
+            return 0.01, failing("builtins.OSError"), pickle.dumps({"success": False})  # type: ignore[return-value]
+        if index == 3:  # not named: its first failure stands
+            return 0.01, failing("builtins.KeyError"), pickle.dumps({"success": False})  # type: ignore[return-value]
+        return fast(index, attempt)
+
+    rule = RetryRule(count=3, backoff=2.0, initial_delay=5.0, on=frozenset({"builtins.OSError"}))
+    pool = Pool(options(6, 1, retries=3, retry_rule=rule), flaky)
+    pool.start("w")
+    pool.step_until()
+    found = pool.store.outcomes()
+    assert (found[1][0]["state"], found[1][0]["attempt"]) == ("succeeded", 2)
+    assert started[(1, 1)] - started[(1, 0)] >= 5.0
+    assert started[(1, 2)] - started[(1, 1)] >= 10.0
+    # The worker held its span while it waited: input 2 ran after input 1's last attempt.
+    assert started[(2, 0)] > started[(1, 2)]
+    assert (found[3][0]["state"], pool.runs[3]) == ("failed", 1)
+    # The span was renewed while it waited (15 s, past a third of the lease), never taken over.
+    assert all(number == 0 for _, number, _, _ in claims(pool))
+    assert pool.store.requests["Replace"] >= 1
+
+
+def test_a_time_limit_is_never_retried() -> None:
+    limit = "runner.time_limit.TimeLimitExceeded"
+
+    def slow(index: int, attempt: int) -> tuple[float, protocol.FinalRecord, bytes]:
+        record = {"state": "failed", "phase": "execute", "error": "limit", "error_type": limit}
+        return 0.01, record, pickle.dumps({"success": False})  # type: ignore[return-value]
+
+    pool = Pool(options(2, 1, retries=2), slow)
+    pool.start("w")
+    pool.step_until()
+    assert pool.runs == {0: 1, 1: 1}
 
 
 def test_fail_fast_writes_the_failure_then_the_stop_and_nothing_new_starts() -> None:
