@@ -8,11 +8,13 @@ minutes for 1,000 workers and 100,000 inputs on one core; ``--help`` for the kno
 (dilated) time and takes 15 minutes of both CPUs a run; this model replays the same
 :class:`runner.pool.machine.WorkerMachine` s without IO, over the in-memory store of
 ``tests/unit/pool_driver.py``, adding what the simulation's limiter enforces — 1,000
-writes and 5,000 reads a second per bucket (token buckets with a second of burst), one
+writes and 5,000 reads a second per bucket (token buckets with 0.05 s of burst), one
 write a second per object name (a create-if-absent is never refused for its name), a
 listing costing a read per page of 1,000 names — and what a 429 costs its worker: the
 storage client's back-off (``GCSStorage``: up to 0.25 s × 2^attempt, plus 1 s after a
-429). A storage operation takes ``--io-ms``; an input its ``--ms`` ± 10%. It is a tool
+429). A storage operation takes ``--io-ms LO HI`` (uniform: GCS's 30–80 ms by
+default); an input its ``--ms`` ± 10%. A listing is reported with the writes, as GCS
+bills it (Class A). It is a tool
 to try protocol changes quickly; the figures quoted in ``benchmarks/README.md`` as
 measured come from the simulation. Not modelled: the storage client's own limit of 4
 attempts (the model retries without end, as the simulation's shell does), CPU.
@@ -40,11 +42,12 @@ BUCKET_WRITES, BUCKET_READS = 1000.0, 5000.0
 
 
 class TokenBucket:
-    def __init__(self, rate: float) -> None:
-        self.rate, self.level, self.stamp = rate, rate, 0.0  # a second of burst
+    def __init__(self, rate: float, burst_s: float = 0.05) -> None:
+        self.rate, self.burst = rate, rate * burst_s
+        self.level, self.stamp = self.burst, 0.0
 
     def take(self, now: float, n: int = 1) -> bool:
-        self.level = min(self.rate, self.level + (now - self.stamp) * self.rate)
+        self.level = min(max(self.burst, n), self.level + (now - self.stamp) * self.rate)
         self.stamp = now
         if self.level >= n:
             self.level -= n
@@ -68,6 +71,7 @@ class LimitedPool(Pool):
         self.attempts: Counter[str] = Counter()
         self.waiting: dict[str, Op] = {}  # refused operations, tried again after back-off
         self.last_outcome = self.now
+        self.io_range = (self.io_s, self.io_s)
 
     def _admit(self, op: Op) -> bool:
         now = self.now
@@ -92,6 +96,7 @@ class LimitedPool(Pool):
         return held if held is not None else super()._next_op(name, machine)
 
     def _perform(self, name: str, machine: WorkerMachine, op: Op) -> None:
+        self.io_s = self.rng.uniform(*self.io_range)  # this operation's latency
         if not self._admit(op):  # 429: the client backs off, then sends it again
             self.waiting[name] = op
             self.attempts[name] += 1
@@ -109,7 +114,10 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=1000)
     parser.add_argument("--inputs", type=int, default=100_000)
     parser.add_argument("--ms", type=float, default=50.0, help="an input's time")
-    parser.add_argument("--io-ms", type=float, default=10.0, help="a storage operation's time")
+    parser.add_argument(
+        "--io-ms", type=float, nargs=2, default=(30.0, 80.0), metavar=("LO", "HI"),
+        help="a storage operation's time, uniform",
+    )  # fmt: skip
     parser.add_argument("--kill", type=float, default=0.0, help="share of workers killed")
     parser.add_argument("--lease-s", type=float, default=30.0)
     parser.add_argument("--no-ordinals", action="store_true", help="workers pick at random")
@@ -121,8 +129,9 @@ def main() -> None:
     rng = random.Random(ns.seed)
     pool = LimitedPool(
         options, lambda i, a: (input_s * rng.uniform(0.9, 1.1), *ok(i)), seed=ns.seed,
-        io_s=ns.io_ms / 1000,
+        io_s=ns.io_ms[0] / 1000,
     )  # fmt: skip
+    pool.io_range = (ns.io_ms[0] / 1000, ns.io_ms[1] / 1000)
     t0 = pool.now
     for w in range(workers):  # pods start within 0.2 s of each other
         at = t0 + rng.uniform(0, 0.2)
@@ -154,8 +163,10 @@ def main() -> None:
         f"{time.monotonic() - started:.0f} s to compute"
     )
     writes = sum(v for k, v in pool.served.items() if k.split()[0] in ("create", "write"))
-    print(f"  per input: {writes / inputs:.4f} writes, "
-          f"{(sum(pool.served.values()) - writes) / inputs:.4f} reads; by kind:")  # fmt: skip
+    listings = sum(v for k, v in pool.served.items() if k.split()[0] == "list")
+    reads = sum(pool.served.values()) - writes - listings
+    print(f"  per input: {(writes + listings) / inputs:.4f} Class A ({writes / inputs:.4f} "
+          f"writes, {listings / inputs:.4f} listings), {reads / inputs:.4f} reads; by kind:")  # fmt: skip
     for kind, count in sorted(pool.served.items()):
         print(f"    {kind:20s} {count:8d}  {count / inputs:.4f}/input")
 
