@@ -33,7 +33,8 @@ outcomes, renew the lease, take over a dead worker's span, stop) is the pure
 5. on SIGTERM (its pod deleted: ``cancel()``, which gives the pool's pods a grace, a
    drained or preempted node) ends the input it runs, writes the outcomes it buffered
    (and a ``fail_fast`` stop record not yet written) and exits
-   :data:`EXIT_TERMINATED`, not 0: a drained worker is replaced (:class:`_Termination`).
+   :data:`EXIT_TERMINATED`, not 0: a drained worker is replaced
+   (:class:`~runner.pool.signals.Termination`).
 
 Each input's output goes to the pod's log after an input marker, and its tail into
 the outcome's header (``output``), so it outlives the pod at no extra write. The marker
@@ -50,11 +51,9 @@ import os
 import random
 import resource
 import select
-import signal
 import socket
 import sys
 import tempfile
-import threading
 import time
 import traceback
 from collections import OrderedDict
@@ -67,10 +66,13 @@ import cloudpickle
 from runner import protocol
 from runner.code_files import load_function
 from runner.job import build_failure, build_success, parse_args, prepare_workspace
+from runner.pool.attempts import Attempt, Echo, Upkeep, describe, lost
+from runner.pool.counting import CountingStore
 from runner.pool.machine import WorkerMachine
 from runner.pool.ops import Create, Exit, Kill, List, Op, Read, Replace, Run, Sleep, Write
 from runner.pool.options import PoolOptions
 from runner.pool.patient_store import PatientStore
+from runner.pool.signals import EXIT_TERMINATED, Terminated, Termination
 from runner.pool.zygote import Zygote
 from runner.protocol import PhaseError
 from runner.scratch import scratch_dir
@@ -80,58 +82,8 @@ CHUNKS_KEPT = 4
 SETUP_PATIENCE = 120.0
 """Seconds a worker setting up (reading the manifest, the function, the context) waits
 out a storage failure before the batch fails in phase ``fetch``."""
-EXIT_TERMINATED = 128 + signal.SIGTERM
-"""A worker's exit status after SIGTERM (as if the signal had ended it): not 0, so that
-the Indexed Job replaces a worker of a node drained or preempted, not only deleted."""
 REQUESTS_MARKER = "kinetic pool: storage requests"
 CPU_MARKER = "kinetic pool: cpu seconds"
-
-
-class CountingStore:
-    """A store that counts its requests by kind (``read``, ``write``, ...): a worker
-    reports them when it exits, so a benchmark can tell the cost per input."""
-
-    def __init__(self, store: RunnerStore) -> None:
-        self.store = store
-        self.counts: dict[str, int] = {}
-
-    def _count(self, kind: str) -> None:
-        self.counts[kind] = self.counts.get(kind, 0) + 1
-
-    def read(self, key: str) -> bytes:
-        self._count("read")
-        return self.store.read(key)
-
-    def write(self, key: str, data: bytes) -> None:
-        self._count("write")
-        self.store.write(key, data)
-
-    def create_if_absent(self, key: str, data: bytes) -> bool:
-        self._count("create")
-        return self.store.create_if_absent(key, data)
-
-    def read_versioned(self, key: str) -> tuple[bytes, int]:
-        self._count("read")
-        return self.store.read_versioned(key)
-
-    def create_versioned(self, key: str, data: bytes) -> int | None:
-        self._count("create")
-        return self.store.create_versioned(key, data)
-
-    def replace_if(self, key: str, data: bytes, generation: int) -> int | None:
-        self._count("write")
-        return self.store.replace_if(key, data, generation)
-
-    def download(self, key: str, path: Path) -> None:
-        self._count("read")
-        self.store.download(key, path)
-
-    def list(self, prefix: str) -> list[str]:
-        self._count("list")
-        return self.store.list(prefix)
-
-    def close(self) -> None:
-        self.store.close()
 
 
 class _Chunks:
@@ -151,10 +103,6 @@ class _Chunks:
                 self.cache.popitem(last=False)
         self.cache.move_to_end(chunk)
         return items[offset]
-
-
-Attempt = tuple[bytes, protocol.FinalRecord, bytes]
-"""An attempt's pickled result payload, final record and output."""
 
 
 class Worker:
@@ -179,7 +127,7 @@ class Worker:
         self._manifest: protocol.BatchManifest | None = None
         self.machine: WorkerMachine | None = None
         self.fn: Any = None
-        self.termination = _Termination()
+        self.termination = Termination()
 
     @property
     def manifest(self) -> protocol.BatchManifest:
@@ -226,7 +174,7 @@ class Worker:
         self.termination.install(self._on_sigterm)
         try:
             return self._start()
-        except _Terminated:  # while setting up: nothing ran, nothing to write
+        except Terminated:  # while setting up: nothing ran, nothing to write
             print(f"kinetic pool: worker {self.name} got SIGTERM while setting up", flush=True)
             return EXIT_TERMINATED
         finally:
@@ -234,11 +182,11 @@ class Worker:
 
     def _on_sigterm(self, signum: int, frame: object) -> None:
         """The SIGTERM handler: once inputs run, the worker's waits see the signal (its
-        byte in :class:`_Termination`'s pipe) and :meth:`terminate` follows; before,
-        setting up is abandoned at once."""
+        byte in :class:`~runner.pool.signals.Termination`'s pipe) and :meth:`terminate`
+        follows; before, setting up is abandoned at once."""
         self.termination.seen = True
         if self.machine is None:
-            raise _Terminated
+            raise Terminated
 
     def _start(self) -> int:
         self._manifest = protocol.load_manifest(
@@ -258,7 +206,7 @@ class Worker:
     def _run(self, options: PoolOptions) -> int:
         try:
             self.setup()
-        except _Terminated:
+        except Terminated:
             raise
         except BaseException as exc:  # noqa: BLE001 - every input would fail the same way
             phase = exc.phase if isinstance(exc, PhaseError) else "fetch"
@@ -391,7 +339,7 @@ class Worker:
         blob = cloudpickle.dumps((args, kwargs, env))
         with tempfile.TemporaryFile() as output:
             zygote.run(blob, output.fileno())
-            echo = _Echo(output.fileno(), marker)
+            echo = Echo(output.fileno(), marker)
             status, ended, message = self._collect(zygote, echo)
             echo.pump(last=True)
             output.seek(0)
@@ -404,10 +352,10 @@ class Worker:
         except ValueError:
             sep = b""
         if not sep:
-            return _lost(f"the input's process {_describe(status)} before recording a result", text)
+            return lost(f"the input's process {describe(status)} before recording a result", text)
         return data, record, text
 
-    def _collect(self, zygote: Zygote, echo: _Echo) -> tuple[int, bool, bytes]:
+    def _collect(self, zygote: Zygote, echo: Echo) -> tuple[int, bool, bytes]:
         """Wait for the input to end, copying its output to the pod's log as it comes,
         and doing the machine's upkeep meanwhile (it may end the input). Returns the
         input process's wait status, whether it was ended from outside, and its message."""
@@ -448,7 +396,7 @@ class Worker:
         saved = os.dup(1), os.dup(2)
         os.dup2(output.fileno(), 1)
         os.dup2(output.fileno(), 2)
-        upkeep = _Upkeep(self)
+        upkeep = Upkeep(self)
         upkeep.start()
         try:
             try:
@@ -480,148 +428,6 @@ class Worker:
         if self._output is None:
             self._output = tempfile.TemporaryFile()  # noqa: SIM115 - kept for every input
         return self._output
-
-
-class _Upkeep(threading.Thread):
-    """The machine's upkeep while an input runs in the worker's own process: the main
-    thread hands the machine over until :meth:`finish` (never both at once). A stop
-    that ends running inputs ends the worker, once its burst is written, and so does
-    SIGTERM; an input cancelled alone finishes (its own outcome object stands over the
-    worker's)."""
-
-    def __init__(self, worker: Worker) -> None:
-        super().__init__(name="kinetic-upkeep", daemon=True)
-        self.worker = worker
-        self.done = threading.Event()
-        self.error: BaseException | None = None
-        self._wake_read, self._wake_write = os.pipe()  # finish() wakes a sleep at once
-
-    def run(self) -> None:
-        worker, machine = self.worker, self.worker.machine
-        assert machine is not None
-        termination = worker.termination
-        try:
-            while not self.done.is_set():
-                if termination.check():
-                    worker.wind_up(machine)  # the running input is cut: no outcome
-                    print(f"kinetic pool: worker {worker.name} exits (terminated)", flush=True)
-                    os._exit(EXIT_TERMINATED)
-                op = worker.next_op()
-                if isinstance(op, Sleep):
-                    watched = [self._wake_read, termination.read_fd]
-                    select.select(watched, [], [], op.seconds)
-                elif isinstance(op, Kill):
-                    if machine.book.stop is None:
-                        continue  # cancelled alone: it cannot be ended here
-                    machine.ended(op.index)
-                    self._write_and_exit(machine)
-                else:
-                    worker.perform(machine, op)
-        except BaseException as exc:  # noqa: BLE001 - raised in the main thread
-            self.error = exc
-
-    def _write_and_exit(self, machine: WorkerMachine) -> None:
-        while True:
-            op = self.worker.next_op()
-            if isinstance(op, Exit):
-                print(f"kinetic pool: worker {self.worker.name} exits (stopped)", flush=True)
-                os._exit(protocol.EXIT_OK)
-            if not isinstance(op, Run):
-                self.worker.perform(machine, op)
-
-    def finish(self) -> None:
-        self.done.set()
-        os.write(self._wake_write, b"x")
-        self.join()
-        os.close(self._wake_read)
-        os.close(self._wake_write)
-        if self.error is not None:
-            raise self.error
-
-
-class _Terminated(BaseException):
-    """SIGTERM while the worker sets up (raised by its handler)."""
-
-
-class _Termination:
-    """SIGTERM, which Kubernetes sends a pod it deletes — ``cancel()``, whose deletion
-    gives the pool's pods a grace before they are killed, or a drained or preempted
-    node. The signal's number is written to a pipe (``signal.set_wakeup_fd``) at once,
-    even while the main thread runs an input in the worker's process: the worker's waits
-    (for an input's end, a sleep, the upkeep thread's) watch it, and the worker then
-    ends its input and writes its burst (:meth:`Worker.terminate`)."""
-
-    def __init__(self) -> None:
-        self.read_fd, self.write_fd = os.pipe()
-        for fd in (self.read_fd, self.write_fd):
-            os.set_blocking(fd, False)
-        self.seen = False
-        self._saved: tuple[Any, int] | None = None
-
-    def install(self, handler: Any) -> None:
-        """Handle SIGTERM with ``handler`` (from the main thread only: elsewhere, as a
-        worker run by a test in a thread, the signal is left as it is)."""
-        if threading.current_thread() is not threading.main_thread():
-            return
-        previous = signal.signal(signal.SIGTERM, handler)
-        self._saved = previous, signal.set_wakeup_fd(self.write_fd, warn_on_full_buffer=False)
-
-    def check(self) -> bool:
-        """Whether SIGTERM came (what the signal wrote to the pipe is read here)."""
-        with contextlib.suppress(BlockingIOError):
-            while data := os.read(self.read_fd, 64):
-                self.seen = self.seen or signal.SIGTERM in data
-        return self.seen
-
-    def wait(self, seconds: float) -> None:
-        """Sleep ``seconds``, or until SIGTERM comes."""
-        select.select([self.read_fd], [], [], seconds)
-
-    def close(self) -> None:
-        if self._saved is not None:
-            signal.set_wakeup_fd(self._saved[1])
-            signal.signal(signal.SIGTERM, self._saved[0])
-            self._saved = None
-        for fd in (self.read_fd, self.write_fd):
-            os.close(fd)
-
-
-def _lost(error: str, output: bytes) -> Attempt:
-    """The attempt of an input whose process ended without recording a result."""
-    failed: protocol.FinalRecord = {
-        "state": "failed",
-        "phase": "execute",
-        "error": error,
-        "error_type": None,
-    }
-    payload = protocol.result_payload(success=False, phase="execute", error=error, error_type="")
-    return bytes(cloudpickle.dumps(payload)), failed, output
-
-
-class _Echo:
-    """Copies what an input's process wrote to its output file on to the worker's stdout
-    (the pod's log), so a running input's output can be read there; the input's marker
-    goes first, with its first output (none for an input that prints nothing)."""
-
-    def __init__(self, fd: int, marker: bytes) -> None:
-        self.fd, self.sent, self.newline, self.marker = fd, 0, True, marker
-
-    def pump(self, *, last: bool = False) -> None:
-        while chunk := os.pread(self.fd, 1 << 20, self.sent):
-            self.sent += len(chunk)
-            sys.stdout.buffer.write(self.marker + chunk)
-            self.marker = b""
-            self.newline = chunk.endswith(b"\n")
-        if last and not self.newline:
-            sys.stdout.buffer.write(b"\n")  # the next input marker starts a line
-        if self.sent:
-            sys.stdout.flush()
-
-
-def _describe(status: int) -> str:
-    if os.WIFSIGNALED(status):
-        return f"was killed by signal {os.WTERMSIG(status)}"
-    return f"exited with status {os.waitstatus_to_exitcode(status)}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
