@@ -8,11 +8,12 @@ objects: the outcome (:func:`runner.protocol.group_outcome_key`: a JSON header
 and the result payload) and, with ``--upload-logs``, the output
 (:func:`runner.protocol.group_member_logs_key`).
 
-A failed attempt that will be retried (``A < retries`` in the manifest) writes no
-outcome: it exits non-zero, and the driver of the batch starts the next attempt.
-The final attempt always records its outcome, success or failure. A pod killed
-before it recorded one is recognised by the driver, which then records the
-failure (or retries).
+A failed attempt that will be retried (:mod:`runner.retry_rule`: attempts left, and with
+a ``kinetic.Retries`` an exception its ``on`` names) writes no outcome: it exits
+non-zero, and the driver of the batch starts the next attempt, which first waits out the
+back-off (in its pod: the driver knows nothing of delays). The final attempt always
+records its outcome, success or failure. A pod killed before it recorded one is
+recognised by the driver, which then records the failure (or retries).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import os
 import sys
+import time
 from pathlib import Path
 
 import cloudpickle
@@ -28,6 +30,7 @@ from runner import protocol
 from runner.code_files import load_function
 from runner.job import build_failure, build_success, prepare_workspace
 from runner.protocol import PhaseError
+from runner.retry_rule import RetryRule
 from runner.store import RunnerStore
 from runner.time_limit import TimeLimit, TimeLimitExceeded, call_limited
 
@@ -42,7 +45,9 @@ def run_member(store: RunnerStore, group_id: str, index: int, attempt: int, work
     final = True
     try:
         manifest = protocol.load_manifest(store.read(protocol.group_manifest_key(group_id)))
-        final = attempt >= int(manifest["options"]["retries"])
+        rule = RetryRule.of_batch(manifest["options"])
+        # A failure before the function is retried by a plain count only (the same again).
+        final = rule.on is not None or attempt >= rule.count
         spec = manifest["spec"]
         fn_bytes = store.read(protocol.group_payload_key(group_id))
         chunk, offset = divmod(index, int(manifest["chunk_size"]))
@@ -71,13 +76,15 @@ def run_member(store: RunnerStore, group_id: str, index: int, attempt: int, work
         if final:
             _record(store, group_id, index, attempt, data, record)
         return protocol.EXIT_RUNNER_ERROR
+    if attempt > 0:
+        time.sleep(rule.delay(attempt))  # the back-off before retry number `attempt`
     limit = _time_limit(store, group_id, index, attempt, spec)
     ok, outcome = call_limited(limit, fn, args, kwargs)
     if ok:
         data, record = build_success(outcome)
     elif isinstance(outcome, TimeLimitExceeded):  # recorded now, never retried
         data, record = build_failure("execute", outcome, user=False)
-    elif not final:
+    elif rule.delay_after(attempt, outcome) is not None:
         return protocol.EXIT_USER_ERROR  # the driver starts the next attempt
     else:
         data, record = build_failure("execute", outcome, user=True)

@@ -154,6 +154,12 @@ class AttemptRecord(TypedDict):
     error_type: str
 
 
+def exception_type_names(kind: type[BaseException]) -> frozenset[str]:
+    """The qualified names (``module.QualName``) of ``kind`` and its bases: what a
+    ``kinetic.Retries``' ``on`` is matched against (:mod:`runner.retry_rule`)."""
+    return frozenset(f"{base.__module__}.{base.__qualname__}" for base in kind.__mro__)
+
+
 def attempts_key(job_id: str) -> str:
     """The failed attempts of a job that retries, rewritten by its runner after each."""
     return f"{job_id}/attempts.json"

@@ -97,6 +97,5 @@ NO_RETRIES = RetryRule(count=0)
 """A job or batch that does not retry."""
 
 
-def type_names(kind: type[BaseException]) -> frozenset[str]:
-    """The qualified names of ``kind`` and its bases: what ``on`` is matched against."""
-    return frozenset(f"{base.__module__}.{base.__qualname__}" for base in kind.__mro__)
+type_names = protocol.exception_type_names
+"""The qualified names of a type and its bases: what ``on`` is matched against."""

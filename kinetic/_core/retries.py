@@ -21,16 +21,16 @@ same again), a run-time limit (``timeout=``), a cancel, ``SystemExit`` or
 Batches: each input retries alike. ``run(retries=)`` is the default of the function's
 batches, ``run_async_map(retries=)`` overrides it: a :class:`Retries` is recorded in the
 manifest's ``options`` (``retries``, the count every reader takes, and ``retry_rule``),
-and the local batch engine runs a failed input again after its delay without holding a
-worker meanwhile. A plain number there keeps its older meaning: that many extra
+and every batch runner applies it (:mod:`runner.retry_rule`): the local batch engine
+runs a failed input again after its delay without holding a worker meanwhile; a GKE
+pool's worker waits the delay in place, holding the input's span; a pod per input waits
+it in the retry's pod. A plain number there keeps its older meaning: that many extra
 attempts, at once, for any failure (a worker's death included).
 
 A single GKE job whose pod is lost mid-attempt (preempted, evicted) goes on in a new
 pod, that attempt counted as failed whatever ``on`` names (:mod:`runner.preemption`).
 
-Not yet: GKE batches take only the plain count (:func:`check_batch_retries`: their
-pool and pods per input apply neither delays nor ``on``); multi-host (pathways) jobs
-are refused.
+Not yet: multi-host (pathways) jobs are refused.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from typing import Any
 from kinetic._exceptions import ConfigError
 from runner import protocol
 
-__all__ = ["Retries", "check_batch_retries", "check_retries", "retries_record"]
+__all__ = ["Retries", "check_retries", "retries_record"]
 
 
 @dataclass(frozen=True)
@@ -119,23 +119,3 @@ def retries_record(retries: Retries) -> protocol.RetriesRecord:
         "initial_delay": float(retries.initial_delay),
         "on": [type_name(kind) for kind in retries.on],
     }
-
-
-def check_batch_retries(retries: int | Retries, *, runs_here: bool) -> None:
-    """A batch's retries against where it runs: a GKE batch (``runs_here`` False: its
-    pods run it) takes a plain count for now.
-
-    The one place that refuses a :class:`Retries` for a GKE batch: its worker pool and
-    its pods per input apply neither delays nor ``on`` yet. Remove this check once
-    they do.
-
-    :raises ConfigError: a :class:`Retries` (the decorator's included) for a GKE batch.
-    """
-    if isinstance(retries, Retries) and retries.count and not runs_here:
-        raise ConfigError(
-            f"GKE batches take a plain count of retries for now, not {retries!r} (its "
-            "backoff, initial_delay and on are applied on the local backend only). Pass "
-            "run_async_map(retries=N) (every failure of an input retried at once), or "
-            "retries=0; a function decorated with run(retries=...) hands it to its "
-            "batches unless run_async_map(retries=) overrides it"
-        )

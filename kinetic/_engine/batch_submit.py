@@ -33,7 +33,6 @@ from kinetic._core.ids import check_group_id, new_group_id
 from kinetic._core.image_spec import JobImage
 from kinetic._core.inputs import MapOptions, chunk_size, to_call
 from kinetic._core.records import job_spec, shared_handle, utcnow_iso
-from kinetic._core.retries import check_batch_retries
 from kinetic._core.secret_spec import records as secret_records
 from kinetic._engine import runtime
 from kinetic._engine.batch import BatchHandle, CleanedSummary
@@ -147,9 +146,8 @@ async def submit_batch(
     :param pod_per_input: on GKE, run each input in its own Kubernetes Job (pod) instead
         of on a pool of worker pods (the default); no effect on the local backend.
 
-    :raises ConfigError: for an invalid ``pod_per_input``, empty inputs, inputs that do
-        not fit ``input_mode``, or a ``kinetic.Retries`` for a GKE batch (for now,
-        :func:`~kinetic._core.retries.check_batch_retries`) — nothing is written.
+    :raises ConfigError: for an invalid ``pod_per_input``, empty inputs, or inputs that do
+        not fit ``input_mode`` — nothing is written.
     :raises SerializationError: naming an input that cannot be pickled — nothing is written.
     :raises BackendError: for a backend that cannot run batches (nothing is written), or
         when launching failed (the batch is recorded: ``attach_batch`` resumes it).
@@ -175,7 +173,6 @@ async def submit_batch(
         raise ConfigError("inputs must be non-empty")
     settings, accel, backend = await aresolve_target(opts)
     runner = runner_for(backend)
-    check_batch_retries(map_opts.retries, runs_here=backend.placement(settings).runs_here)
     root = await anyio.to_thread.run_sync(_package_root, fn)
     # Before anything is written: a bad requirement or a failed build is bad input.
     await backend.get_ready()
@@ -377,12 +374,6 @@ async def _record(
     if opts.secrets and place.runs_here:  # resolved by the workers (runner/secrets.py)
         spec["secrets"] = secret_records(opts.secrets)
     if opts.timeout is not None:  # each input's run-time limit (runner/time_limit.py)
-        if not place.runs_here and not pod_per_input:
-            raise ConfigError(
-                "run(timeout=...) limits a GKE batch's inputs with pod_per_input=True only, "
-                "for now: a worker pool does not enforce it yet. Pass pod_per_input=True, "
-                "or decorate the function for pool batches without timeout="
-            )
         spec["timeout"] = opts.timeout
     manifest: protocol.BatchManifest = {
         "format": protocol.FORMAT,

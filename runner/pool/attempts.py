@@ -22,8 +22,9 @@ if TYPE_CHECKING:
     from runner.pool.machine import WorkerMachine
     from runner.pool.worker import Worker
 
-Attempt = tuple[bytes, protocol.FinalRecord, bytes]
-"""An attempt's pickled result payload, final record and output."""
+Attempt = tuple[bytes, protocol.FinalRecord, bytes, frozenset[str] | None]
+"""An attempt's pickled result payload, final record, output, and the type names of the
+function's exception (:func:`runner.protocol.exception_type_names`; None: none raised)."""
 
 
 class Upkeep(threading.Thread):
@@ -92,7 +93,7 @@ def lost(error: str, output: bytes) -> Attempt:
         "error_type": None,
     }
     payload = protocol.result_payload(success=False, phase="execute", error=error, error_type="")
-    return bytes(cloudpickle.dumps(payload)), failed, output
+    return bytes(cloudpickle.dumps(payload)), failed, output, None
 
 
 class Echo:

@@ -77,6 +77,7 @@ from runner.pool.zygote import Zygote
 from runner.protocol import PhaseError
 from runner.scratch import scratch_dir
 from runner.store import RunnerStore, open_store
+from runner.time_limit import InputTimeLimits, TimeLimitExceeded
 
 CHUNKS_KEPT = 4
 SETUP_PATIENCE = 120.0
@@ -289,7 +290,7 @@ class Worker:
                 self.fn = load_function(fn_bytes)
             else:  # inputs are forked from the zygote: only it needs the function
                 self.zygote = Zygote.start()
-                self.zygote.setup(fn_bytes)
+                self.zygote.setup(fn_bytes, spec.get("timeout"))
         except BaseException as exc:
             raise PhaseError("deserialize", f"{type(exc).__name__}: {exc}") from exc
 
@@ -326,8 +327,9 @@ class Worker:
         if done is None:
             machine.ended(op.index)
         else:
-            data, record, output = done
-            machine.ran(op.index, record, data, output, time.monotonic() - started)
+            data, record, output, types = done
+            seconds = time.monotonic() - started
+            machine.ran(op.index, record, data, output, seconds, error_types=types)
 
     def forked(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], env: dict[str, str], marker: bytes
@@ -353,7 +355,8 @@ class Worker:
             sep = b""
         if not sep:
             return lost(f"the input's process {describe(status)} before recording a result", text)
-        return data, record, text
+        names = record.pop("error_types", None)  # type: ignore[typeddict-item]
+        return data, record, text, None if names is None else frozenset(names)
 
     def _collect(self, zygote: Zygote, echo: Echo) -> tuple[int, bool, bytes]:
         """Wait for the input to end, copying its output to the pod's log as it comes,
@@ -398,12 +401,22 @@ class Worker:
         os.dup2(output.fileno(), 2)
         upkeep = Upkeep(self)
         upkeep.start()
+        limits = self._time_limits()
+        types: frozenset[str] | None = None
         try:
             try:
-                value = self.fn(*args, **kwargs)
+                if limits is not None:
+                    limits.start()
+                try:
+                    value = self.fn(*args, **kwargs)
+                finally:
+                    if limits is not None:
+                        limits.stop()
             except BaseException as exc:  # noqa: BLE001 - SystemExit too: the input's outcome
                 traceback.print_exc()
-                data, record = build_failure("execute", exc, user=True)
+                types = protocol.exception_type_names(type(exc))
+                user = not isinstance(exc, TimeLimitExceeded)
+                data, record = build_failure("execute", exc, user=user)
             else:
                 data, record = build_success(value)
         finally:
@@ -420,9 +433,21 @@ class Worker:
         if text:
             sys.stdout.buffer.write(marker + text + (b"" if text.endswith(b"\n") else b"\n"))
             sys.stdout.flush()
-        return data, record, text
+        return data, record, text, types
 
     _output: IO[bytes] | None = None
+    _limits: InputTimeLimits | None = None
+
+    def _time_limits(self) -> InputTimeLimits | None:
+        """The inputs' run-time limit in this process (``reuse_process``), set up once;
+        None without ``timeout=``. One not unwound in time ends the worker (its input is
+        then taken over, and failed once it has ended ``max_claims`` workers)."""
+        seconds = self.manifest["spec"].get("timeout")
+        if seconds is None:
+            return None
+        if self._limits is None:
+            self._limits = InputTimeLimits(float(seconds))
+        return self._limits
 
     def _output_file(self) -> IO[bytes]:
         if self._output is None:

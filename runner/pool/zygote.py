@@ -21,15 +21,21 @@ Protocol
 A stream socket pair; each message a length-prefixed pickle (the arguments go as
 cloudpickle bytes, loaded in the input's own process, never in the zygote)::
 
-    worker -> zygote  ("setup", fn_bytes, sys_path, cwd, environ)
+    worker -> zygote  ("setup", fn_bytes, sys_path, cwd, environ, limit_s)
     zygote -> worker  ("ready", "") | ("failed", "Type: message")   (unpickling fn)
     worker -> zygote  ("run", blob) + the input's output file (SCM_RIGHTS)
     worker -> zygote  ("kill",)    while it runs: the zygote, its parent, kills it, so
                                    its pid cannot have been reused by then
     zygote -> worker  ("ended", wait status, killed, message)
 
-``message`` is what the input's process sent: its final record (a JSON line) and the
-pickled result payload. A ``kill`` that arrives after the input ended is stale and
+``message`` is what the input's process sent: its final record (a JSON line; a failure's
+with ``error_types``, its exception's type names, which a ``kinetic.Retries``' ``on`` is
+matched against) and the pickled result payload. ``limit_s``, the batch's run-time limit
+(``timeout=``), is each input's: ``SIGALRM`` in its process raises
+:class:`~runner.time_limit.TimeLimitExceeded` in the function, and an input not unwound
+:data:`~runner.time_limit.HARD_GRACE_S` later is killed by the zygote, which then sends
+the time limit's failure itself (a zygote of a batch without a limit never imports
+:mod:`runner.time_limit`, nor ``threading`` with it). A ``kill`` that arrives after the input ended is stale and
 ignored. When the worker's end closes (it exited or died), the zygote kills a running
 input and exits.
 """
@@ -47,6 +53,7 @@ import socket
 import struct
 import subprocess
 import sys
+import time
 import traceback
 from pathlib import Path
 from typing import Any
@@ -119,13 +126,14 @@ class Zygote:
             )
         return cls(ours, process)
 
-    def setup(self, fn_bytes: bytes) -> None:
+    def setup(self, fn_bytes: bytes, limit_s: float | None = None) -> None:
         """Have the zygote enter this process's workspace (sys.path, cwd, environment)
-        and unpickle the function.
+        and unpickle the function; ``limit_s``: each input's run-time limit.
 
         :raises ValueError: the function cannot be unpickled (the message says why).
         """
-        _send(self.sock, ("setup", fn_bytes, list(sys.path), os.getcwd(), dict(os.environ)))
+        workspace = (list(sys.path), os.getcwd(), dict(os.environ))
+        _send(self.sock, ("setup", fn_bytes, *workspace, limit_s))
         answer = self._answer()
         if answer[0] != "ready":
             raise ValueError(answer[1])
@@ -159,7 +167,7 @@ def _serve(sock: socket.socket) -> None:
     got = _recv(sock)
     if got is None:
         return
-    _, fn_bytes, path, cwd, environ = got[0]
+    _, fn_bytes, path, cwd, environ, limit_s = got[0]
     # An input's process dies of SIGTERM, as before (an ignored one passes through exec).
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     sys.path[:] = path
@@ -183,24 +191,40 @@ def _serve(sock: socket.socket) -> None:
     while (got := _recv(sock)) is not None:
         message, fds = got
         if message[0] == "run":
-            _send(sock, ("ended", *_run_one(sock, fn, message[1], fds[0], succeeded)))
+            ended = _run_one(sock, fn, message[1], fds[0], succeeded, limit_s)
+            _send(sock, ("ended", *ended))
         # else: a kill that came after its input ended
 
 
-def _run_one(sock: socket.socket, fn: Any, blob: bytes, output_fd: int, succeeded: bytes) -> Ended:
+def _run_one(
+    sock: socket.socket,
+    fn: Any,
+    blob: bytes,
+    output_fd: int,
+    succeeded: bytes,
+    limit_s: float | None,
+) -> Ended:
     read_fd, write_fd = os.pipe()
     pid = os.fork()
     if pid == 0:  # the input's process: never returns
         os.close(read_fd)
         sock.close()  # the worker sees the zygote's end when the zygote ends, not later
-        _child(fn, blob, output_fd, write_fd, succeeded)
+        _child(fn, blob, output_fd, write_fd, succeeded, limit_s)
     os.close(write_fd)
     os.close(output_fd)
     parts: list[bytes] = []
     killed = False
+    hard_at = None if limit_s is None else time.monotonic() + limit_s + _hard_grace()
     try:
         while True:
-            ready, _, _ = select.select([read_fd, sock.fileno()], [], [])
+            wait = None if hard_at is None else max(0.0, hard_at - time.monotonic())
+            ready, _, _ = select.select([read_fd, sock.fileno()], [], [], wait)
+            if not ready:  # past its limit and not unwound: the time limit's failure
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                assert limit_s is not None
+                parts = [_time_limit_message(limit_s)]
+                break
             if read_fd in ready:
                 chunk = os.read(read_fd, 1 << 20)
                 if not chunk:
@@ -221,10 +245,50 @@ def _run_one(sock: socket.socket, fn: Any, blob: bytes, output_fd: int, succeede
     return status, killed, b"".join(parts)
 
 
-def _child(fn: Any, blob: bytes, out_fd: int, result_fd: int, succeeded: bytes) -> None:
+def _hard_grace() -> float:
+    from runner.time_limit import HARD_GRACE_S
+
+    return HARD_GRACE_S
+
+
+def _time_limit_message(limit_s: float) -> bytes:
+    """What the input's process would have sent had its limit unwound it."""
+    from runner.time_limit import TimeLimitExceeded
+
+    error = TimeLimitExceeded(protocol.time_limit_message(limit_s))
+    data, record = build_failure("execute", error, user=False)
+    return _failure_head(record, error) + b"\n" + data
+
+
+def _failure_head(record: protocol.FinalRecord, error: BaseException) -> bytes:
+    names = sorted(protocol.exception_type_names(type(error)))
+    return protocol.dump_json({**record, "error_types": names})
+
+
+def _arm(limit_s: float) -> None:
+    """Raise the time limit's exception in this process's function after ``limit_s``."""
+    from runner.time_limit import TimeLimitExceeded
+
+    def alarm(signum: int, frame: Any) -> None:
+        raise TimeLimitExceeded(protocol.time_limit_message(limit_s))
+
+    signal.signal(signal.SIGALRM, alarm)
+    signal.setitimer(signal.ITIMER_REAL, limit_s)
+
+
+def _time_limit_exceeded(exc: BaseException) -> bool:
+    from runner.time_limit import TimeLimitExceeded  # imported already: the limit is armed
+
+    return isinstance(exc, TimeLimitExceeded)
+
+
+def _child(
+    fn: Any, blob: bytes, out_fd: int, result_fd: int, succeeded: bytes, limit_s: float | None
+) -> None:
     """The input's process: run, send ``record JSON line + payload``, exit.
     ``succeeded`` is a success's record line, made once in the zygote."""
     code = 0
+    error: BaseException | None = None  # the function's (its names go with the record)
     try:
         os.dup2(out_fd, 1)
         os.dup2(out_fd, 2)
@@ -236,16 +300,29 @@ def _child(fn: Any, blob: bytes, out_fd: int, result_fd: int, succeeded: bytes) 
             for key, value in environ.items():  # (update() checks types: more pages)
                 os.environ[key] = value
             try:
+                if limit_s is not None:
+                    _arm(limit_s)
                 value = fn(*args, **kwargs)
+                if limit_s is not None:
+                    signal.setitimer(signal.ITIMER_REAL, 0)
             except BaseException as exc:  # noqa: BLE001 - SystemExit too: the input's outcome
+                if limit_s is not None:
+                    signal.setitimer(signal.ITIMER_REAL, 0)
                 traceback.print_exc()
-                data, record = build_failure("execute", exc, user=True)
+                error = exc
+                limited = limit_s is not None and _time_limit_exceeded(exc)
+                data, record = build_failure("execute", exc, user=not limited)
             else:
                 data, record = build_success(value)
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(OSError, ValueError):
                 stream.flush()
-        head = succeeded if record["state"] == "succeeded" else protocol.dump_json(record)
+        if record["state"] == "succeeded":
+            head = succeeded
+        elif error is not None:
+            head = _failure_head(record, error)
+        else:
+            head = protocol.dump_json(record)
         message = memoryview(head + b"\n" + data)
         while message:
             message = message[os.write(result_fd, message) :]

@@ -126,10 +126,28 @@ def test_each_input_of_a_pod_per_input_batch_has_the_limit(gke: GKETarget) -> No
     assert "time limit of 3 s (timeout=3)" in str(results[1])
 
 
-def test_a_pool_batch_refuses_the_limit(gke: GKETarget) -> None:
-    fn = kinetic.run(**gke.run_args(timeout=3))(sleeper)
-    with pytest.raises(kinetic.ConfigError, match="pod_per_input=True"):
-        fn.run_async_map([1])
+def fails_first(x: int) -> int:
+    if os.environ["KINETIC_ATTEMPT"] == "0":
+        raise ConnectionError(f"input {x} failed")
+    return x
+
+
+def test_a_pool_batch_limits_and_retries_its_inputs(gke: GKETarget) -> None:
+    retries = kinetic.Retries(1, initial_delay=0.2, on=(ConnectionError,))
+    fn = kinetic.run(**gke.run_args(timeout=3, retries=retries))(sleeper)
+    results = fn.run_async_map([0.1, 120]).results(timeout=180, return_exceptions=True)
+    assert results[0] == "slept"
+    assert isinstance(results[1], kinetic.JobFailedError)  # not retried: a time limit
+    assert results[1].phase == "execute"
+    assert "time limit of 3 s (timeout=3)" in str(results[1])
+    # The decorator's Retries is its batches' too: a failure on names, retried after 0.2 s,
+    # by the pool's worker as by the pods of a batch with a pod per input.
+    flaky = kinetic.run(**gke.run_args(retries=retries))(fails_first)
+    for pod_per_input in (False, True):
+        batch = flaky.run_async_map([1, 2], pod_per_input=pod_per_input)
+        assert batch.results(timeout=180, cleanup=False) == [1, 2]
+        assert [h.status_report().attempt for h in batch.jobs if h is not None] == [2, 2]
+        batch.cleanup()
 
 
 def evict(gke: GKETarget, job: kinetic.JobHandle) -> str:

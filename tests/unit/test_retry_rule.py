@@ -1,7 +1,6 @@
 """The one retry rule of every runner (:mod:`runner.retry_rule`), how a batch records it
-(``options.retries`` and ``options.retry_rule``), and the GKE batches' refusal of a
-``kinetic.Retries`` (:func:`kinetic._core.retries.check_batch_retries`). Pure: no loop,
-no process."""
+(``options.retries`` and ``options.retry_rule``), and a failure known only by its type's
+names (a pool input's, from its own process). Pure: no loop, no process."""
 
 from __future__ import annotations
 
@@ -11,7 +10,7 @@ import pytest
 
 import kinetic
 from kinetic._core.inputs import MapOptions
-from kinetic._core.retries import Retries, check_batch_retries, retries_record
+from kinetic._core.retries import Retries, retries_record
 from runner import protocol
 from runner._main import _retried
 from runner.retry_rule import NO_RETRIES, RetryRule, type_names
@@ -126,13 +125,10 @@ def test_no_retries_record_nothing() -> None:
         MapOptions(retries="2")  # type: ignore[arg-type]
 
 
-# --- GKE batches: a plain count, for now ------------------------------------------------
-
-
-def test_a_gke_batch_refuses_a_retries() -> None:
-    with pytest.raises(kinetic.ConfigError, match="GKE batches take a plain count"):
-        check_batch_retries(Retries(2), runs_here=False)
-    check_batch_retries(3, runs_here=False)  # the plain count, as before
-    check_batch_retries(0, runs_here=False)
-    check_batch_retries(Retries(0), runs_here=False)
-    check_batch_retries(Retries(2, on=(Flaky,)), runs_here=True)  # local: applied
+def test_a_failure_known_by_its_type_names_is_ruled_as_the_exception_itself() -> None:
+    rule = _rule(Retries(2, initial_delay=1.0, on=(ConnectionError,)))
+    for error in (Flaky("x"), KeyError("x"), TimeLimitExceeded("limit")):
+        names = protocol.exception_type_names(type(error))
+        assert rule.delay_after_types(0, names) == rule.delay_after(0, error)
+    assert rule.delay_after_types(0, None) is None  # no exception: nothing on names
+    assert RetryRule(count=1).delay_after_types(0, None) == 0.0  # a plain count: any failure
