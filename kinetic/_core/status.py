@@ -210,6 +210,30 @@ def settled_input_report(
     return None
 
 
+CLEANED_REASON: Final = (
+    "failed (the batch was cleaned up: its summary keeps the state, not the error)"
+)
+
+
+def summarized_input_report(summary: Mapping[str, Any] | None, index: int) -> StatusReport | None:
+    """The status a cleaned-up batch's summary (``summary.json``) keeps of input ``index``,
+    whose outcome the cleanup deleted; None without a summary or a state for it."""
+    if not isinstance(summary, Mapping):
+        return None
+    states = summary.get("states")
+    state = states.get(str(index)) if isinstance(states, Mapping) else None
+    if state is None:
+        state = summary.get("others")
+    if state is None:
+        return None
+    kept = protocol.as_input_state(state)
+    if kept == "succeeded":
+        return StatusReport(JobStatus.SUCCEEDED)
+    if kept == "cancelled":
+        return StatusReport(JobStatus.FAILED, reason="cancelled", cancelled=True)
+    return StatusReport(JobStatus.FAILED, reason=CLEANED_REASON)
+
+
 def unsettled_input_report(
     *, recorded: bool, running: bool, waiting: str | None = None
 ) -> StatusReport:

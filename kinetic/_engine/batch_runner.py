@@ -39,7 +39,12 @@ from kinetic._backends.base import (
     input_index,
 )
 from kinetic._backends.local_batch import LocalBatchRunner
-from kinetic._core.status import StatusReport, settled_input_report, unsettled_input_report
+from kinetic._core.status import (
+    StatusReport,
+    settled_input_report,
+    summarized_input_report,
+    unsettled_input_report,
+)
 from kinetic._exceptions import BackendError, ObjectNotFoundError
 from runner import protocol
 
@@ -77,8 +82,9 @@ class BatchInput:
         self.index = input_index(job)
 
     async def status(self) -> StatusReport:
-        """The input's status: its outcome, else its batch's stop record, else whether
-        its engine is at work on it (NOT_FOUND when the batch has no records)."""
+        """The input's status: its outcome, else its batch's stop record, else the state
+        a cleaned-up batch's summary keeps, else whether its engine is at work on it
+        (NOT_FOUND when the batch has no records)."""
         loaded = await self.runner.load_many(self.group_id, [self.index])
         header = loaded[self.index][0] if self.index in loaded else None
         stop = None if header is not None else await self.runner.read_stop(self.group_id)
@@ -86,10 +92,24 @@ class BatchInput:
         if settled is not None:
             return settled
         recorded = await self.runner.storage.exists(protocol.group_manifest_key(self.group_id))
+        if recorded:  # a cleaned-up batch keeps its inputs' states, not their outcomes
+            kept = summarized_input_report(await self._summary(), self.index)
+            if kept is not None:
+                return kept
         activity = await self.runner.input_activity(self.job) if recorded else InputActivity(False)
         return unsettled_input_report(
             recorded=recorded, running=activity.running, waiting=activity.waiting
         )
+
+    async def _summary(self) -> Any:
+        try:
+            data = await self.runner.storage.read(protocol.group_summary_key(self.group_id))
+        except ObjectNotFoundError:
+            return None
+        try:
+            return protocol.load_summary(data)
+        except ValueError:
+            return None
 
     async def wait(self, on_change: StatusCallback | None = None) -> StatusReport:
         """Wait (driving the batch where its engine needs it) until the input is over.

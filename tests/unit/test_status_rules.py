@@ -20,6 +20,7 @@ from kinetic._core.status import (
     start_failure,
     start_grace_left,
     stopped_report,
+    summarized_input_report,
     unsettled_input_report,
 )
 from runner import protocol
@@ -117,3 +118,17 @@ def test_one_wording_for_a_job_that_could_not_start() -> None:
         JobStatus.FAILED, reason=could_not_start(why, 300.0), phase=START_PHASE
     )
     assert failed.status.is_terminal
+
+
+def test_a_cleaned_up_batch_summary_keeps_each_inputs_state() -> None:
+    summary = {"states": {"1": "failed", "2": "cancelled"}, "others": "succeeded"}
+    assert summarized_input_report(summary, 0) == StatusReport(JobStatus.SUCCEEDED)
+    failed = summarized_input_report(summary, 1)
+    assert failed is not None
+    assert (failed.status, failed.cancelled) == (JobStatus.FAILED, False)
+    cancelled = summarized_input_report(summary, 2)
+    assert cancelled is not None
+    assert cancelled.cancelled
+    # A summary written before every input was accounted for has no "others".
+    assert summarized_input_report({"states": {"1": "failed"}}, 0) is None
+    assert summarized_input_report(None, 0) is None
