@@ -35,7 +35,8 @@ Runs
 2. **killed** (the short lease, ``--lease-s``, 6 s) and **killed30** (the production
    lease, 30 s): ``--kill`` (10%) of the workers, chosen at random, fail at a random
    time in the first ``--kill-window`` of the ideal, a third each way: killed while an
-   input of theirs runs (no further write); killed during a write, a random part of the
+   input of theirs runs (no further write); killed during a write (the first after that
+   time, or as it is at the window's end if none came), a random part of the
    way through its latency (the write lands, or is cut on its way in and never applied,
    or lands unanswered); or *paused* for 1.1–1.5 leases before their next storage
    operation, decided before the pause (a renewal that then fails, or a burst that lands
@@ -391,11 +392,17 @@ async def span_process(cfg: dict[str, Any]) -> WorkerStats:
             at, how = kills[i]
             await asyncio.wait([work], timeout=max(0.0, start_at + at - time.time()))
             # Killed while an input runs, or during a write: a random part of the way
-            # through the request's latency, so that the write lands or not.
+            # through the request's latency, so that the write lands or not. Not later
+            # than the kill window's end (a worker's next write may be seconds away):
+            # then killed as it is.
             busy = asyncio.ensure_future(state["running" if how == "input" else "writing"].wait())
-            await asyncio.wait([work, busy], return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(
+                [work, busy],
+                timeout=max(0.0, start_at + cfg["kill_by"] - time.time()),
+                return_when=asyncio.FIRST_COMPLETED,
+            )
             busy.cancel()
-            if how == "write" and not work.done():
+            if how == "write" and busy.done() and not busy.cancelled() and not work.done():
                 await asyncio.wait([work], timeout=random.uniform(0.0, cfg["latency_hi_s"]))
             if not work.done():
                 work.cancel()  # a pod killed mid-span: nothing more is written
@@ -948,6 +955,7 @@ def one_run(
             "engine": engine, "bucket": bucket, "input_s": input_s * dilate,
             "cap_s": cap_s * dilate, "dilate": dilate, "lease_s": lease_s * dilate,
             "latency_hi_s": LATENCY_MS[1] / 1000 * dilate,
+            "kill_by": ns.kill_window * ideal * dilate,
             "names": [f"sim-{w:04d}" for w in mine], "overrides": overrides,
             "kills": {str(k): [kill_at[w], how[w]] for k, w in enumerate(mine) if w in how},
         }  # fmt: skip
