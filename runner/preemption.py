@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from runner import protocol
+from runner.retry_rule import RetryRule
 from runner.store import RunnerStore
 
 
@@ -86,7 +87,7 @@ def lost_attempt(running: protocol.RunningRecord, *, ended: float) -> protocol.A
 def allowed(retries: protocol.RetriesRecord | None, attempt: int) -> bool:
     """Whether attempt ``attempt`` may run after a lost one: the ``retries`` count allows
     ``count + 1`` attempts in all (none after a loss without ``retries=``)."""
-    return attempt <= (retries["count"] if retries is not None else 0) + 1
+    return attempt <= RetryRule.of_record(retries).count + 1
 
 
 def mark(store: RunnerStore, job_id: str, pod: str | None, attempt: int) -> None:
