@@ -311,7 +311,7 @@ async def drive(
             await perform(machine, op, store, stats, state, timeout)
 
 
-TIMES = ("lease_s", "burst_s", "span_s")
+TIMES = ("lease_s", "burst_s", "span_s", "object_gap_s")
 """The PoolOptions fields that are durations (dilated)."""
 RATES = ("claims_per_s",)
 """The PoolOptions fields that are rates (divided by the dilation)."""
@@ -371,6 +371,7 @@ async def span_process(cfg: dict[str, Any]) -> WorkerStats:
             options,
             burst_s=options.burst_s * dilate,
             span_s=options.span_s * dilate,
+            object_gap_s=options.object_gap_s * dilate,
             claims_per_s=options.claims_per_s / dilate,
             **{k: _dilated(k, v, dilate) for k, v in cfg["overrides"].items()},
         )

@@ -6,7 +6,7 @@ A worker runs its span's inputs in order (retries in place), buffering their out
 it writes them as one burst when ``burst_max`` are buffered, ``burst_s`` after the
 first, at the span's end, and before waiting or exiting: an outcome is never visible
 before its burst is durable, and a takeover writes its first outcome at once. It renews
-the claim every third of the lease, and before writing a burst once it lapsed: a
+the claim between a third and a half of the lease after its last write (spread), and before writing a burst once it lapsed: a
 replace at the claim's generation, which fails once another worker took the span over
 (this worker stalled past its lease), and the span is dropped with its buffer. It ends
 the running input when the batch stops (cancel, ``cancel_running_on_fail``) or the
@@ -86,10 +86,29 @@ class Holding:
         self.stop_to_write: protocol.StopRecord | None = None
         """A ``fail_fast`` stop, written once the failure's burst is durable."""
         self.singles_read = float("-inf")  # when the outcomes of their own were listed
+        self.renew_at = float("inf")
+        """When the held claim is renewed next (wall clock; set at the step after its
+        last write landed: :meth:`time_renewal`)."""
+        self._written = False  # the held claim was written since the last step
 
     def hold(self, span: Span) -> None:
         """This worker won ``span``'s claim: its inputs run from ``span.first`` on."""
         self.span, self.cursor = span, span.first
+        self._written = True
+
+    def time_renewal(self, wall: float, pick: float) -> None:
+        """At the first step after the held claim's write landed (won or renewed): when
+        to renew it next. Between a third and a half of the lease after the write was
+        decided, spread by ``pick`` (workers that claimed together would renew together,
+        every period, and meet the bucket's write limit at once); never sooner than
+        :attr:`~PoolOptions.object_gap_s` after it landed (a renewal that landed late,
+        after 429s, would else be followed at once by the next, which the limit of one
+        write a second per object refuses)."""
+        span = self.span
+        if self._written and span is not None:
+            self._written = False
+            spread = span.expires - self.options.lease_s * (2 / 3 - pick / 6)
+            self.renew_at = max(spread, wall + self.options.object_gap_s)
 
     def start_buffer_clock(self, mono: float, pick: float) -> None:
         """Start the clock of a buffer whose first outcome came since the last step."""
@@ -150,21 +169,22 @@ class Holding:
             return self.flush(wall)
         due = [
             stop_due - mono if book.stop is None else wait_max,
-            self.span.expires - 2 * third - wall,
+            self.renew_at - wall,
             third - (mono - self.singles_read),
         ]
         if buffer is not None:
             due.append(buffer.wait - (mono - (buffer.since or mono)))
         return Sleep(max(0.01, min(due)))
 
-    def renew(self, wall: float) -> Op | None:
-        """Renew the held claim once a third of its lease is gone: a replace at the
-        generation this worker last wrote, so that it fails if the claim was taken over
-        meanwhile (a takeover replaces it first), however late it lands; the span is
-        then dropped (:meth:`renewed`)."""
+    def renew(self, wall: float, *, lapsed: bool = False) -> Op | None:
+        """Renew the held claim once it is due (:meth:`time_renewal`), or at once when
+        its lease ``lapsed``: a replace at the generation this worker last wrote, so
+        that it fails if the claim was taken over meanwhile (a takeover replaces it
+        first), however late it lands; the span is then dropped (:meth:`renewed`)."""
         span = self.span
-        if span is None or wall < span.expires - 2 * self.options.lease_s / 3:
+        if span is None or (wall < self.renew_at and not lapsed):
             return None
+        self.renew_at = float("inf")  # timed again once this write landed
         generation = self.generations[(span.start, span.number)]
         self.span = replace(span, expires=wall + self.options.lease_s)
         if self.buffer is not None:
@@ -183,6 +203,7 @@ class Holding:
             self.lose()  # taken over while this worker stalled past its lease
         else:
             self.generations[(span.start, span.number)] = generation
+            self._written = True
 
     def lose(self) -> None:
         """The held claim was taken over (this worker stalled past its lease): drop it,
@@ -281,8 +302,8 @@ class Holding:
         assert buffer is not None
         span = buffer.span
         if wall >= span.expires and self.span is span:
-            renew = self.renew(wall)
-            assert renew is not None  # a lapsed lease is always due
+            renew = self.renew(wall, lapsed=True)
+            assert renew is not None
             return renew
         self.buffer = None
         self.book.learn_burst(buffer.first, buffer.end)

@@ -129,6 +129,7 @@ class WorkerMachine:
         if self._pending is not None:
             raise RuntimeError(f"{self._pending!r} was not answered")
         self.holding.start_buffer_clock(mono, pick)
+        self.holding.time_renewal(wall, pick)
         op = self._decide(wall, mono, pick)
         kind = type(op).__name__
         self.counts[kind] = self.counts.get(kind, 0) + 1
@@ -196,7 +197,7 @@ class WorkerMachine:
         span = holding.span
         waits = [due - mono, self._stop_due - mono]
         if span is not None:
-            waits.append(span.expires - 2 * self.options.lease_s / 3 - wall)
+            waits.append(holding.renew_at - wall)
         if holding.buffer is not None:
             buffer = holding.buffer
             waits.append(buffer.wait - (mono - (buffer.since or mono)))

@@ -27,6 +27,9 @@ BURST_SECONDS = 1.0
 """A burst is written this long after its first outcome at the latest."""
 LARGE_RESULT = 1 << 20
 """Payloads above this many bytes get an object of their own instead of a burst record."""
+OBJECT_GAP_S = 1.0
+"""Seconds between two writes of one object at least: GCS refuses more than one write a
+second per object name (a claim renewed again right after a late renewal landed)."""
 CLAIMS_PER_S = 400
 """Claims a second that a whole pool should create at most, and likewise bursts: a
 bucket takes about 1,000 writes a second at first, and a 429 costs its worker a second
@@ -54,6 +57,8 @@ class PoolOptions:
     :ivar span_s: seconds of work per span at most.
     :ivar claims_per_s: claims (and bursts) a second the whole pool aims to stay under
         (:data:`CLAIMS_PER_S`; a simulation that dilates time lowers it).
+    :ivar object_gap_s: seconds between two writes of one claim at least
+        (:data:`OBJECT_GAP_S`; a simulation that dilates time lengthens it).
     """
 
     total: int
@@ -69,6 +74,7 @@ class PoolOptions:
     burst_s: float = BURST_SECONDS
     span_s: float = SPAN_SECONDS
     claims_per_s: float = CLAIMS_PER_S
+    object_gap_s: float = OBJECT_GAP_S
     retry_rule: RetryRule | None = None
 
     @classmethod
