@@ -33,6 +33,10 @@ from runner.pool.options import LEASE_WAIT_MAX, PoolOptions
 from runner.pool.search import Search
 from runner.pool.spans import Span
 
+START_SPREAD_WORKERS = 80
+"""Workers up to which a pool's first claims are not spread: their creates pass within
+the bucket's burst and its next tenth of a second."""
+
 
 class WorkerMachine:
     """One worker of a pool batch, sans-IO (see the module docstring).
@@ -50,6 +54,8 @@ class WorkerMachine:
         index): worker ``k`` starts in region ``k``, where no other worker starts.
         None (no index known): it starts in a region picked at random, where a third
         of the workers meet another and the losers walk the winner's chain of spans.
+    :param spread_start: wait a spread time before the first claim (a pool's workers
+        start together: :meth:`_start_wait`); False for a test of a later stage.
 
     The time constants and the rate are parameters so that a simulation can dilate
     time.
@@ -66,6 +72,7 @@ class WorkerMachine:
         wait_max: float = LEASE_WAIT_MAX,
         idle_reads_per_s: float = IDLE_READS_PER_S,
         ordinal: int | None = None,
+        spread_start: bool = True,
     ) -> None:
         self.book = PoolBook(options)
         self.options = options
@@ -96,6 +103,7 @@ class WorkerMachine:
         self._pending: Storage | None = None
         self._read_wall = float("-inf")  # when the pending read or listing was sent
         self._stop_due = float("-inf")  # when the stop record is next read (mono)
+        self._spread_start = spread_start  # its first claim waits (:meth:`_start_wait`)
 
     @property
     def span(self) -> Span | None:
@@ -183,7 +191,23 @@ class WorkerMachine:
                     return self._decide(wall, mono, pick)
                 return holding.run(index)
             holding.span_done()
+        if self._spread_start:
+            self._spread_start = False
+            wait = self._start_wait(pick)
+            if wait > 0:
+                return Sleep(wait)
         return self.search.next(wall, mono, pick)
+
+    def _start_wait(self, pick: float) -> float:
+        """How long a worker waits before its first claim: a pool's workers start
+        together, and their first creates in the same tenth of a second would meet the
+        bucket's write limit (a 429 costs a second or more of back-off). Spread over
+        ``workers / (2 x claims_per_s)`` (no outcome is due yet, so the claims take the
+        bursts' share too: 1.25 s at 1,000 workers, 0.375 s at 300), in a pool of more
+        than :data:`START_SPREAD_WORKERS`."""
+        if self.options.workers <= START_SPREAD_WORKERS:
+            return 0.0
+        return pick * self.options.workers / (2 * self.options.claims_per_s)
 
     def _wait_for_retry(self, wall: float, mono: float, due: float) -> Op:
         """A failed input waits for its retry's back-off in place: the span stays held

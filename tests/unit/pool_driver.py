@@ -121,9 +121,16 @@ class Pool:
         self._paused: dict[str, float] = {}
 
     def start(
-        self, name: str, at: float | None = None, ordinal: int | None = None
+        self,
+        name: str,
+        at: float | None = None,
+        ordinal: int | None = None,
+        *,
+        spread_start: bool = True,
     ) -> WorkerMachine:
-        machine = self.machine_type(self.options, GID, name, ordinal=ordinal)
+        machine = self.machine_type(
+            self.options, GID, name, ordinal=ordinal, spread_start=spread_start
+        )
         self.machines[name] = machine
         self._at(self.now if at is None else at, name)
         return machine

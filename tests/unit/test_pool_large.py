@@ -42,6 +42,21 @@ def test_a_pool_stretches_spans_and_bursts_only_when_its_writes_would_bind() -> 
     assert opts(10_000).span_seconds == 25.0
 
 
+def test_a_pools_first_claims_are_spread_over_its_claim_rate() -> None:
+    # Workers that start together would create their first claims in the same tenth of
+    # a second: past 80 workers each waits pick x workers / (2 x CLAIMS_PER_S) first.
+    def first_ops(workers: int, pick: float) -> list[object]:
+        machine = WorkerMachine(opts(workers), GID, "w", ordinal=0)
+        op = machine.next(wall=WALL, mono=0.0, pick=pick)
+        assert isinstance(op, Read)  # the stop record
+        machine.read(op.key, None, None)
+        return [op, machine.next(wall=WALL, mono=0.0, pick=pick)]
+
+    assert first_ops(1000, 0.5)[1] == Sleep(0.5 * 1000 / (2 * CLAIMS_PER_S))
+    assert isinstance(first_ops(1000, 0.0)[1], Create)
+    assert isinstance(first_ops(80, 0.9)[1], Create)  # a small pool claims at once
+
+
 def test_a_large_pools_first_span_is_its_whole_region() -> None:
     # A thousand workers claiming again after a few inputs would meet the bucket's write
     # limit at once: each claims its region (an Indexed Job gives each one of its own).
@@ -67,7 +82,7 @@ def test_a_large_pools_last_spans_stay_long_enough_for_its_claim_rate() -> None:
 
 def test_a_large_pools_bursts_are_due_at_spread_times() -> None:
     def due_after(pick: float) -> float:
-        machine, op = running(WorkerMachine(opts(1000), GID, "w"), WALL, pick)
+        machine, op = running(WorkerMachine(opts(1000), GID, "w", spread_start=False), WALL, pick)
         machine.ran(op.index, *ok(op.index))
         machine.next(wall=WALL, mono=0.0, pick=pick)  # the buffer's clock starts here
         assert machine.buffer is not None
@@ -82,7 +97,7 @@ def test_idle_workers_of_a_large_pool_read_few_claims_a_look() -> None:
     """At the tail every region's chain ends in a span whose end only its claim tells: a
     worker reads WALK_READS / workers of them a look (at least SAMPLE), then sleeps."""
     workers = 2000
-    machine = WorkerMachine(opts(workers, total=4000), GID, "w")
+    machine = WorkerMachine(opts(workers, total=4000), GID, "w", spread_start=False)
     prefix = protocol.group_claims_prefix(GID)
     # Every region has one span listed, of unknown end (its claim was never read).
     names = [f"{prefix}{start:07d}.000" for start in range(0, 4000, 2)]
@@ -168,7 +183,7 @@ class Tail:
             done = Span(start, 0, "o", WALL - 9, start + region, start)
             self.store[self.claims + f"{start:07d}.000"] = claim_record(done)
         self.store[self.bursts + protocol.burst_name(region, self.total, region, 0)] = b""
-        self.machine = WorkerMachine(opts(1000, self.total), GID, "w")
+        self.machine = WorkerMachine(opts(1000, self.total), GID, "w", spread_start=False)
         self.wall, self.mono = WALL, 0.0
 
     def cut(self, start: int, at: float = WALL + 30) -> None:
@@ -447,7 +462,7 @@ def test_a_large_pool_spreads_its_first_looks_for_work() -> None:
     def out_of_work(pick: float) -> tuple[Sleep, list[object]]:
         """A lone worker runs its region, runs out of work: its first sleep, then what
         it does after it."""
-        machine = WorkerMachine(opts(1000, total=4000), GID, "w", ordinal=3)
+        machine = WorkerMachine(opts(1000, total=4000), GID, "w", ordinal=3, spread_start=False)
         tail = Tail()  # a holds region 0; every region but region 3 ran
         store = tail.store
         del store[tail.claims + "0000012.000"]
@@ -486,7 +501,7 @@ def test_a_large_pool_spreads_its_first_looks_for_work() -> None:
     for start in range(0, 4000, 4):
         held = Span(start, 0, "o", WALL + 30, start + 4, start)
         store[protocol.group_claim_key(GID, start, 0)] = claim_record(held)
-    machine = WorkerMachine(opts(1000, total=4000), GID, "w", ordinal=3)
+    machine = WorkerMachine(opts(1000, total=4000), GID, "w", ordinal=3, spread_start=False)
     op = machine.next(wall=WALL, mono=0.0, pick=0.9)
     while not isinstance(op, Sleep):
         answer(machine, store, op)

@@ -35,7 +35,7 @@ def test_no_input_starts_later_than_a_period_and_a_half_after_a_failure(workers:
     )
     pool = Pool(options, run)
     for k in range(min(8, workers)):
-        pool.start(f"w{k}", ordinal=k)
+        pool.start(f"w{k}", ordinal=k, spread_start=False)  # 8 of them: no herd
     failed_at = pool.now + 5.0
     pool.step_until(failed_at)
     record = protocol.stop_record("fail_fast", "input 99 failed")
