@@ -166,14 +166,25 @@ def span_size(
     if mean_s is None and options.large:
         return max(1, region_left)
     size = min(ramp, MAX_SPAN, region_left)
+    paced = (
+        mean_s is not None
+        and mean_s > 0
+        and (options.large or options.workers > options.claims_per_s * mean_s)
+    )
     if mean_s is not None and mean_s > 0:
-        size = min(size, int(options.span_seconds / mean_s))
+        if paced:
+            # Once the speed is known, not so short a span that the pool would claim
+            # faster than its claim rate (its workers each claiming every ``size x
+            # mean_s`` s), whatever the ramp: 300 workers of 50 ms inputs claiming
+            # every 4 inputs would be 1,500 creates a second.
+            size = max(size, math.ceil(options.workers / (options.claims_per_s * mean_s)))
+        size = min(size, int(options.span_seconds / mean_s), region_left)
     # Guided self-scheduling: never more than a share of what is left, so the last
     # spans are short and every worker finishes near the same time.
     share = -(-free // (2 * options.workers))
-    if options.large and mean_s is not None and mean_s > 0:
-        # ... but in a large pool not so short that the spans left would be claimed
-        # faster than its claim rate: ``free / size`` claims in ``size * mean_s`` s.
+    if paced and mean_s is not None:
+        # ... but, where the claim rate binds, not so short that the spans left would
+        # be claimed faster than it: ``free / size`` claims in ``size * mean_s`` s.
         share = max(share, math.ceil(math.sqrt(free / (options.claims_per_s * mean_s))))
     size = min(size, share)
     return max(1, min(size, region_left))

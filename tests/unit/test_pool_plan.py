@@ -237,7 +237,9 @@ def test_span_sizes_adapt_to_speed_and_to_what_is_left() -> None:
     assert size(ramp=4096, mean_s=0.001) == 2000  # fast inputs: 2 s of them
     assert size(ramp=4096, mean_s=10.0) == 1  # slow ones: one at a time
     assert size(ramp=4096, mean_s=0.001, free=400) == 50  # few left: a share of them
-    assert size(ramp=4096, mean_s=0.001, free=3) == 1
+    # 1 ms inputs: spans of one would be 4,000 claims a second, past the claim rate.
+    assert size(ramp=4096, mean_s=0.001, free=3) == 3
+    assert size(ramp=4096, mean_s=0.1, free=3) == 1  # slower: the last go one by one
     assert size(ramp=4096, mean_s=0.001, region_left=7) == 7
 
 
