@@ -414,7 +414,9 @@ def _settle(
         if attempt < options.retries and not cannot_start:
             continue  # the launch below starts the next attempt
         error = report.reason or SILENT_REASON
-        gave_up.append(GiveUp(index, attempt, error, report.phase or "execute"))
+        # A pod lost before it finished (preempted, evicted, deleted): no retry left.
+        phase = protocol.PREEMPTED_PHASE if attempt_id in snap.lost else report.phase
+        gave_up.append(GiveUp(index, attempt, error, phase or "execute"))
     actions = gave_up + deletes
     stop = _fail_fast(snap, options, ended, gave_up)
     if stop is not None:

@@ -175,11 +175,13 @@ def input_report(header: protocol.OutcomeHeader) -> StatusReport:
         return StatusReport(JobStatus.SUCCEEDED, attempt=attempt)
     if state == "cancelled":
         return StatusReport(JobStatus.FAILED, reason="cancelled", cancelled=True)
+    phase = header.get("phase")
     return StatusReport(
         JobStatus.FAILED,
         reason=str(header.get("error") or "failed"),
-        phase=header.get("phase"),
+        phase=phase,
         attempt=attempt,
+        preempted=phase == protocol.PREEMPTED_PHASE,
     )
 
 

@@ -230,6 +230,18 @@ def test_the_stop_record_is_read_only_when_an_attempt_left_no_outcome() -> None:
     assert step(silent, state, o, NOW).need == Need(stop=True)
 
 
+def test_a_lost_pod_with_no_retry_left_fails_its_input_as_preempted() -> None:
+    o = opts(total=1, max_concurrent=1, retries=0)
+    state = step(BatchSnapshot(), EngineState(), o, NOW).state
+    lost = AttemptSeen(0, job(0), [], "p-0-0")
+    snap = BatchSnapshot(attempts={0: lost}, lost=frozenset({aid(0)}))
+    (give_up, delete) = resolve(snap, state, o, {}).actions
+    assert isinstance(give_up, GiveUp)
+    assert give_up.phase == "preempted"
+    assert "deleted before the job finished" in give_up.error
+    assert delete == DeleteAttempt(aid(0))
+
+
 def test_a_lost_pod_gets_its_job_deleted_and_the_input_retried() -> None:
     o = opts(total=1, max_concurrent=1, retries=1)
     state = step(BatchSnapshot(), EngineState(), o, NOW).state

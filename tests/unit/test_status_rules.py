@@ -132,3 +132,10 @@ def test_a_cleaned_up_batch_summary_keeps_each_inputs_state() -> None:
     # A summary written before every input was accounted for has no "others".
     assert summarized_input_report({"states": {"1": "failed"}}, 0) is None
     assert summarized_input_report(None, 0) is None
+
+
+def test_an_input_whose_pod_was_lost_with_no_retry_left_is_preempted() -> None:
+    header = protocol.ended_header("failed", 0, "pod p was deleted", "preempted")
+    report = input_report(header)
+    assert (report.status, report.phase, report.preempted) == (JobStatus.FAILED, "preempted", True)
+    assert not input_report(protocol.ended_header("failed", 0, "E", "execute")).preempted
