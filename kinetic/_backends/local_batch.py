@@ -502,9 +502,10 @@ class LocalBatchRunner:
         heard = {i for i, _ in out.done}
         recorded, _ = await batches.read_states(group_id, known)
         out.done.extend((i, state) for i, state in recorded if i not in heard)
-        stop = await batches.read_stop(group_id)
-        if stop is not None and not batches.supervisor_running(group_id):
-            out.stop = stop
+        # No supervisor gave a whole snapshot, so none runs an input now: one that holds
+        # the batch without answering is starting (it reads the stop record and exits) or
+        # ending. A stop record therefore settles the inputs without an outcome.
+        out.stop = await batches.read_stop(group_id)
         return out
 
     async def load_many(self, group_id: str, indices: list[int]) -> Loaded:

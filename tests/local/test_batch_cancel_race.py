@@ -136,3 +136,26 @@ async def test_a_cancel_with_no_supervisor_records_the_stop_under_its_lock(
         await anyio.run_process(_supervisor(storage.url, batch.group_id), check=True)
     assert await batch.status_counts() == {"FAILED": 2}
     await batch.cleanup()
+
+
+async def test_a_stopped_batch_reads_as_stopped_while_its_supervisor_holds_it_silently(
+    kinetic_env: Path,
+) -> None:
+    """A supervisor that took the lock reads the stop record, then exits: a reader in
+    between once ignored the stop and saw every input PENDING (the pytest plugin's
+    cancelled batch, read at once on a loaded machine)."""
+    batch = await nap.aio.run_async_map([60.0, 60.0], max_concurrent=1)
+    storage: Any = batch._backend.storage
+    gdir = Path(storage.path_for(protocol.group_prefix(batch.group_id).rstrip("/")))
+    await anyio.to_thread.run_sync(_orphan, gdir)
+    supervisor, _, _ = await anyio.to_thread.run_sync(_start_held, storage, batch.group_id)
+    try:
+        # Held, silent, with the batch's stop recorded: as between its read and its exit.
+        stop = protocol.stop_record("cancelled", "the batch was cancelled")
+        await anyio.Path(gdir / "stop.json").write_bytes(protocol.dump_json(stop))
+        again = await aio.attach_batch(batch.group_id, backend="local")
+        assert await again.status_counts() == {"FAILED": 2}
+    finally:
+        os.killpg(supervisor.pid, signal.SIGKILL)
+        await anyio.to_thread.run_sync(supervisor.wait)
+    await batch.cleanup()
