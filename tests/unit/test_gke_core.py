@@ -27,6 +27,17 @@ def manifest(accel: str = "cpu", **pod: Any) -> dict[str, Any]:
     return k8s_spec.job_manifest(template, "job-1234abcd")
 
 
+def cpu_template(**kw: Any) -> k8s_spec.JobTemplate:
+    return k8s_spec.JobTemplate(
+        namespace="default",
+        image="img",
+        bucket="b",
+        accelerator=accelerators.parse_accelerator("cpu"),
+        output_dir="gs://b/out",
+        **kw,
+    )
+
+
 def container(m: dict[str, Any]) -> dict[str, Any]:
     return m["spec"]["template"]["spec"]["containers"][0]
 
@@ -69,15 +80,8 @@ def test_lost_pods_are_replaced_up_to_the_retries_count_and_failures_never() -> 
         "operator": "NotIn",
         "values": [0],
     }
-    template = k8s_spec.JobTemplate(
-        namespace="default",
-        image="img",
-        bucket="b",
-        accelerator=accelerators.parse_accelerator("cpu"),
-        output_dir="gs://b/out",
-        retries=3,
-    )
-    assert k8s_spec.job_manifest(template, "job-1")["spec"]["backoffLimit"] == 3
+    single = k8s_spec.job_manifest(cpu_template(retries=3), "job-1")
+    assert single["spec"]["backoffLimit"] == 3
     # The runner learns its pod's name, to tell a replacement that the pod before it was lost.
     assert {
         "name": "KINETIC_POD_NAME",
@@ -294,14 +298,7 @@ def test_a_batch_jobs_lost_pod_is_left_to_its_driver() -> None:
     evicted = derive(pods=[pod("Failed", reason="Evicted", message="low memory")])
     assert (evicted.status, evicted.preempted) == (JobStatus.FAILED, False)
     group = "grp-0123456789ab"
-    template = k8s_spec.JobTemplate(
-        namespace="default",
-        image="img",
-        bucket="b",
-        accelerator=accelerators.parse_accelerator("cpu"),
-        output_dir="gs://b/out",
-        retries=2,
-    )
+    template = cpu_template(retries=2)
     for batch_job in (
         k8s_spec.member_job_manifest(template, group_id=group, index=0, attempt=0),
         k8s_spec.pool_job_manifest(template, group_id=group, workers=4),
