@@ -61,6 +61,9 @@ def run_job(
     phase = "fetch"
     pod = preemption.pod_name(os.environ) if host is None else None
     try:
+        if preemption.settled(store, job_id, pod):
+            print(f"kinetic runner: job {job_id} already ended; its outcome stands", flush=True)
+            return protocol.EXIT_OK
         spec = protocol.load_json(store.read(protocol.spec_key(job_id)))
         # A pod before this one lost mid-attempt: that attempt failed (runner/preemption.py).
         attempt, attempts = preemption.resume(store, job_id, pod)

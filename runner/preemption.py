@@ -19,7 +19,9 @@ the job is over), knows the attempt it names was lost:
   (:class:`kinetic.JobPreemptedError` for the caller), without running it again.
 
 A pod lost before its function started (fetching, installing) left no record: its
-replacement just starts over, and no attempt is counted.
+replacement just starts over, and no attempt is counted. A pod lost after it recorded
+the job's outcome (uploading its logs, exiting) leaves a replacement that finds the job
+over (:func:`settled`) and exits: the outcome stands, nothing runs twice.
 """
 
 from __future__ import annotations
@@ -41,6 +43,22 @@ class Preempted(Exception):
 def pod_name(environ: Mapping[str, str]) -> str | None:
     """This pod's name, or None when the job does not run in a replaceable pod."""
     return environ.get(protocol.POD_ENV) or None
+
+
+def settled(store: RunnerStore, job_id: str, pod: str | None) -> bool:
+    """Whether a replacement pod finds the job over already: the pod before it recorded
+    the job's outcome, then was lost (its logs' upload, its exit). The outcome stands:
+    nothing runs again. Always False outside a replaceable pod (no read).
+
+    :raises StoreUnavailable, OSError: reading the record failed (the caller's phase).
+    """
+    if pod is None:
+        return False
+    try:
+        store.read(protocol.final_key(job_id))
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def resume(

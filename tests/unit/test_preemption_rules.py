@@ -84,3 +84,11 @@ def test_a_job_lost_with_no_retry_left_raises_job_preempted_error() -> None:
     assert isinstance(caught.value, JobFailedError)  # and so a RuntimeError
     assert caught.value.phase == "preempted"
     assert record["phase"] == "preempted"
+
+
+def test_a_replacement_finds_a_job_that_ended_already_settled(tmp_path: Path) -> None:
+    s = store(tmp_path)
+    assert not preemption.settled(s, JOB, "kinetic-j-fghij")
+    s.write(protocol.final_key(JOB), protocol.dump_json({"state": "succeeded"}))
+    assert preemption.settled(s, JOB, "kinetic-j-fghij")  # its outcome stands: no rerun
+    assert not preemption.settled(s, JOB, None)  # outside a replaceable pod: not asked
