@@ -22,7 +22,11 @@ those that name a Kinetic frame and were not simply preempted:
 * *with evidence*: a stack sample inside Kinetic's code during the step (a blocking
   call releases the GIL, so the sampler sees it), or CPU time of the step's own (a long
   C call that keeps the GIL). A thread that slept holding the GIL (a page fault on a
-  loaded disk) shows neither: that is the machine, not the code.
+  loaded disk, or waiting for the GIL while the thread that holds it waits for a CPU)
+  shows neither: that is the machine, not the code. When it wakes, the sampler may
+  catch it in Kinetic's pure Python before the GIL changes hands, so the samples inside
+  Kinetic must span half the threshold: a blocking call lets the sampler run
+  throughout.
 
 Debug mode's own cost is kept small: it records where every future was created, and
 the ``stat`` of each source file that :func:`linecache.checkcache` makes for that is
@@ -98,6 +102,7 @@ class Stall:
     on_cpu: float
     collecting: float
     gil: float
+    faults: int  # the loop thread's major page faults during the step
     what: str
     frames: list[str]
 
@@ -114,7 +119,7 @@ class LoopStallGuard:
     def __post_init__(self) -> None:
         self._samples: deque[tuple[float, tuple[str, ...]]] = deque(maxlen=20_000)
         # When the current step of the loop started, and the loop thread's counters then.
-        self._step: tuple[float, tuple[int, int, int]] | None = None
+        self._step: tuple[float, tuple[int, int, int, int]] | None = None
         self._collections: deque[tuple[float, float]] = deque(maxlen=10_000)
         self._gc_start: float | None = None
         self._stop = threading.Event()
@@ -139,11 +144,14 @@ class LoopStallGuard:
             frame = frame.f_back
         return tuple(out)
 
-    def _schedstat(self) -> tuple[int, int, int]:
-        """(ns on a CPU, ns waiting on a run queue) of the loop's thread so far, and the
-        ns on a CPU of the whole process (every thread)."""
+    def _schedstat(self) -> tuple[int, int, int, int]:
+        """(ns on a CPU, ns waiting on a run queue) of the loop's thread so far, the ns on
+        a CPU of the whole process (every thread), and the loop thread's major page
+        faults so far (``majflt``, the tenth field after the name in ``stat``)."""
         run, wait = os.pread(self._schedstat_fd, 128, 0).split()[:2]
-        return int(run), int(wait), time.process_time_ns()
+        stat = os.pread(self._stat_fd, 1024, 0)
+        majflt = int(stat[stat.rindex(b")") + 2 :].split()[9])
+        return int(run), int(wait), time.process_time_ns(), majflt
 
     def _run_step(self, handle: asyncio.Handle) -> None:
         """``Handle._run`` while the guard is on: the loop thread's counters are read as
@@ -198,10 +206,10 @@ class LoopStallGuard:
         what, seconds = str(record.args[0]), float(record.args[1])
         self.steps += 1
         end = time.monotonic()
-        run, wait, process = self._schedstat()
+        run, wait, process, majflt = self._schedstat()
         # The step that entered the guard started before the guard: its baseline is the
         # guard's entry.
-        start, (run0, wait0, process0) = self._step or self._entered
+        start, (run0, wait0, process0, majflt0) = self._step or self._entered
         samples = list(self._samples)  # one C-level copy: the sampler appends meanwhile
         during = [s for s in samples if start <= s[0] <= end]
         on_cpu = (run - run0) / 1e9
@@ -214,21 +222,32 @@ class LoopStallGuard:
         collecting = self._collecting(start, end)
         frames = self._task_frames(getattr(loop, "_current_handle", None))
         busy: list[str] = []
-        sampled_ours = False
-        for _, stack in during:
-            sampled_ours = sampled_ours or len(stack) > 1
+        ours: list[float] = []
+        for when, stack in during:
+            if len(stack) > 1:
+                ours.append(when)
             frames.extend(f for f in stack[1:] if f not in frames)
             busy.extend(stack[:1])
-        # Evidence that Kinetic's code held the loop: a stack sample inside it during the
-        # step (a blocking call releases the GIL, so the sampler sees it), or CPU time of
-        # its own (a long C call that keeps the GIL). A step whose thread slept holding the
-        # GIL with neither (a page fault on a loaded disk) is the machine, not the code.
+        # Evidence that Kinetic's code held the loop: stack samples inside it during the
+        # step, spanning half the threshold (a blocking call releases the GIL, so the
+        # sampler runs throughout), or CPU time of its own (a long C call that keeps the
+        # GIL). A thread that slept holding the GIL or waiting for it (a page fault, or
+        # the GIL's holder waiting for a CPU) gives the sampler one look at most as it
+        # wakes, often in pure Python: the machine, not the code.
         # The collector's time on a CPU is not the step's own: its pauses are discounted.
+        sampled_ours = len(ours) > 1 and ours[-1] - ours[0] >= self.threshold / 2
         evidence = sampled_ours or on_cpu - collecting >= self.threshold / 2
         blocked = seconds - preempted - collecting - gil
         if frames and evidence and blocked >= self.threshold:
             stall = Stall(
-                seconds, preempted, on_cpu, collecting, gil, what[:300], frames[:12] + busy[:8]
+                seconds,
+                preempted,
+                on_cpu,
+                collecting,
+                gil,
+                majflt - majflt0,
+                what[:300],
+                frames[:12] + busy[:8],
             )
             self.stalls.append(stall)
 
@@ -238,7 +257,8 @@ class LoopStallGuard:
             lines.append(
                 f"  {s.seconds * 1e3:.1f} ms ({s.on_cpu * 1e3:.1f} ms on a CPU, "
                 f"{s.preempted * 1e3:.1f} ms preempted, {s.collecting * 1e3:.1f} ms in gc, "
-                f"{s.gil * 1e3:.1f} ms waiting for other threads' GIL)"
+                f"{s.gil * 1e3:.1f} ms waiting for other threads' GIL, "
+                f"{s.faults} major page faults)"
             )
             lines.append(f"    {s.what}")
             lines.extend(f"    at {f}" for f in s.frames)
@@ -265,6 +285,7 @@ class LoopStallGuard:
         self._checkcache = linecache.checkcache
         linecache.checkcache = _no_check  # type: ignore[assignment]
         self._schedstat_fd = os.open(f"/proc/self/task/{self._native}/schedstat", os.O_RDONLY)
+        self._stat_fd = os.open(f"/proc/self/task/{self._native}/stat", os.O_RDONLY)
         self._entered = (time.monotonic(), self._schedstat())
         self._handle_run = asyncio.Handle._run
 
@@ -282,6 +303,7 @@ class LoopStallGuard:
         self._thread.join()
         asyncio.Handle._run = self._handle_run  # type: ignore[method-assign]
         os.close(self._schedstat_fd)
+        os.close(self._stat_fd)
         gc.callbacks.remove(self._on_gc)
         linecache.checkcache = self._checkcache  # type: ignore[assignment]
         log = logging.getLogger("asyncio")
