@@ -62,6 +62,8 @@ class Worker:
     """The input running and when it ends."""
     wrote: dict[str, bytes] = field(default_factory=dict)
     """What this worker's writes that landed left in each object."""
+    ordinal: int | None = None
+    """Its Indexed Job completion index (a replacement pod has its predecessor's)."""
 
 
 class Reader:
@@ -131,17 +133,20 @@ class Exploration:
         self.started = 0
         self.crashes = 0
         self.readers = [Reader(self.options), Reader(self.options)]
-        for _ in range(self.workers):
-            self.start()
+        # Half the seeds give the workers ordinals, as an Indexed Job does (a worker then
+        # runs its region's first span before that claim is durable).
+        ordinals = self.rng.random() < 0.5
+        for k in range(self.workers):
+            self.start(k if ordinals else None)
 
     # -- the world ---------------------------------------------------------------------
 
-    def start(self) -> None:
+    def start(self, ordinal: int | None = None) -> None:
         name = f"w{self.started}"
         self.started += 1
-        machine = self.machine_type(self.options, GID, name, wait_max=LEASE / 6)
+        machine = self.machine_type(self.options, GID, name, wait_max=LEASE / 6, ordinal=ordinal)
         skew = self.rng.uniform(-LEASE / 10, LEASE / 10)
-        self.live[name] = Worker(name, machine, skew, awake_at=self.now)
+        self.live[name] = Worker(name, machine, skew, awake_at=self.now, ordinal=ordinal)
 
     def crash(self, worker: Worker) -> None:
         self.log.append(f"{self.now:.2f} crash {worker.name}")
@@ -149,7 +154,7 @@ class Exploration:
         self.crashes += 1
         if worker.in_flight is not None and self.rng.random() < 0.5:
             self.land(worker, worker.in_flight[0])  # it had reached the store
-        self.start()  # the Job controller replaces the pod
+        self.start(worker.ordinal)  # the Job controller replaces the pod
 
     def terminate(self, worker: Worker) -> None:
         """SIGTERM, as runner/pool/worker.py's wind_up answers it: the request under way ends,
@@ -177,7 +182,7 @@ class Exploration:
         else:
             raise AssertionError(f"seed {self.seed}: {worker.name} never wound up")
         del self.live[worker.name]
-        self.start()
+        self.start(worker.ordinal)
 
     def land(self, worker: Worker, op: Op) -> int | None:
         """Apply ``worker``'s storage request; the answer's value (generation, or None)."""
