@@ -4,14 +4,10 @@ inputs, renews the claim and writes bursts.
 
 A worker runs its span's inputs in order (retries in place), buffering their outcomes;
 it writes them as one burst when ``burst_max`` are buffered, ``burst_s`` after the
-first, at the span's end, and before waiting or exiting: an outcome is never visible
-before its burst is durable, and a takeover writes its first outcome at once. A span's
-last burst waits for the next span's first input when the worker goes on to claim one
-(:meth:`Holding.carry`): written while that input runs, it costs the worker no time.
-A worker with an ordinal runs its region's first span before that claim is durable
-(:meth:`Holding.hold_first`): no other worker starts there, the create is upkeep while
-the first inputs run (spread over the pool's claim rate), and nothing of the span is
-written before it won; a create that loses drops the span as a lost renewal does. It renews
+first (spread), at the span's end, and before waiting or exiting: an outcome is never
+visible before its burst is durable, and a takeover writes its first outcome at once. A
+span's last burst waits for the next span's first input when the worker goes on to
+claim one (:meth:`Holding.carry`): written while that input runs, it costs no time. It renews
 the claim between a third and a half of the lease after its last write (spread), and before writing a burst once it lapsed: a
 replace at the claim's generation, which fails once another worker took the span over
 (this worker stalled past its lease), and the span is dropped with its buffer. It ends
@@ -88,8 +84,6 @@ class Holding:
         self.previous: Buffer | None = None
         """The last outcomes of the span before, written while the next one's first
         input runs (:meth:`carry`)."""
-        self.pending_first: str | None = None
-        """The key of the first span's claim while its create is in flight."""
         self.ramp = FIRST_SPAN
         """The most inputs this worker's next fresh span holds (grows per span done)."""
         self.mean_s: float | None = None
@@ -101,63 +95,11 @@ class Holding:
         """When the held claim is renewed next (wall clock; set at the step after its
         last write landed: :meth:`time_renewal`)."""
         self._written = False  # the held claim was written since the last step
-        self.unclaimed: Create | None = None
-        """The create of the held span's claim, not sent yet (:meth:`hold_first`)."""
-        self.claim_due = float("inf")
-        """When it is sent at the latest (monotonic)."""
 
     def hold(self, span: Span) -> None:
-        """This worker won ``span``'s claim: its inputs run from ``span.first`` on (or
-        on from the cursor, when it ran them before the claim was durable)."""
-        first, self.pending_first = self.pending_first, None
+        """This worker won ``span``'s claim: its inputs run from ``span.first`` on."""
+        self.span, self.cursor = span, span.first
         self._written = True
-        if first == self.names.claim(span.start, span.number) and self.span is not None:
-            self.span = span
-            if self.buffer is not None:
-                self.buffer.span = span
-            return
-        self.span, self.cursor = span, span.first
-
-    @property
-    def deferred(self) -> bool:
-        """Whether the held span's claim is not durable yet (:meth:`hold_first`)."""
-        return self.unclaimed is not None or self.pending_first is not None
-
-    def hold_first(self, create: Create, span: Span, due: float) -> None:
-        """Run ``span``, a worker's first (its region's, where no other worker starts),
-        before its claim is durable: ``create`` is sent as upkeep by ``due`` (monotonic),
-        or sooner when a burst or the span's end needs it (:meth:`claim_due_now`)."""
-        self.span, self.cursor = span, span.first
-        self.unclaimed, self.claim_due = create, due
-
-    def claim_due_now(self, mono: float) -> bool:
-        """Whether the held span's deferred create is due between inputs: its inputs all
-        ran, its outcomes wait for it, the batch stopped, or its time came while a retry
-        waits (else the next input's upkeep sends it in time)."""
-        span = self.span
-        if self.unclaimed is None or span is None:
-            return False
-        return (
-            (mono >= self.claim_due and self.retry is not None)
-            or self.cursor >= span.end
-            or self._burst_due(mono)
-            or self.stop_to_write is not None
-            or self.book.stop is not None
-        )
-
-    def claim_now(self, wall: float) -> Create:
-        """Send the deferred create (:meth:`hold_first`), its lease from now; the
-        answer comes to the machine's ``created``, which calls :meth:`hold` (won) or
-        :meth:`lose` (another worker's claim was there first)."""
-        create, span = self.unclaimed, self.span
-        assert create is not None
-        assert span is not None
-        self.span = span = replace(span, expires=wall + self.options.lease_s)
-        if self.buffer is not None:
-            self.buffer.span = span
-        self.unclaimed, self.claim_due = None, float("inf")
-        self.pending_first = create.key
-        return Create(create.key, claim_record(span))
 
     def time_renewal(self, wall: float, pick: float) -> None:
         """At the first step after the held claim's write landed (won or renewed): when
@@ -178,10 +120,9 @@ class Holding:
         buffer = self.buffer
         if buffer is not None and buffer.since is None:
             buffer.since = mono
-            wait = self.options.burst_seconds
-            if self.options.large:  # spread the pool's bursts: they would all be due at once
-                wait *= 0.75 + pick / 2
-            buffer.wait = wait
+            # Spread: a pool's workers start together, and their bursts would all be due
+            # at once, past the bucket's write limit.
+            buffer.wait = self.options.burst_seconds * (0.75 + pick / 2)
 
     @property
     def unwritten(self) -> bool:
@@ -190,26 +131,26 @@ class Holding:
 
     def flush_due(self, mono: float) -> bool:
         """Whether a buffer is to be written now (between inputs). The held span's
-        last burst is not due here: :meth:`carry` or the machine's flush before it
-        waits decides; nor one whose claim is not durable yet (:meth:`hold_first`)."""
-        return self.previous is not None or (not self.deferred and self._burst_due(mono))
-
-    def _burst_due(self, mono: float) -> bool:
+        last burst is not due here: :meth:`carry`, or the machine's flush before the
+        worker waits, decides."""
         buffer = self.buffer
-        return buffer is not None and (
-            len(buffer.records) >= self.options.burst_max
-            or mono - (buffer.since or mono) >= buffer.wait
-            # a takeover: its first outcome at once (docs/pool-protocol.md)
-            or (buffer.span.number > 0 and buffer.first == buffer.span.first)
-            or self.span is None
-            or self.stop_to_write is not None  # the failure is durable before the stop
+        return self.previous is not None or (
+            buffer is not None
+            and (
+                len(buffer.records) >= self.options.burst_max
+                or mono - (buffer.since or mono) >= buffer.wait
+                # a takeover: its first outcome at once (docs/pool-protocol.md)
+                or (buffer.span.number > 0 and buffer.first == buffer.span.first)
+                or self.span is None
+                or self.stop_to_write is not None  # the failure is durable before the stop
+            )
         )
 
     def carry(self, wall: float) -> bool:
-        """The held span is done and the worker claims the next: its buffered outcomes
-        become :attr:`previous`, written while the next span's first input runs, unless
-        its lease has less than half left (a renewal would be due first). True when
-        carried (or nothing was buffered)."""
+        """The held span is done and the worker claims the next at once: its buffered
+        outcomes become :attr:`previous`, written while the next span's first input
+        runs — unless its lease has less than half left. True when carried (or nothing
+        was buffered)."""
         buffer = self.buffer
         if buffer is None:
             return True
@@ -244,8 +185,6 @@ class Holding:
             return Kill(index)
         if self.previous is not None:
             return self.flush(wall)
-        if self.unclaimed is not None and mono >= self.claim_due:
-            return self.claim_now(wall)
         renew = self.renew(wall)
         if renew is not None:
             return renew
@@ -255,15 +194,11 @@ class Holding:
             return List(self.names.results)  # a cancel of the input is an object of its own
         buffer = self.buffer
         if buffer is not None and mono - (buffer.since or mono) >= buffer.wait:
-            if self.unclaimed is not None:
-                return self.claim_now(wall)  # its outcomes wait for it
-            if not self.deferred:
-                return self.flush(wall)
+            return self.flush(wall)
         due = [
             stop_due - mono if book.stop is None else wait_max,
             self.renew_at - wall,
             third - (mono - self.singles_read),
-            self.claim_due - mono,
         ]
         if buffer is not None:
             due.append(buffer.wait - (mono - (buffer.since or mono)))
@@ -304,7 +239,6 @@ class Holding:
         self.span = None
         self.buffer = None
         self.previous = None  # of an earlier span: its inputs are run by whoever takes it
-        self.unclaimed, self.claim_due, self.pending_first = None, float("inf"), None
         self.retry = None
         if self.running is not None and not self.killing:
             self.killing = True
@@ -394,9 +328,7 @@ class Holding:
         """Write a buffered burst, the span before's first (first renewing the held
         claim when it lapsed: a renewal that fails tells that it was taken over, and the
         burst is dropped). The span before's lapsed (this worker stalled while it moved
-        on): its burst is dropped, and the inputs run again by whoever takes it over."""
-        if self.unclaimed is not None:
-            return self.claim_now(wall)  # the burst waits for its claim
+        on): its burst is dropped, and its inputs run again by whoever takes it over."""
         previous = self.previous
         if previous is not None:
             self.previous = None

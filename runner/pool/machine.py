@@ -54,10 +54,8 @@ class WorkerMachine:
         index): worker ``k`` starts in region ``k``, where no other worker starts.
         None (no index known): it starts in a region picked at random, where a third
         of the workers meet another and the losers walk the winner's chain of spans.
-    :param spread_start: spread the first claim (a pool's workers start together:
-        :meth:`_start_wait`): with an ordinal, its create comes that long into the
-        region's first span, which runs at once; without, the worker waits that long
-        first. False for a test of a later stage.
+    :param spread_start: wait a spread time before the first claim (a pool's workers
+        start together: :meth:`_start_wait`); False for a test of a later stage.
 
     The time constants and the rate are parameters so that a simulation can dilate
     time.
@@ -106,16 +104,6 @@ class WorkerMachine:
         self._read_wall = float("-inf")  # when the pending read or listing was sent
         self._stop_due = float("-inf")  # when the stop record is next read (mono)
         self._spread_start = spread_start  # its first claim waits (:meth:`_start_wait`)
-        # A worker with an ordinal reads its region's first claim first: missing (the
-        # pool is starting, not a replacement pod's restart), it runs that span at once
-        # and creates the claim meanwhile (Holding.hold_first); the stop record is then
-        # read as upkeep (the pod's shell read it before starting the machine).
-        self._first_claim: str | None = None
-        if ordinal is not None:
-            lo = options.region(ordinal % options.regions)[0]
-            self._first_claim = self.names.claim(lo, 0)
-        self._first_missing = False
-        self._first_at = (0, 0)
 
     @property
     def span(self) -> Span | None:
@@ -151,9 +139,6 @@ class WorkerMachine:
         self.holding.start_buffer_clock(mono, pick)
         self.holding.time_renewal(wall, pick)
         op = self._decide(wall, mono, pick)
-        if isinstance(op, Create) and op.key == self.holding.pending_first:
-            assert self.holding.span is not None
-            self.search.claiming[op.key] = self.holding.span  # its answer: created()
         kind = type(op).__name__
         self.counts[kind] = self.counts.get(kind, 0) + 1
         if isinstance(op, (List, Read, Create, Write, Replace)):
@@ -166,10 +151,6 @@ class WorkerMachine:
         book, holding = self.book, self.holding
         if self._queue:
             return self._queue.pop(0)
-        if self._first_claim is not None and self._spread_start:
-            key, self._first_claim = self._first_claim, None
-            self._stop_due = mono + self.stop_every * (0.5 + pick)
-            return Read(key)
         if book.stop is None and mono >= self._stop_due:
             # Workers that started together would read it in the same instant every
             # period (a thousand reads in a fraction of a second meet the bucket's read
@@ -182,8 +163,6 @@ class WorkerMachine:
             return Read(self.names.stop)
         if holding.running is not None:
             return holding.upkeep(wall, mono, self._stop_due, self.wait_max)
-        if holding.claim_due_now(mono):
-            return holding.claim_now(wall)
         if book.stop is not None:
             return holding.flush(wall) if holding.unwritten else Exit("stopped")
         if holding.retry is not None:
@@ -215,14 +194,6 @@ class WorkerMachine:
         if self._spread_start:
             self._spread_start = False
             wait = self._start_wait(pick)
-            if self._first_missing:
-                # Its region's first span, where no other worker starts: run at once, the
-                # claim created meanwhile (by ``wait``: the pool's creates spread).
-                op = self.search.next(wall, mono, pick)
-                if not isinstance(op, Create) or op.key != self.names.claim(*self._first_at):
-                    return op
-                holding.hold_first(op, self.search.claiming.pop(op.key), mono + wait)
-                return self._decide(wall, mono, pick)
             if wait > 0:
                 return Sleep(wait)
         op = self.search.next(wall, mono, pick)
@@ -236,7 +207,7 @@ class WorkerMachine:
         return op
 
     def _start_wait(self, pick: float) -> float:
-        """How long a worker's first claim waits (see ``spread_start``): a pool's workers start
+        """How long a worker waits before its first claim: a pool's workers start
         together, and their first creates in the same tenth of a second would meet the
         bucket's write limit (a 429 costs a second or more of back-off). Spread over
         ``workers / (2 x claims_per_s)`` (no outcome is due yet, so the claims take the
@@ -256,7 +227,7 @@ class WorkerMachine:
         if renew is not None:
             return renew
         span = holding.span
-        waits = [due - mono, self._stop_due - mono, holding.claim_due - mono]
+        waits = [due - mono, self._stop_due - mono]
         if span is not None:
             waits.append(holding.renew_at - wall)
         if holding.buffer is not None:
@@ -308,10 +279,6 @@ class WorkerMachine:
         when it is missing."""
         self._answer(Read, key)
         self.search.look_reads += 1
-        if data is None and self._spread_start:
-            parsed = self.names.parse_claim(key)
-            if parsed is not None:
-                self._first_missing, self._first_at = True, parsed
         if key == self.names.stop:
             if data is not None:
                 with contextlib.suppress(ValueError):  # being written: read again later
@@ -323,12 +290,9 @@ class WorkerMachine:
         """The answer to :class:`Create`: the new object's generation, or None when one
         existed."""
         self._answer(Create, key)
-        first = self.holding.pending_first == key
         won = self.search.created(key, generation)
         if won is not None:
             self.holding.hold(won)
-        elif first:
-            self.holding.lose()  # another's claim was there first: its holder runs the span
 
     def written(self, key: str) -> None:
         """The answer to :class:`Write`."""

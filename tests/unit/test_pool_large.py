@@ -19,7 +19,7 @@ from runner.pool.limits import (
     WALK_READS,
 )
 from runner.pool.machine import WorkerMachine
-from runner.pool.ops import Create, Exit, Kill, List, Read, Run, Sleep, Write
+from runner.pool.ops import Create, Exit, List, Read, Run, Sleep
 from runner.pool.options import CLAIMS_PER_S, FIRST_SPAN, LEASE_WAIT_MAX, PoolOptions, span_size
 from runner.pool.spans import parse_claim
 from tests.unit.pool_driver import GID, answer, ok, running
@@ -44,121 +44,17 @@ def test_a_pool_stretches_spans_and_bursts_only_when_its_writes_would_bind() -> 
 
 def test_a_pools_first_claims_are_spread_over_its_claim_rate() -> None:
     # Workers that start together would create their first claims in the same tenth of
-    # a second: past 80 workers each creates it pick x workers / (2 x CLAIMS_PER_S) in.
-    # A worker with an ordinal runs its region's first span meanwhile (no other worker
-    # starts there); one without an ordinal waits.
-    def start(workers: int, pick: float, ordinal: int | None = 0) -> tuple[WorkerMachine, object]:
-        machine = WorkerMachine(opts(workers), GID, "w", ordinal=ordinal)
+    # a second: past 80 workers each waits pick x workers / (2 x CLAIMS_PER_S) first.
+    def first_ops(workers: int, pick: float) -> list[object]:
+        machine = WorkerMachine(opts(workers), GID, "w", ordinal=0)
         op = machine.next(wall=WALL, mono=0.0, pick=pick)
-        assert isinstance(op, Read)  # its region's first claim (or, without one, the stop)
-        machine.read(op.key, None, None)  # missing: the pool is starting
-        return machine, machine.next(wall=WALL, mono=0.0, pick=pick)
+        assert isinstance(op, Read)  # the stop record
+        machine.read(op.key, None, None)
+        return [op, machine.next(wall=WALL, mono=0.0, pick=pick)]
 
-    due = 0.5 * 1000 / (2 * CLAIMS_PER_S)
-    machine, op = start(1000, 0.5)
-    assert op == Run(0, 0)  # region 0's first input, at once
-    upkeep = until_sleep_or_create(machine, 0.0)
-    assert isinstance(upkeep, Sleep)
-    assert upkeep.seconds <= due
-    create = until_sleep_or_create(machine, due)
-    assert isinstance(create, Create)
-    assert create.key == protocol.group_claim_key(GID, 0, 0)
-    span = parse_claim(0, 0, create.data)
-    assert span is not None
-    assert span.expires == WALL + due + 30.0  # its lease from when it is sent
-
-    machine, op = start(80, 0.9)  # a small pool claims at once, while its input runs
-    assert isinstance(op, Run)
-    assert isinstance(until_sleep_or_create(machine, 0.0), Create)
-    assert start(1000, 0.5, ordinal=None)[1] == Sleep(due)
-
-
-def until_sleep_or_create(machine: WorkerMachine, mono: float) -> object:
-    """Step a worker's upkeep at ``mono`` over an empty store (the stop record, a cancel
-    listing answered) until it sleeps or creates."""
-    while True:
-        op = machine.next(wall=WALL + mono, mono=mono, pick=0.5)
-        if isinstance(op, (Sleep, Create)):
-            return op
-        answer(machine, {}, op)
-
-
-def test_a_first_spans_outcomes_wait_for_its_claim() -> None:
-    # Its first input ended before the claim was due: the claim goes first, then (won)
-    # the burst. Nothing of the span is visible before its claim is durable.
-    machine = WorkerMachine(opts(1000), GID, "w", ordinal=0)
-    store: dict[str, bytes] = {}
-    op = machine.next(wall=WALL, mono=0.0, pick=0.9)
-    answer(machine, store, op)
-    op = machine.next(wall=WALL, mono=0.0, pick=0.9)
-    assert op == Run(0, 0)
-    machine.ran(0, *ok(0), seconds=0.05)
-    ops = []
-    for step in range(1, 4_000):  # the region's 100 inputs, each 0.05 s
-        op = machine.next(wall=WALL + step * 0.05, mono=step * 0.05, pick=0.9)
-        ops.append(op)
-        if isinstance(op, Run):
-            machine.ran(op.index, *ok(op.index), seconds=0.05)
-        elif isinstance(op, Exit):
-            break
-        else:
-            answer(machine, store, op)
-    claim = protocol.group_claim_key(GID, 0, 0)
-    writes = [
-        o.key
-        for o in ops
-        if isinstance(o, (Create, Write))
-        and "/bursts/" in o.key
-        or isinstance(o, Create)
-        and o.key == claim
-    ]
-    assert writes[0] == claim  # before any burst
-    assert any("/bursts/" in key for key in writes)
-
-
-def test_a_replacement_pod_finds_its_regions_first_claim_and_runs_nothing_before_claiming() -> None:
-    # An Indexed Job's replacement pod has its ordinal again: the region's first claim,
-    # read first, stands (its worker died), so it runs nothing of that span unclaimed.
-    store: dict[str, bytes] = {}
-    first = WorkerMachine(opts(1000), GID, "w", ordinal=0)
-    answer(first, store, first.next(wall=WALL, mono=0.0, pick=0.9))
-    assert first.next(wall=WALL, mono=0.0, pick=0.9) == Run(0, 0)
-    create = until_sleep_or_create(first, 5.0)
-    assert isinstance(create, Create)
-    answer(first, store, create)  # won; then the worker dies
-    again = WorkerMachine(opts(1000), GID, "w+", ordinal=0)
-    read = again.next(wall=WALL + 6, mono=0.0, pick=0.9)
-    assert read == Read(create.key)
-    answer(again, store, read)
-    ops = []
-    for _ in range(20):
-        op = again.next(wall=WALL + 6, mono=0.0, pick=0.9)
-        ops.append(op)
-        if isinstance(op, (Run, Sleep, Exit)):
-            break
-        answer(again, store, op)
-    assert not any(isinstance(op, Run) and op.index < 100 for op in ops), ops
-
-
-def test_a_first_span_lost_to_another_claim_is_dropped() -> None:
-    # Another worker's claim stood at the region's start when the deferred create was
-    # sent: the span is dropped with its outcomes, the running input ended.
-    machine = WorkerMachine(opts(1000), GID, "w", ordinal=0)
-    store: dict[str, bytes] = {}
-    answer(machine, store, machine.next(wall=WALL, mono=0.0, pick=0.9))
-    assert machine.next(wall=WALL, mono=0.0, pick=0.9) == Run(0, 0)
-    machine.ran(0, *ok(0), seconds=0.05)
-    assert machine.next(wall=WALL, mono=0.05, pick=0.9) == Run(1, 0)
-    create = until_sleep_or_create(machine, 5.0)
-    assert isinstance(create, Create)
-    store[create.key] = b"another worker's"
-    machine.created(create.key, None)
-    assert machine.span is None
-    assert machine.buffer is None  # input 0's outcome is not written under no claim
-    read = machine.next(wall=WALL + 5, mono=5.0, pick=0.9)  # the claim that stood
-    assert read == Read(create.key)
-    answer(machine, store, read)
-    assert machine.next(wall=WALL + 5, mono=5.0, pick=0.9) == Kill(1)
+    assert first_ops(1000, 0.5)[1] == Sleep(0.5 * 1000 / (2 * CLAIMS_PER_S))
+    assert isinstance(first_ops(1000, 0.0)[1], Create)
+    assert isinstance(first_ops(80, 0.9)[1], Create)  # a small pool claims at once
 
 
 def test_a_large_pools_first_span_is_its_whole_region() -> None:
@@ -184,17 +80,22 @@ def test_a_large_pools_last_spans_stay_long_enough_for_its_claim_rate() -> None:
     assert span_size(opts(100), ramp=4096, mean_s=0.05, free=7_500, region_left=100) == 38
 
 
-def test_a_large_pools_bursts_are_due_at_spread_times() -> None:
-    def due_after(pick: float) -> float:
-        machine, op = running(WorkerMachine(opts(1000), GID, "w", spread_start=False), WALL, pick)
+def test_a_pools_bursts_are_due_at_spread_times() -> None:
+    # A pool's workers start together: bursts due burst_seconds after each one's first
+    # outcome would all be written in the same instant, past the bucket's write limit
+    # (at 100 workers as at 1,000).
+    def due_after(workers: int, pick: float) -> float:
+        machine = WorkerMachine(opts(workers), GID, "w", spread_start=False)
+        machine, op = running(machine, WALL, pick)
         machine.ran(op.index, *ok(op.index))
         machine.next(wall=WALL, mono=0.0, pick=pick)  # the buffer's clock starts here
         assert machine.buffer is not None
         return machine.buffer.wait
 
-    burst_s = opts(1000).burst_seconds
-    assert due_after(0.0) == 0.75 * burst_s
-    assert due_after(0.999) > 1.24 * burst_s
+    for workers in (100, 1000):
+        burst_s = opts(workers).burst_seconds
+        assert due_after(workers, 0.0) == 0.75 * burst_s
+        assert due_after(workers, 0.999) > 1.24 * burst_s
 
 
 def test_idle_workers_of_a_large_pool_read_few_claims_a_look() -> None:
