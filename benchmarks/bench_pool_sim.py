@@ -128,6 +128,10 @@ class WorkerStats:
     """Storage operations' times (retries and back-off included), simulated ms."""
     ended: int = 0
     """Inputs ended by the machine (Kill) while they ran."""
+    between_ms: Counter[str] = field(default_factory=Counter)
+    """Time the workers ran no input, by what they did (simulated ms, summed): an
+    operation between inputs (its kind), a sleep, reading an input chunk, or waiting
+    after an input's end for the upkeep operation under way ("upkeep overhang")."""
 
 
 class Chunks:
@@ -267,10 +271,17 @@ async def drive(
         stats.ops[type(op).__name__] += 1
         return op
 
+    dilate = state["dilate"]
+
+    def spent(what: str, since: float) -> None:
+        stats.between_ms[what] += round((time.monotonic() - since) * 1000 / dilate)
+
     while True:
         op = next_op()
+        since = time.monotonic()
         if isinstance(op, pm.Run):
             args, _kwargs = await chunks.get(op.index)
+            spent("read inputs", since)
             started = time.monotonic()
             running = asyncio.ensure_future(asyncio.sleep(input_s))
             state["running"].set()
@@ -294,6 +305,7 @@ async def drive(
             finally:
                 running.cancel()
                 state["running"].clear()
+            spent("upkeep overhang", started + input_s)
             if ended:
                 stats.ended += 1
                 machine.ended(op.index)
@@ -305,10 +317,13 @@ async def drive(
             machine.ended(op.index)  # nothing runs between inputs
         elif isinstance(op, pm.Sleep):
             await asyncio.sleep(op.seconds)
+            spent("sleep", since)
         elif isinstance(op, pm.Exit):
             return str(op.reason)
         else:
             await perform(machine, op, store, stats, state, timeout)
+            key = getattr(op, "key", None) or getattr(op, "prefix", "")
+            spent(f"{type(op).__name__} {key.split('/')[2] if key.count('/') > 2 else key}", since)
 
 
 TIMES = ("lease_s", "burst_s", "span_s", "object_gap_s")
@@ -506,6 +521,7 @@ def child_main(cfg: dict[str, Any]) -> None:
         "paused_at": stats.paused_at,
         "op_ms": dict(stats.op_ms),
         "ended": stats.ended,
+        "between_ms": dict(stats.between_ms),
         "last_exit": stats.last_exit,
         "cpu_s": time.process_time(),
     }
@@ -1134,6 +1150,7 @@ def summarise(
     killed_at: list[float] = []
     paused: list[tuple[float, float]] = []
     ended = 0
+    between: Counter[str] = Counter()
     for out in outs:
         runs.update(Counter(out.get("runs", [])))
         ops.update(out.get("ops", {}))
@@ -1144,6 +1161,7 @@ def summarise(
         killed_at += out.get("killed_at", [])
         paused += [(at / dilate, length / dilate) for at, length in out.get("paused_at", [])]
         ended += out.get("ended", 0)
+        between.update(out.get("between_ms", {}))
     # Done: the last outcome durable (what the client waits for); the workers' exit after.
     elapsed = finished / dilate
     exited = max((out.get("last_exit", 0.0) for out in outs), default=0.0) / dilate
@@ -1233,6 +1251,11 @@ def summarise(
         "refused_per_s": per_second(stats["refused_per_s"], dilate),
         "durable_per_s": check["durable_per_s"],
         "worker_ops": dict(ops),
+        # Seconds a worker ran no input on average, by what it did (the run's first
+        # input to the last outcome, and the workers' exit after).
+        "between_inputs_s_per_worker": {
+            k: round(v / 1000 / workers, 3) for k, v in between.most_common()
+        },
         "dilation": dilate,
         "cpu_s": {k: round(v, 2) for k, v in cpu.items()},
     }
@@ -1305,6 +1328,9 @@ def report(name: str, row: dict[str, Any]) -> None:
     )
     for key, per in row["requests_per_input"].items():
         print(f"    {key:28s} {row['requests'][key]:8d}  {per:.4f}/input")
+    print("  seconds a worker ran no input, on average, by what it did:")
+    for key, seconds in row["between_inputs_s_per_worker"].items():
+        print(f"    {key:28s} {seconds:8.3f}")
 
 
 if __name__ == "__main__":

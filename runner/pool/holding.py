@@ -7,7 +7,8 @@ it writes them as one burst when ``burst_max`` are buffered, ``burst_s`` after t
 first (spread), at the span's end, and before waiting or exiting: an outcome is never
 visible before its burst is durable, and a takeover writes its first outcome at once. A
 span's last burst waits for the next span's first input when the worker goes on to
-claim one (:meth:`Holding.carry`): written while that input runs, it costs no time. It renews
+claim one (:meth:`Holding.carry`): written while that input runs, it costs no time. So
+does the next claim, created while the span's last input runs (:attr:`Holding.ahead`). It renews
 the claim between a third and a half of the lease after its last write (spread), and before writing a burst once it lapsed: a
 replace at the claim's generation, which fails once another worker took the span over
 (this worker stalled past its lease), and the span is dropped with its buffer. It ends
@@ -84,6 +85,8 @@ class Holding:
         self.previous: Buffer | None = None
         """The last outcomes of the span before, written while the next one's first
         input runs (:meth:`carry`)."""
+        self.ahead: Span | None = None
+        """The next span, claimed while the held one's last input ran: held next."""
         self.ramp = FIRST_SPAN
         """The most inputs this worker's next fresh span holds (grows per span done)."""
         self.mean_s: float | None = None
@@ -146,6 +149,35 @@ class Holding:
             )
         )
 
+    def input_ready(self, wall: float) -> bool:
+        """Whether an input can start now — of the held span (its claim has not
+        lapsed), or of the span claimed ahead once the held one is done — with none
+        running or waiting for a retry and nothing stopping the batch: upkeep due
+        between inputs can then be done while it runs."""
+        span, ahead = self.span, self.ahead
+        if (
+            span is None
+            or self.running is not None
+            or self.retry is not None
+            or self.stop_to_write is not None
+            or self.book.stop is not None
+        ):
+            return False
+        if self.book.done.first_missing(self.cursor, span.end) < span.end:
+            return wall < span.expires
+        # held next without a renewal first (take_ahead)
+        return ahead is not None and wall < ahead.expires - self.options.lease_s * 2 / 3
+
+    def flush_can_wait(self) -> bool:
+        """Whether the due burst can be written while the next input runs (upkeep
+        writes the span before's first, then the held span's): not a takeover's first
+        outcome, which is written at once."""
+        buffer = self.buffer
+        if buffer is None:
+            return self.previous is not None
+        first_of_takeover = buffer.span.number > 0 and buffer.first == buffer.span.first
+        return buffer.span is self.span and not first_of_takeover
+
     def carry(self, wall: float) -> bool:
         """The held span is done and the worker claims the next at once: its buffered
         outcomes become :attr:`previous`, written while the next span's first input
@@ -163,10 +195,46 @@ class Holding:
         self.running = (index, attempt)
         return Run(index, attempt)
 
-    def span_done(self) -> None:
-        """Every input of the held span has an outcome (its burst is out)."""
+    def span_done(self, wall: float) -> None:
+        """Every input of the held span has an outcome (its burst is out, or carried to
+        the span claimed ahead, which is held next)."""
         self.span = None
         self.ramp = min(MAX_SPAN, self.ramp * 4)
+        if self.ahead is not None:
+            carried = self.carry(wall)
+            self.take_ahead(wall)
+            if not carried and self.buffer is not None:
+                self.previous, self.buffer = self.buffer, None  # written first, at once
+
+    def take_ahead(self, wall: float) -> bool:
+        """Hold the span claimed ahead (the held one is done, or was lost and its input
+        ended); True when there was one. Claimed a third of a lease ago or more (this
+        worker stalled), it is renewed before an input of it runs: the renewal fails
+        if it was taken over meanwhile."""
+        if self.ahead is None or self.span is not None or self.running is not None:
+            return False
+        ahead, self.ahead = self.ahead, None
+        self.hold(ahead)
+        if wall >= ahead.expires - self.options.lease_s * 2 / 3:
+            self._written, self.renew_at = False, wall
+        return True
+
+    def ahead_due(self) -> bool:
+        """Whether to claim the next span now, while the held span's last input runs:
+        its pace is known and short beside the lease (the claim is not renewed before it
+        is held), and nothing else is pending."""
+        span, running = self.span, self.running
+        return (
+            span is not None
+            and running is not None
+            and self.ahead is None
+            and not self.killing
+            and self.retry is None
+            and self.stop_to_write is None
+            and self.mean_s is not None
+            and self.mean_s < self.options.lease_s / 6
+            and self.book.done.first_missing(running[0] + 1, span.end) >= span.end
+        )
 
     # -- while an input runs --------------------------------------------------------------
 
@@ -193,7 +261,10 @@ class Holding:
             self.singles_read = mono
             return List(self.names.results)  # a cancel of the input is an object of its own
         buffer = self.buffer
-        if buffer is not None and mono - (buffer.since or mono) >= buffer.wait:
+        if buffer is not None and (
+            mono - (buffer.since or mono) >= buffer.wait
+            or len(buffer.records) >= self.options.burst_max
+        ):
             return self.flush(wall)
         due = [
             stop_due - mono if book.stop is None else wait_max,
@@ -239,7 +310,7 @@ class Holding:
         self.span = None
         self.buffer = None
         self.previous = None  # of an earlier span: its inputs are run by whoever takes it
-        self.retry = None
+        self.retry = None  # a span claimed ahead stays: held once the input ended
         if self.running is not None and not self.killing:
             self.killing = True
             self.queue.append(Kill(self.running[0]))
@@ -263,7 +334,8 @@ class Holding:
         self.running, self.killing = None, False
         # A span lost while the input ran queued its Kill: the input ended first.
         self.queue[:] = [op for op in self.queue if op != Kill(index)]
-        if self.span is None:
+        span = self.span
+        if span is None or not span.first <= index < span.end:
             return  # the claim was taken over meanwhile: the new holder runs it
         if seconds is not None:
             self.mean_s = seconds if self.mean_s is None else 0.8 * self.mean_s + 0.2 * seconds
@@ -272,9 +344,7 @@ class Holding:
             if delay is not None:
                 self.retry, self.retry_delay, self.retry_due = (index, attempt + 1), delay, None
                 return
-        header = protocol.outcome_header(
-            attempt, record, claim=self.span.number, worker=self.worker
-        )
+        header = protocol.outcome_header(attempt, record, claim=span.number, worker=self.worker)
         if output:
             header["output"] = output[-OUTPUT_TAIL:].decode(errors="replace")
         self._record(index, header, payload)

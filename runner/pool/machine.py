@@ -151,7 +151,11 @@ class WorkerMachine:
         book, holding = self.book, self.holding
         if self._queue:
             return self._queue.pop(0)
-        if book.stop is None and mono >= self._stop_due:
+        # An input of the held span can start: the stop read, a renewal or a due burst
+        # waits for it, performed while it runs (an operation between two inputs is
+        # time the worker runs none).
+        ready = holding.input_ready(wall)
+        if book.stop is None and mono >= self._stop_due and not ready:
             # Workers that started together would read it in the same instant every
             # period (a thousand reads in a fraction of a second meet the bucket's read
             # limit, and a 429 stalls a running worker a second or more): the first
@@ -162,7 +166,12 @@ class WorkerMachine:
             self._stop_due = mono + self.stop_every * ((0.5 + pick) if first else 1.0)
             return Read(self.names.stop)
         if holding.running is not None:
+            if holding.ahead_due() and book.stop is None:
+                ahead = self.search.claim_ahead(wall)
+                if ahead is not None:
+                    return ahead
             return holding.upkeep(wall, mono, self._stop_due, self.wait_max)
+        holding.take_ahead(wall)
         if book.stop is not None:
             return holding.flush(wall) if holding.unwritten else Exit("stopped")
         if holding.retry is not None:
@@ -172,7 +181,7 @@ class WorkerMachine:
                 retry, holding.retry = holding.retry, None
                 return holding.run(*retry)
             return self._wait_for_retry(wall, mono, holding.retry_due)
-        if holding.flush_due(mono):
+        if holding.flush_due(mono) and not (ready and holding.flush_can_wait()):
             return holding.flush(wall)
         if holding.stop_to_write is not None:
             record, holding.stop_to_write = holding.stop_to_write, None
@@ -180,7 +189,7 @@ class WorkerMachine:
             return Create(self.names.stop, protocol.dump_json(record))
         span = holding.span
         if span is not None:
-            renew = holding.renew(wall)
+            renew = None if ready else holding.renew(wall)
             if renew is not None:
                 return renew
             index = book.done.first_missing(holding.cursor, span.end)
@@ -190,7 +199,11 @@ class WorkerMachine:
                     holding.give_up(index, span, self.search.took_from.get(span.start, "?"))
                     return self._decide(wall, mono, pick)
                 return holding.run(index)
-            holding.span_done()
+            if holding.buffer is not None and wall >= span.expires:
+                return holding.flush(wall)  # lapsed: renewed first (the fence), then written
+            holding.span_done(wall)
+            if holding.span is not None:  # the span claimed ahead
+                return self._decide(wall, mono, pick)
         if self._spread_start:
             self._spread_start = False
             wait = self._start_wait(pick)
@@ -291,8 +304,11 @@ class WorkerMachine:
         existed."""
         self._answer(Create, key)
         won = self.search.created(key, generation)
-        if won is not None:
-            self.holding.hold(won)
+        holding = self.holding
+        if won is not None and (holding.span is not None or holding.running is not None):
+            holding.ahead = won  # claimed while the held span's last input ran
+        elif won is not None:
+            holding.hold(won)
 
     def written(self, key: str) -> None:
         """The answer to :class:`Write`."""

@@ -380,6 +380,27 @@ class Search:
         ended = claim_record(replace(span, expires=wall), taken_by=self.worker)
         return Replace(key, ended, self.generations[(span.start, span.number)])
 
+    def claim_ahead(self, wall: float) -> Create | None:
+        """The claim of the next span of this worker's region, when the region's chain
+        is known to its end and has inputs left (no read needed); None otherwise. Asked
+        while the held span's last input runs."""
+        region = self.region
+        if region is None:
+            return None
+        at, unknown, limit = self.book.frontier(region)
+        if unknown is not None or at >= limit or self.book.hole_slot(at) is not None:
+            return None
+        size = span_size(
+            self.options,
+            ramp=self.holding.ramp * 4,  # as after the held span is done
+            mean_s=self.holding.mean_s,
+            free=self.book.free_total(),
+            region_left=limit - at,
+        )
+        return self._create_claim(
+            Span(at, 0, self.worker, wall + self.options.lease_s, at + size, at)
+        )
+
     def _create_claim(self, span: Span) -> Create:
         key = self.names.claim(span.start, span.number)
         self.claiming[key] = span

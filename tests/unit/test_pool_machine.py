@@ -4,12 +4,13 @@ part of a span, retries, max_claims, fail_fast, cancels. Pure: no loop, no IO.""
 
 from __future__ import annotations
 
+import itertools
 import pickle
 from typing import Any
 
 import pytest
 
-from runner import protocol
+from runner import protocol, results_log
 from runner.pool.machine import WorkerMachine
 from runner.pool.ops import Create, Exit, Kill, List, Read, Replace, Run, Sleep
 from runner.pool.options import PoolOptions
@@ -464,3 +465,58 @@ def test_workers_that_start_together_read_the_stop_record_at_spread_times() -> N
         after = machine.next(wall=1000.0, mono=op.seconds, pick=pick)
         assert after == Sleep(pytest.approx(1.0))  # then once a period: the phase is kept
     assert dues == pytest.approx([0.5, 1.0, 1.4])  # stop_every is 1 s in a small pool
+
+
+def _drive_alone(
+    machine: WorkerMachine, store: dict[str, bytes], input_s: float
+) -> list[tuple[float, object, bool]]:
+    """Run a lone worker to its exit as the pod's shell does: after ``Run``, its upkeep
+    is performed until it sleeps, then the input ends ``input_s`` later. Each operation
+    with its time and whether an input ran meanwhile."""
+    log: list[tuple[float, object, bool]] = []
+    now, running = 0.0, None
+    for _ in range(100_000):
+        op = machine.next(wall=1_000.0 + now, mono=now, pick=0.5)
+        log.append((now, op, running is not None))
+        if isinstance(op, Exit):
+            return log
+        if isinstance(op, Run):
+            running = op
+        elif isinstance(op, Sleep):
+            now += op.seconds if running is None else min(op.seconds, input_s)
+            if running is not None:  # the input ended (its time ran with the sleep)
+                machine.ran(running.index, *ok(running.index), seconds=input_s)
+                running = None
+        else:
+            assert answer(machine, store, op), op
+    raise AssertionError("the worker did not exit")
+
+
+def test_between_two_inputs_of_a_span_a_worker_does_no_storage_operation() -> None:
+    # An operation between two inputs is time the worker runs none (30-80 ms a request
+    # on GCS): the next claim is created while the held span's last input runs, and due
+    # bursts, renewals and stop reads wait for the next input, performed while it runs.
+    store: dict[str, bytes] = {}
+    machine = WorkerMachine(options(400, 1, lease_s=3.0), GID, "w", ordinal=0)
+    log = _drive_alone(machine, store, 0.05)
+    runs = [i for i, (_, op, _) in enumerate(log) if isinstance(op, Run)]
+    between = [
+        op
+        for a, b in itertools.pairwise(runs)
+        for _, op, during in log[a + 1 : b]
+        if not during and not isinstance(op, Sleep)
+    ]
+    assert between == [], between
+    claims_made = [op for _, op, _ in log if isinstance(op, Create) and "/claims/" in op.key]
+    assert len(claims_made) > 3  # spans of a few inputs each: claimed ahead, every one
+    assert all(during for _, op, during in log if op in claims_made[1:])
+    renewals = [op for _, op, _ in log if isinstance(op, Replace)]
+    assert renewals  # 20 s of work under a 3 s lease
+    found: dict[int, int] = {}
+    for key, data in store.items():
+        if "/bursts/" in key:
+            records, _ = results_log.scan(data, len(protocol.BURST_MAGIC))
+            for index, *_ in records:
+                found[index] = found.get(index, 0) + 1
+    assert sorted(found) == list(range(400))
+    assert set(found.values()) == {1}
