@@ -9,7 +9,9 @@ worker (:mod:`runner.pool.worker`, which forks per input), or a simulation of a
 thousand workers; the operations and their answers are :mod:`runner.pool.ops`'s. While
 an input runs (after ``Run``, before ``ran``/``ended``) :meth:`WorkerMachine.next`
 returns only upkeep: reading the stop record, renewing the lease, looking for a cancel
-of the input, writing a due burst, ``Kill`` — or ``Sleep`` until the next is due. A
+of the input, writing a due burst, claiming the next span while the held one's last
+input runs, ``Kill`` — or ``Sleep`` until the next is due; between two inputs of a span
+it asks for none of these that can wait for the next input. A
 worker exits once every input has an outcome or the batch stopped; after a final
 failure with ``fail_fast`` it writes the burst, then the stop record.
 
