@@ -85,6 +85,8 @@ class Holding:
         self.previous: Buffer | None = None
         """The last outcomes of the span before, written while the next one's first
         input runs (:meth:`carry`)."""
+        self.run_since = 0.0
+        """When the running input started (monotonic; set by the machine)."""
         self.ahead: Span | None = None
         """The next span, claimed while the held one's last input ran: held next."""
         self.ramp = FIRST_SPAN
@@ -191,6 +193,18 @@ class Holding:
         self.previous, self.buffer = buffer, None
         return True
 
+    def ending_soon(self, mono: float, horizon: float) -> float:
+        """Seconds until the running input should end, by this worker's pace, when it
+        is past half of it and its pace is within ``horizon`` seconds (else 0): upkeep
+        that can wait then waits for the next input's start. A request started near an
+        input's end holds up the next input by what it outlasts it; started with the
+        next input, by less."""
+        mean = self.mean_s
+        if self.running is None or mean is None or mean / 2 > horizon:
+            return 0.0
+        left = self.run_since + mean - mono
+        return left if 0.0 < left <= mean / 2 else 0.0
+
     def run(self, index: int, attempt: int = 0) -> Run:
         self.running = (index, attempt)
         return Run(index, attempt)
@@ -238,9 +252,13 @@ class Holding:
 
     # -- while an input runs --------------------------------------------------------------
 
-    def upkeep(self, wall: float, mono: float, stop_due: float, wait_max: float) -> Op:
+    def upkeep(
+        self, wall: float, mono: float, stop_due: float, wait_max: float, soon: float = 0.0
+    ) -> Op:
         """The next operation while an input runs: end it, renew the claim, look for a
-        cancel of it, write a due burst, or sleep until one of those is due."""
+        cancel of it, write a due burst, or sleep until one of those is due — or, while
+        the input should end within ``soon`` seconds (:meth:`ending_soon`), until it ends,
+        unless the claim is near its lease's end."""
         book = self.book
         assert self.running is not None
         if self.span is None:
@@ -253,6 +271,8 @@ class Holding:
             return Kill(index)
         if self.previous is not None:
             return self.flush(wall)
+        if soon > 0 and wall < self.span.expires - self.options.lease_s / 6:
+            return Sleep(soon)
         renew = self.renew(wall)
         if renew is not None:
             return renew

@@ -30,7 +30,7 @@ from runner.pool.book import PoolBook
 from runner.pool.holding import Buffer, Holding
 from runner.pool.limits import IDLE_FIRST, IDLE_READS_PER_S, STOP_EVERY
 from runner.pool.names import PoolNames
-from runner.pool.ops import Create, Exit, List, Op, Read, Replace, Sleep, Storage, Write
+from runner.pool.ops import Create, Exit, List, Op, Read, Replace, Run, Sleep, Storage, Write
 from runner.pool.options import LEASE_WAIT_MAX, PoolOptions
 from runner.pool.search import Search
 from runner.pool.spans import Span
@@ -141,6 +141,8 @@ class WorkerMachine:
         self.holding.start_buffer_clock(mono, pick)
         self.holding.time_renewal(wall, pick)
         op = self._decide(wall, mono, pick)
+        if isinstance(op, Run):
+            self.holding.run_since = mono
         kind = type(op).__name__
         self.counts[kind] = self.counts.get(kind, 0) + 1
         if isinstance(op, (List, Read, Create, Write, Replace)):
@@ -157,7 +159,8 @@ class WorkerMachine:
         # waits for it, performed while it runs (an operation between two inputs is
         # time the worker runs none).
         ready = holding.input_ready(wall)
-        if book.stop is None and mono >= self._stop_due and not ready:
+        soon = holding.ending_soon(mono, self.stop_every / 4)
+        if book.stop is None and mono >= self._stop_due and not ready and not soon:
             # Workers that started together would read it in the same instant every
             # period (a thousand reads in a fraction of a second meet the bucket's read
             # limit, and a 429 stalls a running worker a second or more): the first
@@ -172,7 +175,7 @@ class WorkerMachine:
                 ahead = self.search.claim_ahead(wall)
                 if ahead is not None:
                     return ahead
-            return holding.upkeep(wall, mono, self._stop_due, self.wait_max)
+            return holding.upkeep(wall, mono, self._stop_due, self.wait_max, soon)
         holding.take_ahead(wall)
         if book.stop is not None:
             return holding.flush(wall) if holding.unwritten else Exit("stopped")
@@ -224,13 +227,17 @@ class WorkerMachine:
     def _start_wait(self, pick: float) -> float:
         """How long a worker waits before its first claim: a pool's workers start
         together, and their first creates in the same tenth of a second would meet the
-        bucket's write limit (a 429 costs a second or more of back-off). Spread over
-        ``workers / (2 x claims_per_s)`` (no outcome is due yet, so the claims take the
-        bursts' share too: 1.25 s at 1,000 workers, 0.375 s at 300), in a pool of more
-        than :data:`START_SPREAD_WORKERS`."""
+        bucket's write limit (a 429 costs a second or more of back-off). In a pool of
+        more than :data:`START_SPREAD_WORKERS`, spread over ``workers / (2 x
+        claims_per_s)`` when it is large (its first span is its region; no outcome is
+        due yet, so the claims take the bursts' share too: 1.25 s at 1,000 workers),
+        else over ``workers / claims_per_s`` (0.75 s at 300): its second claims follow
+        the first a few inputs later (:data:`~runner.pool.options.FIRST_SPAN`), and the
+        two waves overlap."""
         if self.options.workers <= START_SPREAD_WORKERS:
             return 0.0
-        return pick * self.options.workers / (2 * self.options.claims_per_s)
+        share = 2 if self.options.large else 1
+        return pick * self.options.workers / (share * self.options.claims_per_s)
 
     def _wait_for_retry(self, wall: float, mono: float, due: float) -> Op:
         """A failed input waits for its retry's back-off in place: the span stays held

@@ -53,6 +53,9 @@ def test_a_pools_first_claims_are_spread_over_its_claim_rate() -> None:
         return [op, machine.next(wall=WALL, mono=0.0, pick=pick)]
 
     assert first_ops(1000, 0.5)[1] == Sleep(0.5 * 1000 / (2 * CLAIMS_PER_S))
+    # A pool that is not large claims again a few inputs later: its two first waves
+    # overlap, each spread over workers / CLAIMS_PER_S.
+    assert first_ops(300, 0.5)[1] == Sleep(0.5 * 300 / CLAIMS_PER_S)
     assert isinstance(first_ops(1000, 0.0)[1], Create)
     assert isinstance(first_ops(80, 0.9)[1], Create)  # a small pool claims at once
 
