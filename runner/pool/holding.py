@@ -46,6 +46,12 @@ class Buffer:
     wait: float = 0.0
     """Seconds after ``since`` it is due (set with ``since``)."""
 
+    @property
+    def opens_takeover(self) -> bool:
+        """Whether it holds a takeover's first outcome, which is written at once
+        (``docs/pool-protocol.md``)."""
+        return self.span.number > 0 and self.first == self.span.first
+
 
 class Holding:
     """One worker's claimed span, its running input and its buffer.
@@ -144,8 +150,7 @@ class Holding:
             and (
                 len(buffer.records) >= self.options.burst_max
                 or mono - (buffer.since or mono) >= buffer.wait
-                # a takeover: its first outcome at once (docs/pool-protocol.md)
-                or (buffer.span.number > 0 and buffer.first == buffer.span.first)
+                or buffer.opens_takeover
                 or self.span is None
                 or self.stop_to_write is not None  # the failure is durable before the stop
             )
@@ -177,8 +182,7 @@ class Holding:
         buffer = self.buffer
         if buffer is None:
             return self.previous is not None
-        first_of_takeover = buffer.span.number > 0 and buffer.first == buffer.span.first
-        return buffer.span is self.span and not first_of_takeover
+        return buffer.span is self.span and not buffer.opens_takeover
 
     def carry(self, wall: float) -> bool:
         """The held span is done and the worker claims the next at once: its buffered
