@@ -197,6 +197,12 @@ class Holding:
         self.previous, self.buffer = buffer, None
         return True
 
+    @property
+    def next_ramp(self) -> int:
+        """The most inputs a fresh span holds once the held span is done (the ramp
+        grows with each span)."""
+        return min(MAX_SPAN, self.ramp * 4)
+
     def ending_soon(self, mono: float, horizon: float) -> float:
         """Seconds until the running input should end, by this worker's pace, when it
         is past half of it and its pace is within ``horizon`` seconds (else 0): upkeep
@@ -217,7 +223,7 @@ class Holding:
         """Every input of the held span has an outcome (its burst is out, or carried to
         the span claimed ahead, which is held next)."""
         self.span = None
-        self.ramp = min(MAX_SPAN, self.ramp * 4)
+        self.ramp = self.next_ramp
         if self.ahead is not None:
             carried = self.carry(wall)
             self.take_ahead(wall)

@@ -286,17 +286,8 @@ class Search:
             if isinstance(op, Create):
                 self.region = region
             return op
-        size = span_size(
-            self.options,
-            ramp=self.holding.ramp,
-            mean_s=self.holding.mean_s,
-            free=self.book.free_total(),
-            region_left=limit - at,
-        )
         self.region = region
-        return self._create_claim(
-            Span(at, 0, self.worker, wall + self.options.lease_s, at + size, at)
-        )
+        return self._fresh_claim(at, limit, wall, self.holding.ramp)
 
     def _claim_slot(
         self, at: int, limit: int, wall: float, pick: float, *, rationed: bool
@@ -369,9 +360,14 @@ class Search:
         at, unknown, limit = self.book.frontier(region)
         if unknown is not None or at >= limit or self.book.hole_slot(at) is not None:
             return None
+        return self._fresh_claim(at, limit, wall, self.holding.next_ramp)
+
+    def _fresh_claim(self, at: int, limit: int, wall: float, ramp: int) -> Create:
+        """The claim of a fresh span at ``at`` (inputs up to ``limit`` free), sized by
+        :func:`~runner.pool.options.span_size` for ``ramp`` and this worker's pace."""
         size = span_size(
             self.options,
-            ramp=self.holding.ramp * 4,  # as after the held span is done
+            ramp=ramp,
             mean_s=self.holding.mean_s,
             free=self.book.free_total(),
             region_left=limit - at,

@@ -133,8 +133,8 @@ class Exploration:
         self.started = 0
         self.crashes = 0
         self.readers = [Reader(self.options), Reader(self.options)]
-        # Half the seeds give the workers ordinals, as an Indexed Job does (a worker then
-        # runs its region's first span before that claim is durable).
+        # Half the seeds give the workers ordinals, as an Indexed Job does: worker k
+        # starts in region k, and a replacement pod in its predecessor's.
         ordinals = self.rng.random() < 0.5
         for k in range(self.workers):
             self.start(k if ordinals else None)
