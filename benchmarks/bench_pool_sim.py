@@ -74,6 +74,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import functools
 import json
 import os
 import random
@@ -220,7 +222,8 @@ async def perform(
                 store.create_versioned, op.key, op.data, timeout=timeout, stats=stats
             )
         elif isinstance(op, pm.Write):
-            answer = await _retry(store.write, op.key, op.data, timeout=timeout, stats=stats)
+            write = functools.partial(store.write, fresh=True)  # as the pod's shell
+            answer = await _retry(write, op.key, op.data, timeout=timeout, stats=stats)
         elif isinstance(op, pm.Replace):
             answer = await _retry(
                 store.replace_if, op.key, op.data, op.generation, timeout=timeout, stats=stats
@@ -351,10 +354,12 @@ def dilated_client(dilate: float) -> dict[str, float]:
 
 async def span_process(cfg: dict[str, Any]) -> WorkerStats:
     """Run this process's workers (the span/burst engine) from the start signal on."""
+    from kinetic._exceptions import ObjectNotFoundError
     from kinetic._storage.base import DEFAULT_TIMEOUT
     from kinetic._storage.gcs import GCSStorage
     from runner import protocol
     from runner.pool import machine as pool_machine
+    from runner.pool import options as pool_options
     from runner.pool.machine import WorkerMachine
     from runner.pool.options import PoolOptions
 
@@ -376,11 +381,26 @@ async def span_process(cfg: dict[str, Any]) -> WorkerStats:
         }  # fmt: skip
         if i in kills and kills[i][1] == "pause":  # frozen a lease and more, then resumes
             state["pause"] = (start_at + kills[i][0], cfg["lease_s"] * random.uniform(1.1, 1.5))
+        ordinal = int(name.removeprefix("sim-"))  # an Indexed Job's completion index
+        # The pod's start (runner.pool.worker.Worker._start): its share of the start
+        # spread, then the manifest, the stop record and the function.
+        # (A tree of before the spread moved there spreads in the machine.)
+        spread_first = hasattr(PoolOptions, "start_wait")
+        if spread_first:
+            sized = replace(
+                PoolOptions.of_pool_size(cfg["workers"]),
+                span_s=pool_options.SPAN_SECONDS * dilate,
+                claims_per_s=pool_options.CLAIMS_PER_S / dilate,
+            )
+            await asyncio.sleep(sized.start_wait(ordinal, random.random()))
         manifest = protocol.load_manifest(
             await _retry(
                 store.read, protocol.group_manifest_key(GROUP), timeout=timeout, stats=stats
             )
         )
+        with contextlib.suppress(ObjectNotFoundError):
+            await _retry(store.read, protocol.group_stop_key(GROUP), timeout=timeout, stats=stats)
+        await _retry(store.read, protocol.group_payload_key(GROUP), timeout=timeout, stats=stats)
         options = PoolOptions.from_manifest(manifest)  # its lease_s is dilated already
         options = replace(
             options,
@@ -397,7 +417,8 @@ async def span_process(cfg: dict[str, Any]) -> WorkerStats:
             idle_first=pool_machine.IDLE_FIRST * dilate,
             wait_max=pool_machine.LEASE_WAIT_MAX * dilate,
             idle_reads_per_s=pool_machine.IDLE_READS_PER_S / dilate,
-            ordinal=int(name.removeprefix("sim-")),  # an Indexed Job's completion index
+            ordinal=ordinal,
+            spread_start=not spread_first,  # spread before the manifest, as the pod does
         )
         machine.stop_every *= dilate  # its default follows the pool's size
         chunks = Chunks(store, options.chunk_size, timeout)
@@ -612,6 +633,7 @@ async def record_batch(bucket: str, n: int, workers: int, lease_s: float) -> int
                 await store.write(protocol.group_inputs_key(GROUP, k), data)
 
         await asyncio.gather(*(put(k, d) for k, d in enumerate(chunks)))
+        await store.write(protocol.group_payload_key(GROUP), cloudpickle.dumps(pow))
         await store.write(protocol.group_manifest_key(GROUP), protocol.dump_json(manifest))
     return size
 
@@ -973,7 +995,7 @@ def one_run(
             "cap_s": cap_s * dilate, "dilate": dilate, "lease_s": lease_s * dilate,
             "latency_hi_s": LATENCY_MS[1] / 1000 * dilate,
             "kill_by": ns.kill_window * ideal * dilate,
-            "names": [f"sim-{w:04d}" for w in mine], "overrides": overrides,
+            "names": [f"sim-{w:04d}" for w in mine], "overrides": overrides, "workers": workers,
             "kills": {str(k): [kill_at[w], how[w]] for k, w in enumerate(mine) if w in how},
         }  # fmt: skip
         argv = [sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(cfg)]

@@ -36,7 +36,11 @@ class RunnerStore(Protocol):
 
     def read(self, key: str) -> bytes: ...
 
-    def write(self, key: str, data: bytes) -> None: ...
+    def write(self, key: str, data: bytes, *, fresh: bool = False) -> None:
+        """Create or replace the object. ``fresh``: no object of that name was ever
+        written (a unique name; a store with a per-name write rate retries a refusal
+        sooner)."""
+        ...
 
     def create_if_absent(self, key: str, data: bytes) -> bool:
         """Create the object unless one exists; whether it was created (atomic)."""
@@ -73,7 +77,7 @@ class FileStore:
     def read(self, key: str) -> bytes:
         return (self.root / key).read_bytes()
 
-    def write(self, key: str, data: bytes) -> None:
+    def write(self, key: str, data: bytes, *, fresh: bool = False) -> None:
         atomic_write(self.root / key, data)
 
     def create_if_absent(self, key: str, data: bytes) -> bool:

@@ -453,5 +453,7 @@ def pool_job_manifest(template: JobTemplate, *, group_id: str, workers: int) -> 
     container["env"] += [
         {"name": "KINETIC_WORKER", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         {"name": "KINETIC_WORKER_INDEX", "valueFrom": {"fieldRef": {"fieldPath": INDEX_FIELD}}},
+        # The pool's size, so that a worker spreads its start before its first read.
+        {"name": "KINETIC_POOL_WORKERS", "value": str(spec["parallelism"])},
     ]
     return out

@@ -43,8 +43,12 @@ class Storage(Protocol):
         """Return the object's bytes. Raises ObjectNotFoundError when absent."""
         ...
 
-    async def write(self, key: str, data: bytes, *, timeout: float = DEFAULT_TIMEOUT) -> None:
-        """Create or replace the object atomically."""
+    async def write(
+        self, key: str, data: bytes, *, timeout: float = DEFAULT_TIMEOUT, fresh: bool = False
+    ) -> None:
+        """Create or replace the object atomically. ``fresh``: the caller knows no object
+        of that name was ever written (a store with a per-name write rate retries a
+        refusal sooner)."""
         ...
 
     async def write_many(

@@ -18,7 +18,11 @@ boundary where three rules hold:
   exponential with jitter (tenacity), for at most ``attempts`` tries. After a 429 the
   sleep is at least ``slow_down`` (1 s) longer: GCS takes about one write a second
   per object name and answers 429 past that (or past the bucket's rate), so shorter
-  sleeps would spend every attempt inside the same second.
+  sleeps would spend every attempt inside the same second. A request that cannot
+  meet the per-name limit (a read, a listing, a create, a write of a name never
+  written: ``write(fresh=True)``) was refused by the bucket's rate, which a herd's
+  excess clears within a fraction of a second: it retries after the jittered
+  exponential back-off alone.
 * **Translation.** HTTP 404 on an object becomes
   :class:`~kinetic.ObjectNotFoundError`; every other failure becomes
   :class:`~kinetic.StorageError` with the original exception as ``__cause__``. No
@@ -176,19 +180,22 @@ class GCSStorage:
         key: str | None,
         timeout: float,
         transfer: bool = False,
+        names_limit: bool = False,
     ) -> _T:
         """Run ``fn(client, attempt_timeout)`` under the deadline, retries and translation.
 
         :param key: the object concerned; a 404 then means ObjectNotFoundError. With
             ``None`` (listing), a 404 means the bucket is missing: StorageError.
         :param transfer: let one attempt use all the time left (large transfers).
+        :param names_limit: the request mutates a name that may have been written in the
+            last second (GCS's per-name limit): a 429 adds ``slow_down`` to the back-off.
         """
         jitter = wait_random_exponential(multiplier=self._backoff, max=self._max_backoff)
 
         def wait(state: RetryCallState) -> float:
             exc = state.outcome.exception() if state.outcome else None
             throttled = isinstance(exc, aiohttp.ClientResponseError) and exc.status == 429
-            return jitter(state) + (self._slow_down if throttled else 0.0)
+            return jitter(state) + (self._slow_down if throttled and names_limit else 0.0)
 
         retrying = AsyncRetrying(
             stop=stop_after_attempt(self._attempts),
@@ -273,9 +280,13 @@ class GCSStorage:
 
         return await self._call(f"read {key!r}", op, key=key, timeout=timeout)
 
-    async def write(self, key: str, data: bytes, *, timeout: float = DEFAULT_TIMEOUT) -> None:
+    async def write(
+        self, key: str, data: bytes, *, timeout: float = DEFAULT_TIMEOUT, fresh: bool = False
+    ) -> None:
         """Create or replace the object with ``data`` (one request; GCS makes it atomic).
 
+        :param fresh: the caller knows no object of that name was ever written (a unique
+            name): a 429 is then the bucket's rate, not the name's, and is retried sooner.
         :raises ConfigError: ``key`` is not a valid key.
         :raises StorageError: on failure, or when ``timeout`` seconds ran out.
         """
@@ -292,7 +303,7 @@ class GCSStorage:
             )
 
         # A 404 here means the bucket is missing: StorageError, not ObjectNotFoundError.
-        await self._call(f"write {key!r}", op, key=None, timeout=timeout)
+        await self._call(f"write {key!r}", op, key=None, timeout=timeout, names_limit=not fresh)
 
     async def write_many(
         self, objects: Mapping[str, bytes], *, timeout: float = DEFAULT_TIMEOUT
@@ -372,7 +383,9 @@ class GCSStorage:
             )
 
         try:
-            made = await self._call(f"{what} {key!r}", op, key=None, timeout=timeout)
+            made = await self._call(
+                f"{what} {key!r}", op, key=None, timeout=timeout, names_limit=generation != 0
+            )
         except StorageError as exc:
             cause = exc.__cause__
             if isinstance(cause, aiohttp.ClientResponseError) and cause.status == 412:
@@ -474,7 +487,7 @@ class GCSStorage:
             await client.delete(self._bucket, key, timeout=t)
 
         try:
-            await self._call(f"delete {key!r}", op, key=key, timeout=timeout)
+            await self._call(f"delete {key!r}", op, key=key, timeout=timeout, names_limit=True)
         except ObjectNotFoundError:
             return False
         return True
@@ -552,7 +565,9 @@ class GCSStorage:
             finally:
                 f.close()
 
-        await self._call(f"upload_file {key!r}", op, key=None, timeout=timeout, transfer=True)
+        await self._call(
+            f"upload_file {key!r}", op, key=None, timeout=timeout, transfer=True, names_limit=True
+        )
 
     async def download_file(
         self, key: str, path: Path, *, timeout: float = TRANSFER_TIMEOUT

@@ -111,8 +111,10 @@ class LocalStorage:
         assert isinstance(data, bytes)
         return data
 
-    async def write(self, key: str, data: bytes, *, timeout: float = DEFAULT_TIMEOUT) -> None:
-        await self._run(timeout, atomic_write, self.path_for(key), data)
+    async def write(
+        self, key: str, data: bytes, *, timeout: float = DEFAULT_TIMEOUT, fresh: bool = False
+    ) -> None:
+        await self._run(timeout, atomic_write, self.path_for(key), data)  # no rate to meet
 
     async def write_many(
         self, objects: Mapping[str, bytes], *, timeout: float = DEFAULT_TIMEOUT

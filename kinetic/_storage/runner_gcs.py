@@ -38,8 +38,8 @@ class GCSStore:
     def read(self, key: str) -> bytes:
         return self._run(self._storage.read(key))
 
-    def write(self, key: str, data: bytes) -> None:
-        self._run(self._storage.write(key, data))
+    def write(self, key: str, data: bytes, *, fresh: bool = False) -> None:
+        self._run(self._storage.write(key, data, fresh=fresh))
 
     def create_if_absent(self, key: str, data: bytes) -> bool:
         return self._run(self._storage.create_if_absent(key, data))

@@ -25,9 +25,9 @@ class CountingStore:
         self._count("read")
         return self.store.read(key)
 
-    def write(self, key: str, data: bytes) -> None:
+    def write(self, key: str, data: bytes, *, fresh: bool = False) -> None:
         self._count("write")
-        self.store.write(key, data)
+        self.store.write(key, data, fresh=fresh)
 
     def create_if_absent(self, key: str, data: bytes) -> bool:
         self._count("create")

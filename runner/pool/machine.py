@@ -35,10 +35,6 @@ from runner.pool.options import LEASE_WAIT_MAX, PoolOptions
 from runner.pool.search import Search
 from runner.pool.spans import Span
 
-START_SPREAD_WORKERS = 80
-"""Workers up to which a pool's first claims are not spread: their creates pass within
-the bucket's burst and its next tenth of a second."""
-
 
 class WorkerMachine:
     """One worker of a pool batch, sans-IO (see the module docstring).
@@ -57,7 +53,8 @@ class WorkerMachine:
         None (no index known): it starts in a region picked at random, where a third
         of the workers meet another and the losers walk the winner's chain of spans.
     :param spread_start: wait a spread time before the first claim (a pool's workers
-        start together: :meth:`_start_wait`); False for a test of a later stage.
+        start together: :meth:`PoolOptions.start_wait`); False when the worker waited
+        it before it read the batch, and for a test of a later stage.
 
     The time constants and the rate are parameters so that a simulation can dilate
     time.
@@ -105,7 +102,8 @@ class WorkerMachine:
         self._pending: Storage | None = None
         self._read_wall = float("-inf")  # when the pending read or listing was sent
         self._stop_due = float("-inf")  # when the stop record is next read (mono)
-        self._spread_start = spread_start  # its first claim waits (:meth:`_start_wait`)
+        self._spread_start = spread_start  # its first claim waits (PoolOptions.start_wait)
+        self._ordinal = ordinal
 
     @property
     def span(self) -> Span | None:
@@ -211,7 +209,7 @@ class WorkerMachine:
                 return self._decide(wall, mono, pick)
         if self._spread_start:
             self._spread_start = False
-            wait = self._start_wait(pick)
+            wait = self.options.start_wait(self._ordinal, pick)
             if wait > 0:
                 return Sleep(wait)
         op = self.search.next(wall, mono, pick)
@@ -223,21 +221,6 @@ class WorkerMachine:
                 self._queue.insert(0, op)
                 return holding.flush(wall)
         return op
-
-    def _start_wait(self, pick: float) -> float:
-        """How long a worker waits before its first claim: a pool's workers start
-        together, and their first creates in the same tenth of a second would meet the
-        bucket's write limit (a 429 costs a second or more of back-off). In a pool of
-        more than :data:`START_SPREAD_WORKERS`, spread over ``workers / (2 x
-        claims_per_s)`` when it is large (its first span is its region; no outcome is
-        due yet, so the claims take the bursts' share too: 1.25 s at 1,000 workers),
-        else over ``workers / claims_per_s`` (0.75 s at 300): its second claims follow
-        the first a few inputs later (:data:`~runner.pool.options.FIRST_SPAN`), and the
-        two waves overlap."""
-        if self.options.workers <= START_SPREAD_WORKERS:
-            return 0.0
-        share = 2 if self.options.large else 1
-        return pick * self.options.workers / (share * self.options.claims_per_s)
 
     def _wait_for_retry(self, wall: float, mono: float, due: float) -> Op:
         """A failed input waits for its retry's back-off in place: the span stays held

@@ -44,6 +44,8 @@ class Create:
 
 @dataclass(frozen=True)
 class Write:
+    """Write a burst: a name of its own, written once (the shell writes it ``fresh``)."""
+
     key: str
     data: bytes
 

@@ -30,6 +30,10 @@ LARGE_RESULT = 1 << 20
 OBJECT_GAP_S = 1.0
 """Seconds between two writes of one object at least: GCS refuses more than one write a
 second per object name (a claim renewed again right after a late renewal landed)."""
+START_SPREAD_WORKERS = 80
+"""Workers up to which a pool's start is not spread (:meth:`PoolOptions.start_wait`):
+their first reads and creates pass within the bucket's burst and its next tenth of a
+second."""
 CLAIMS_PER_S = 400
 """Claims a second that a whole pool should create at most, and likewise bursts: a
 bucket takes about 1,000 writes a second at first, and a 429 costs its worker a second
@@ -98,6 +102,38 @@ class PoolOptions:
             reuse_process=bool(reuse),
             retry_rule=None if rule is None else RetryRule.of_record(rule),
         )
+
+    @classmethod
+    def of_pool_size(cls, workers: int) -> PoolOptions:
+        """The options a worker knows before it reads the manifest: its pool's size
+        (``KINETIC_POOL_WORKERS``, the Job's) and the constants; enough for
+        :meth:`start_wait`, not for claiming."""
+        return cls(total=0, chunk_size=1, workers=max(1, workers))
+
+    def start_wait(self, ordinal: int | None, pick: float) -> float:
+        """How long a worker waits after its pod starts before its first storage request
+        (the batch's manifest, stop record, function and context, then its first claim).
+
+        A pool's workers start together: their reads in the same tenth of a second
+        would meet the bucket's read limit (at 1,000 workers, 600 of the 1,000 manifest
+        reads were refused), their first creates its write limit, and a 429 costs a
+        worker a second or more of back-off. Up to :data:`START_SPREAD_WORKERS` workers
+        no wait; else spread over ``workers / (2 x claims_per_s)`` when the pool is
+        :attr:`large` (its first span is its region and no outcome is due yet, so the
+        claims take the bursts' share too: 1.25 s at 1,000 workers), over ``workers /
+        claims_per_s`` otherwise (0.75 s at 300: its second claims follow the first a
+        few inputs later, :data:`FIRST_SPAN`, and the two waves overlap). Worker ``k``
+        of an Indexed Job waits ``(k + pick) / workers`` of it, so the pool's requests
+        come evenly paced; a worker with no ordinal waits ``pick`` of it.
+
+        :param ordinal: the worker's completion index, or None.
+        :param pick: a random number in [0, 1).
+        """
+        if self.workers <= START_SPREAD_WORKERS:
+            return 0.0
+        slot = pick if ordinal is None else (ordinal % self.workers + pick) / self.workers
+        share = 2 if self.large else 1
+        return slot * self.workers / (share * self.claims_per_s)
 
     @property
     def rule(self) -> RetryRule:

@@ -91,8 +91,8 @@ class PatientStore:
     def read(self, key: str) -> bytes:
         return self._patiently(f"read of {key}", lambda: self.store.read(key))
 
-    def write(self, key: str, data: bytes) -> None:
-        self._patiently(f"write of {key}", lambda: self.store.write(key, data))
+    def write(self, key: str, data: bytes, *, fresh: bool = False) -> None:
+        self._patiently(f"write of {key}", lambda: self.store.write(key, data, fresh=fresh))
 
     def create_if_absent(self, key: str, data: bytes) -> bool:
         def again() -> bool:

@@ -8,10 +8,12 @@ outcomes, renew the lease, take over a dead worker's span, stop) is the pure
 :class:`runner.pool.machine.WorkerMachine`'s (the protocol is told in
 ``docs/pool-protocol.md``). A worker
 
-1. reads the manifest and the function (``fn.pkl``, its SHA-256 checked) and prepares
-   the workspace (the context) once. A failure there is no input's fault and would
-   repeat in every worker: it stops the batch (``stop.json``, reason ``failed``, the
-   phase) and the worker exits 0;
+1. waits its share of the pool's start spread (:meth:`PoolOptions.start_wait`: a
+   thousand pods reading the batch in the same tenth of a second would meet the
+   bucket's read limit), then reads the manifest and the function (``fn.pkl``, its
+   SHA-256 checked) and prepares the workspace (the context) once. A failure there is
+   no input's fault and would repeat in every worker: it stops the batch
+   (``stop.json``, reason ``failed``, the phase) and the worker exits 0;
 2. loops: asks the machine for its next operation and performs it against storage
    (list, read, create-if-absent, write), sleeps, runs an input, or exits;
 3. runs each input, by default, in a fresh process forked from its zygote
@@ -152,7 +154,7 @@ class Worker:
         elif isinstance(op, Create):
             machine.created(op.key, store.create_versioned(op.key, op.data))
         elif isinstance(op, Write):
-            store.write(op.key, op.data)
+            store.write(op.key, op.data, fresh=True)  # a burst: a name of its own
             machine.written(op.key)
         elif isinstance(op, Replace):
             machine.replaced(op.key, store.replace_if(op.key, op.data, op.generation))
@@ -190,6 +192,9 @@ class Worker:
             raise Terminated
 
     def _start(self) -> int:
+        workers = pool_workers()
+        if workers is not None:  # the start spread, before the batch's reads
+            time.sleep(PoolOptions.of_pool_size(workers).start_wait(self.ordinal, random.random()))
         self._manifest = protocol.load_manifest(
             self.store.read(protocol.group_manifest_key(self.group_id))
         )
@@ -198,13 +203,13 @@ class Worker:
             self.store.read(protocol.group_stop_key(self.group_id))
             return protocol.EXIT_OK  # stopped before this worker started
         try:
-            return self._run(options)
+            return self._run(options, spread_start=workers is None)
         finally:
             if self.zygote is not None:
                 self.zygote.close()  # and an input still running (after a failure) ends
             _report_cpu()
 
-    def _run(self, options: PoolOptions) -> int:
+    def _run(self, options: PoolOptions, *, spread_start: bool) -> int:
         try:
             self.setup()
         except Terminated:
@@ -216,7 +221,7 @@ class Worker:
             return protocol.EXIT_OK
         self.chunks = _Chunks(self.store, self.group_id, options.chunk_size)
         self.machine = machine = WorkerMachine(
-            options, self.group_id, self.name, ordinal=self.ordinal
+            options, self.group_id, self.name, ordinal=self.ordinal, spread_start=spread_start
         )
         self.store.patience = options.lease_s / 4  # renewals are due every third
         while True:
@@ -476,6 +481,17 @@ def worker_ordinal() -> int | None:
     worker then starts in a region of its own choosing."""
     value = os.environ.get("KINETIC_WORKER_INDEX", "")
     return int(value) if value.isdigit() else None
+
+
+POOL_WORKERS_ENV = "KINETIC_POOL_WORKERS"
+
+
+def pool_workers() -> int | None:
+    """The pool's size as the Job tells its pods (``KINETIC_POOL_WORKERS``), or None
+    (a Job written before it was set): then the worker spreads its start after reading
+    the manifest, which names the size too."""
+    value = os.environ.get(POOL_WORKERS_ENV, "")
+    return int(value) if value.isdigit() and int(value) > 0 else None
 
 
 def _report_cpu() -> None:

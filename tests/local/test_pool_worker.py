@@ -155,10 +155,14 @@ def record(
     return store
 
 
-def start_worker(root: Path, name: str, index: int | None = None) -> subprocess.Popen[bytes]:
+def start_worker(
+    root: Path, name: str, index: int | None = None, pool: int | None = None
+) -> subprocess.Popen[bytes]:
     env = {**os.environ, "KINETIC_WORKER": name, "PYTHONPATH": str(REPO)}
     if index is not None:  # an Indexed Job's completion index
         env["KINETIC_WORKER_INDEX"] = str(index)
+    if pool is not None:  # the pool's size, as the Job tells its pods
+        env["KINETIC_POOL_WORKERS"] = str(pool)
     return subprocess.Popen(
         [sys.executable, "-m", "runner.pool", "--storage", f"file://{root}", "--group", GID],
         env=env,
@@ -341,7 +345,7 @@ def test_a_worker_deleted_mid_input_writes_the_outcomes_it_buffered(
         max_concurrent=4000,
         reuse_process=reuse_process,
     )
-    worker = start_worker(tmp_path, "w0", index=0)
+    worker = start_worker(tmp_path, "w0", index=0, pool=4000)  # its start: 1 ms at most
     try:
         deadline = time.monotonic() + 30
         while not flag.exists():

@@ -558,6 +558,30 @@ async def test_gcs_backs_off_at_least_slow_down_after_a_429(
 
 
 @pytest.mark.storage
+async def test_gcs_retries_a_429_sooner_where_no_name_can_have_been_written(
+    gcs_fault_proxy: FaultProxy, gcs_bucket: str
+) -> None:
+    # A read, a listing, a create and a write of a name never written (a pool's burst)
+    # cannot meet GCS's per-name limit: their 429 is the bucket's rate, whose excess
+    # clears in a fraction of a second, so they are retried after the back-off alone.
+    # A write of a name that may exist, and a replace, still wait slow_down more.
+    async with GCSStorage(gcs_bucket, attempts=4, backoff=0.01, slow_down=30.0) as store:
+        await store.write("k", b"v")
+        gcs_fault_proxy.faults[:] = [429, 429]
+        await store.write("fresh/burst", b"b", fresh=True)
+        gcs_fault_proxy.faults[:] = [429, 429]
+        assert await store.create_versioned("fresh/claim", b"c") is not None
+        gcs_fault_proxy.faults[:] = [429, 429]
+        assert await store.read("fresh/burst") == b"b"
+        gcs_fault_proxy.faults[:] = [429]
+        assert [k async for k in store.list("fresh/")] == ["fresh/burst", "fresh/claim"]
+        gcs_fault_proxy.faults[:] = [429]
+        with pytest.raises(StorageError, match="timed out"):
+            await store.write("k", b"w", timeout=2.0)  # waits slow_down (30 s) first
+    # (Each 429 above would otherwise have cost 30 s: the test's own timeout.)
+
+
+@pytest.mark.storage
 @pytest.mark.parametrize("status", [400, 401, 403, 412])
 async def test_gcs_permanent_faults_are_not_retried(
     gcs_fault_proxy: FaultProxy, gcs_bucket: str, status: int

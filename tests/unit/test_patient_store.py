@@ -30,7 +30,7 @@ class Outage(FileStore):
         self._request()
         return super().read(key)
 
-    def write(self, key: str, data: bytes) -> None:
+    def write(self, key: str, data: bytes, *, fresh: bool = False) -> None:
         self._request()
         super().write(key, data)
 

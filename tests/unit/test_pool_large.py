@@ -5,8 +5,11 @@ machines over the in-memory store of tests/unit/pool_driver.py, no loop, no IO."
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from collections.abc import Callable
+
+import pytest
 
 from runner import protocol
 from runner.pool.limits import (
@@ -44,9 +47,9 @@ def test_a_pool_stretches_spans_and_bursts_only_when_its_writes_would_bind() -> 
 
 def test_a_pools_first_claims_are_spread_over_its_claim_rate() -> None:
     # Workers that start together would create their first claims in the same tenth of
-    # a second: past 80 workers each waits pick x workers / (2 x CLAIMS_PER_S) first.
-    def first_ops(workers: int, pick: float) -> list[object]:
-        machine = WorkerMachine(opts(workers), GID, "w", ordinal=0)
+    # a second: past 80 workers each waits its share of workers / (2 x CLAIMS_PER_S).
+    def first_ops(workers: int, pick: float, ordinal: int | None = None) -> list[object]:
+        machine = WorkerMachine(opts(workers), GID, "w", ordinal=ordinal)
         op = machine.next(wall=WALL, mono=0.0, pick=pick)
         assert isinstance(op, Read)  # the stop record
         machine.read(op.key, None, None)
@@ -56,8 +59,37 @@ def test_a_pools_first_claims_are_spread_over_its_claim_rate() -> None:
     # A pool that is not large claims again a few inputs later: its two first waves
     # overlap, each spread over workers / CLAIMS_PER_S.
     assert first_ops(300, 0.5)[1] == Sleep(0.5 * 300 / CLAIMS_PER_S)
-    assert isinstance(first_ops(1000, 0.0)[1], Create)
-    assert isinstance(first_ops(80, 0.9)[1], Create)  # a small pool claims at once
+    assert isinstance(first_ops(1000, 0.0, ordinal=0)[1], Create)
+    assert isinstance(first_ops(80, 0.9, ordinal=79)[1], Create)  # a small pool: at once
+    # An Indexed Job's worker k waits (k + pick) / workers of it: the pool's first
+    # requests come evenly paced, not in the clumps of a random pick.
+    assert first_ops(1000, 0.5, ordinal=400)[1] == Sleep(400.5 / (2 * CLAIMS_PER_S))
+    waits = [first_ops(300, 0.5, ordinal=k)[1] for k in range(300)]
+    assert all(isinstance(w, Sleep) for w in waits[1:])
+    gaps = {round(b.seconds - a.seconds, 9) for a, b in itertools.pairwise(waits)}
+    assert gaps == {round(1 / CLAIMS_PER_S, 9)}
+
+
+def test_a_pod_that_knows_its_pools_size_spreads_its_start_before_reading_the_batch() -> None:
+    # The Job tells its pods the pool's size, so a worker can wait its share of the
+    # start spread before its first read: a thousand manifest reads at once met the
+    # bucket's read limit. The wait is the machine's, from the size alone.
+    sized = PoolOptions.of_pool_size(1000)
+    assert sized.start_wait(999, 0.99) == opts(1000).start_wait(999, 0.99)
+    assert sized.start_wait(999, 0.99) < 1000 / (2 * CLAIMS_PER_S)
+    assert PoolOptions.of_pool_size(80).start_wait(79, 0.99) == 0.0
+
+
+def test_a_worker_reads_its_pools_size_from_the_jobs_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from runner.pool.worker import POOL_WORKERS_ENV, pool_workers
+
+    monkeypatch.setenv(POOL_WORKERS_ENV, "1000")
+    assert pool_workers() == 1000
+    for value in ("", "0", "x"):  # a Job written before it was set, or nonsense
+        monkeypatch.setenv(POOL_WORKERS_ENV, value)
+        assert pool_workers() is None
 
 
 def test_a_large_pools_first_span_is_its_whole_region() -> None:

@@ -498,6 +498,9 @@ def test_pool_job_manifest_is_an_indexed_job_of_workers(workers: int) -> None:
     index = [e for e in container["env"] if e["name"] == "KINETIC_WORKER_INDEX"]
     path = index[0]["valueFrom"]["fieldRef"]["fieldPath"]
     assert path == "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+    # The pool's size, so that each worker spreads its start before reading the batch.
+    size = [e for e in container["env"] if e["name"] == "KINETIC_POOL_WORKERS"]
+    assert size == [{"name": "KINETIC_POOL_WORKERS", "value": str(workers)}]
     assert spec["template"]["spec"]["restartPolicy"] == "Never"
     # A deleted worker (cancel()) has a grace to write the outcomes it buffered.
     assert spec["template"]["spec"]["terminationGracePeriodSeconds"] == k8s_spec.POOL_GRACE_S
