@@ -133,7 +133,7 @@ def host_cpu() -> Counter[str]:
 def pod_requests(namespace: str, group_id: str) -> tuple[Counter[str], Counter[str]]:
     """The storage requests and the CPU seconds (the workers' own, and their inputs'
     processes with the zygote's) the pool's workers logged when they exited."""
-    from runner.pool.worker import CPU_MARKER, REQUESTS_MARKER
+    from runner.pool.counting import CPU_MARKER, REQUESTS_MARKER
 
     # Every value is in once its burst is durable; the workers log their counts as they
     # exit, a moment later: wait for every pod to end (at most a minute).

@@ -19,8 +19,9 @@ What runs (issue 27, item 5; issue 38)
   back-off on 429 included. :func:`drive` follows the pod's shell
   (:meth:`runner.pool.worker.Worker._run` and ``_collect``): while an input runs it asks
   the machine for upkeep and performs it — lease renewals, stop-record reads, listings
-  for a cancel of the input, due bursts — and the input's end waits for the operation
-  under way, as the pod's does. An input is ``asyncio.sleep(--input-ms)`` whose value
+  for a cancel of the input, due bursts — sent as the pod's courier sends them
+  (:mod:`runner.pool.courier`): the input's end does not wait for the request under
+  way, and the machine (``overlap``) hands out the span's next input meanwhile. An input is ``asyncio.sleep(--input-ms)`` whose value
   (its index squared) is pickled by the runner's own :func:`runner.job.build_success`.
   What is not simulated: the pod's process per input, its log, the Kubernetes Job.
 * **The batch**: ``--inputs`` inputs recorded as a submission records them (the
@@ -143,6 +144,10 @@ class Chunks:
         self.store, self.chunk_size, self.timeout = store, chunk_size, timeout
         self.items: dict[int, list[Any]] = {}
 
+    def has(self, index: int) -> bool:
+        """Whether the chunk of input ``index`` is read already."""
+        return index // self.chunk_size in self.items
+
     async def get(self, index: int) -> Any:
         import cloudpickle
 
@@ -186,7 +191,16 @@ async def perform(
     machine: Any, op: Any, store: Any, stats: WorkerStats, state: dict[str, Any], timeout: float
 ) -> None:
     """Perform the storage operation ``op`` with ``store`` and answer ``machine`` (as
-    :meth:`runner.pool.worker.Worker.perform` does with the pod's blocking store).
+    :meth:`runner.pool.worker.Worker.perform` does with the pod's blocking store)."""
+    answer(machine, op, await request(op, store, stats, state, timeout))
+
+
+async def request(
+    op: Any, store: Any, stats: WorkerStats, state: dict[str, Any], timeout: float
+) -> Any:
+    """Perform the storage operation ``op`` with ``store``; its answer (as
+    :meth:`runner.pool.worker.Worker.request` does, in the pod's courier thread while an
+    input runs).
 
     A pause due (``state["pause"]``: its wall-clock start and length) comes first: the
     worker decided ``op`` before it froze, and sends it after (a burst or a renewal
@@ -199,6 +213,7 @@ async def perform(
     pause = state.get("pause")
     if pause is not None and time.time() >= pause[0]:
         state["pause"] = None
+        state["paused_until"] = time.time() + pause[1]  # the whole worker: drive() waits
         stats.paused_at.append((time.time() - state["start_at"], pause[1]))
         await asyncio.sleep(pause[1])
     sent = time.monotonic()
@@ -234,6 +249,13 @@ async def perform(
         if writing:
             state["writing"].clear()
     stats.op_ms[round((time.monotonic() - sent) * 1000 / state["dilate"])] += 1
+    return answer
+
+
+def answer(machine: Any, op: Any, answer: Any) -> None:
+    """Answer ``machine``'s storage operation ``op`` with what :func:`request` got."""
+    from runner.pool import ops as pm
+
     if isinstance(op, pm.List):
         machine.listed(op.prefix, answer)
     elif isinstance(op, pm.Read):
@@ -279,54 +301,94 @@ async def drive(
     def spent(what: str, since: float) -> None:
         stats.between_ms[what] += round((time.monotonic() - since) * 1000 / dilate)
 
-    while True:
-        op = next_op()
-        since = time.monotonic()
-        if isinstance(op, pm.Run):
-            args, _kwargs = await chunks.get(op.index)
-            spent("read inputs", since)
-            started = time.monotonic()
-            running = asyncio.ensure_future(asyncio.sleep(input_s))
-            state["running"].set()
-            try:
-                ended, wait = False, 0.0
-                while not running.done():  # runner.pool.worker.Worker._collect
-                    if wait > 0:
-                        await asyncio.wait([running], timeout=wait)
-                        if running.done():
+    # The request the courier has under way (runner.pool.courier): sent while an input
+    # ran, answered in the loop, never waited for by an input's end.
+    courier: tuple[Any, asyncio.Task[Any]] | None = None
+
+    def collect() -> None:
+        nonlocal courier
+        if courier is not None and courier[1].done():
+            (sent, task), courier = courier, None
+            answer(machine, sent, task.result())
+
+    async def settle() -> None:
+        if courier is not None:
+            await asyncio.wait([courier[1]])
+            collect()
+
+    async def unpaused() -> None:  # a paused worker decides nothing until it resumes
+        await asyncio.sleep(max(0.0, state.get("paused_until", 0.0) - time.time()))
+
+    try:
+        while True:
+            await unpaused()
+            collect()
+            op = next_op()
+            since = time.monotonic()
+            if isinstance(op, pm.Run):
+                if not chunks.has(op.index):
+                    await settle()  # the pod's store: one thread at a time
+                args, _kwargs = await chunks.get(op.index)
+                spent("read inputs", since)
+                started = time.monotonic()
+                running = asyncio.ensure_future(asyncio.sleep(input_s))
+                state["running"].set()
+                try:
+                    ended, wait = False, 0.0
+                    while not running.done():  # runner.pool.worker.Worker._collect
+                        if wait > 0:
+                            waits: list[asyncio.Future[Any]] = [running]
+                            if courier is not None:
+                                waits.append(courier[1])
+                            await asyncio.wait(
+                                waits, timeout=wait, return_when=asyncio.FIRST_COMPLETED
+                            )
+                            if running.done():
+                                break
+                        await unpaused()
+                        collect()
+                        upkeep = next_op()
+                        if isinstance(upkeep, pm.Sleep):
+                            wait = upkeep.seconds
+                            continue
+                        wait = 0.0
+                        if isinstance(upkeep, pm.Kill):
+                            running.cancel()
+                            ended = True
                             break
-                    upkeep = next_op()
-                    if isinstance(upkeep, pm.Sleep):
-                        wait = upkeep.seconds
-                        continue
-                    wait = 0.0
-                    if isinstance(upkeep, pm.Kill):
-                        running.cancel()
-                        ended = True
-                        break
-                    await perform(machine, upkeep, store, stats, state, timeout)
-            finally:
-                running.cancel()
-                state["running"].clear()
-            spent("upkeep overhang", started + input_s)
-            if ended:
-                stats.ended += 1
-                machine.ended(op.index)
-                continue
-            stats.runs[op.index] += 1
-            payload, record = build_success(args[0] * args[0])
-            machine.ran(op.index, record, payload, b"", time.monotonic() - started)
-        elif isinstance(op, pm.Kill):
-            machine.ended(op.index)  # nothing runs between inputs
-        elif isinstance(op, pm.Sleep):
-            await asyncio.sleep(op.seconds)
-            spent("sleep", since)
-        elif isinstance(op, pm.Exit):
-            return str(op.reason)
-        else:
-            await perform(machine, op, store, stats, state, timeout)
-            key = getattr(op, "key", None) or getattr(op, "prefix", "")
-            spent(f"{type(op).__name__} {key.split('/')[2] if key.count('/') > 2 else key}", since)
+                        task = asyncio.ensure_future(request(upkeep, store, stats, state, timeout))
+                        courier = (upkeep, task)
+                finally:
+                    running.cancel()
+                    state["running"].clear()
+                spent("upkeep overhang", started + input_s)
+                if ended:
+                    stats.ended += 1
+                    machine.ended(op.index)
+                    continue
+                stats.runs[op.index] += 1
+                payload, record = build_success(args[0] * args[0])
+                machine.ran(op.index, record, payload, b"", time.monotonic() - started)
+            elif isinstance(op, pm.Kill):
+                machine.ended(op.index)  # nothing runs between inputs
+            elif isinstance(op, pm.Sleep):
+                if courier is not None:  # woken by the answer
+                    await asyncio.wait([courier[1]], timeout=op.seconds)
+                else:
+                    await asyncio.sleep(op.seconds)
+                spent("sleep", since)
+            elif isinstance(op, pm.Exit):
+                return str(op.reason)
+            else:
+                await settle()  # (the machine asks for none while one is under way)
+                await perform(machine, op, store, stats, state, timeout)
+                key = getattr(op, "key", None) or getattr(op, "prefix", "")
+                spent(
+                    f"{type(op).__name__} {key.split('/')[2] if key.count('/') > 2 else key}", since
+                )
+    finally:
+        if courier is not None:
+            courier[1].cancel()  # a worker killed with a request out: never answered
 
 
 TIMES = ("lease_s", "burst_s", "span_s", "object_gap_s")
@@ -418,6 +480,7 @@ async def span_process(cfg: dict[str, Any]) -> WorkerStats:
             wait_max=pool_machine.LEASE_WAIT_MAX * dilate,
             idle_reads_per_s=pool_machine.IDLE_READS_PER_S / dilate,
             ordinal=ordinal,
+            overlap=True,  # the pod's courier (runner.pool.courier)
             spread_start=not spread_first,  # spread before the manifest, as the pod does
         )
         machine.stop_every *= dilate  # its default follows the pool's size

@@ -1,13 +1,18 @@
 """A pool worker's store that counts its requests by kind: the worker reports them when
-it exits (:data:`runner.pool.worker.REQUESTS_MARKER`), so a benchmark can tell the cost
-per input (``docs/pool-protocol.md``, "Cost per input").
+it exits (:data:`REQUESTS_MARKER`), so a benchmark can tell the cost per input
+(``docs/pool-protocol.md``, "Cost per input"); and its CPU time (:func:`report_cpu`).
 """
 
 from __future__ import annotations
 
+import resource
 from pathlib import Path
 
+from runner import protocol
 from runner.store import RunnerStore
+
+REQUESTS_MARKER = "kinetic pool: storage requests"
+CPU_MARKER = "kinetic pool: cpu seconds"
 
 
 class CountingStore:
@@ -55,3 +60,16 @@ class CountingStore:
 
     def close(self) -> None:
         self.store.close()
+
+
+def report_cpu() -> None:
+    """One log line with the CPU this worker spent, its own and its children's (the
+    zygote and the inputs' processes, all reaped by now): benchmarks read it."""
+    own, children = (
+        resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+    )
+    spent = {
+        "worker": round(own.ru_utime + own.ru_stime, 3),
+        "inputs": round(children.ru_utime + children.ru_stime, 3),
+    }
+    print(f"{CPU_MARKER} {protocol.dump_json(spent).decode()}", flush=True)

@@ -151,7 +151,7 @@ class Holding:
                 len(buffer.records) >= self.options.burst_max
                 or mono - (buffer.since or mono) >= buffer.wait
                 or buffer.opens_takeover
-                or self.span is None
+                or buffer.span is not self.span  # of a span done: before the next's inputs
                 or self.stop_to_write is not None  # the failure is durable before the stop
             )
         )
@@ -227,8 +227,10 @@ class Holding:
         if self.ahead is not None:
             carried = self.carry(wall)
             self.take_ahead(wall)
-            if not carried and self.buffer is not None:
+            if not carried and self.buffer is not None and self.previous is None:
                 self.previous, self.buffer = self.buffer, None  # written first, at once
+            # (Else the buffer, of the span done, is written before an input of the held
+            # one runs: flush_due.)
 
     def take_ahead(self, wall: float) -> bool:
         """Hold the span claimed ahead (the held one is done, or was lost and its input

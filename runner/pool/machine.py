@@ -11,7 +11,10 @@ an input runs (after ``Run``, before ``ran``/``ended``) :meth:`WorkerMachine.nex
 returns only upkeep: reading the stop record, renewing the lease, looking for a cancel
 of the input, writing a due burst, claiming the next span while the held one's last
 input runs, ``Kill`` — or ``Sleep`` until the next is due; between two inputs of a span
-it asks for none of these that can wait for the next input. A
+it asks for none of these that can wait for the next input. A shell that can carry a
+request across an input's end (``overlap``) may ask while one is unanswered: it is then
+handed the held span's next input, if one can start, else ``Sleep`` until the answer
+(an input's end never waits for a request under way). A
 worker exits once every input has an outcome or the batch stopped; after a final
 failure with ``fail_fast`` it writes the burst, then the stop record.
 
@@ -52,6 +55,10 @@ class WorkerMachine:
         index): worker ``k`` starts in region ``k``, where no other worker starts.
         None (no index known): it starts in a region picked at random, where a third
         of the workers meet another and the losers walk the winner's chain of spans.
+    :param overlap: the shell can ask for the next operation while a storage request
+        is unanswered (it sends upkeep from a helper thread): then :meth:`next` hands
+        out only the held span's next input, or ``Sleep`` (until the answer); without
+        it, asking before the answer is an error.
     :param spread_start: wait a spread time before the first claim (a pool's workers
         start together: :meth:`PoolOptions.start_wait`); False when the worker waited
         it before it read the batch, and for a test of a later stage.
@@ -71,6 +78,7 @@ class WorkerMachine:
         wait_max: float = LEASE_WAIT_MAX,
         idle_reads_per_s: float = IDLE_READS_PER_S,
         ordinal: int | None = None,
+        overlap: bool = False,
         spread_start: bool = True,
     ) -> None:
         self.book = PoolBook(options)
@@ -104,6 +112,7 @@ class WorkerMachine:
         self._stop_due = float("-inf")  # when the stop record is next read (mono)
         self._spread_start = spread_start  # its first claim waits (PoolOptions.start_wait)
         self._ordinal = ordinal
+        self._overlap = overlap
 
     @property
     def span(self) -> Span | None:
@@ -132,13 +141,17 @@ class WorkerMachine:
 
         :param wall: the wall-clock time (leases); :param mono: a monotonic time (timers).
         :param pick: a random number in [0, 1): which region or claim to try.
-        :raises RuntimeError: when the previous operation was not answered.
+        :raises RuntimeError: when the previous operation was not answered, unless the
+            machine was made with ``overlap``.
         """
-        if self._pending is not None:
+        if self._pending is not None and not self._overlap:
             raise RuntimeError(f"{self._pending!r} was not answered")
         self.holding.start_buffer_clock(mono, pick)
         self.holding.time_renewal(wall, pick)
-        op = self._decide(wall, mono, pick)
+        if self._pending is not None:
+            op = self._while_pending(wall, mono)
+        else:
+            op = self._decide(wall, mono, pick)
         if isinstance(op, Run):
             self.holding.run_since = mono
         kind = type(op).__name__
@@ -148,6 +161,26 @@ class WorkerMachine:
             if isinstance(op, (Read, List)):
                 self._read_wall = wall
         return op
+
+    def _while_pending(self, wall: float, mono: float) -> Op:
+        """A request is under way (``overlap``): the held span's next input if one can
+        start (as :meth:`_decide` would run it), else a wait for the answer. Nothing
+        else is decided before the answer: it may change what comes next."""
+        holding = self.holding
+        span = holding.span
+        if (
+            span is not None
+            and not self._queue
+            and holding.input_ready(wall)
+            and not (holding.flush_due(mono) and not holding.flush_can_wait())
+        ):
+            index = self.book.done.first_missing(holding.cursor, span.end)
+            if index < span.end and not (
+                index == span.first and span.tries > self.options.max_claims
+            ):
+                holding.cursor = index
+                return holding.run(index)
+        return Sleep(self.wait_max)
 
     def _decide(self, wall: float, mono: float, pick: float) -> Op:
         book, holding = self.book, self.holding

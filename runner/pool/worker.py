@@ -19,8 +19,11 @@ outcomes, renew the lease, take over a dead worker's span, stop) is the pure
 3. runs each input, by default, in a fresh process forked from its zygote
    (:mod:`runner.pool.zygote`: a lean interpreter the worker starts, which unpickles
    the function once and does nothing but fork; each input runs in its own copy: a
-   crash, a leak or global state of one input never reaches another). Meanwhile it keeps asking the machine for upkeep (lease renewal, the stop
-   record, a cancel of the input, a due burst) and ends the input when told to. With
+   crash, a leak or global state of one input never reaches another). Meanwhile it
+   keeps asking the machine for upkeep (lease renewal, the stop record, a cancel of the
+   input, a due burst), sends it by its :class:`~runner.pool.courier.Courier` (a
+   helper thread: the input's end does not wait for the request under way, and the
+   next input of the span starts meanwhile) and ends the input when told to. With
    ``reuse_process`` (the user's opt-in)
    inputs run in the worker's own process, one after another: no fork per input, but
    an input that crashes the process ends the worker (its span is taken over), and
@@ -51,14 +54,12 @@ import contextlib
 import hashlib
 import os
 import random
-import resource
 import select
 import socket
 import sys
 import tempfile
 import time
 import traceback
-from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
@@ -69,11 +70,14 @@ from runner import protocol
 from runner.code_files import load_function
 from runner.job import build_failure, build_success, parse_args, prepare_workspace
 from runner.pool.attempts import Attempt, Echo, Upkeep, describe, lost
-from runner.pool.counting import CountingStore
+from runner.pool.chunks import Chunks
+from runner.pool.counting import REQUESTS_MARKER, CountingStore, report_cpu
+from runner.pool.courier import Answer, Courier
 from runner.pool.machine import WorkerMachine
 from runner.pool.ops import Create, Exit, Kill, List, Op, Read, Replace, Run, Sleep, Write
 from runner.pool.options import PoolOptions
 from runner.pool.patient_store import PatientStore
+from runner.pool.pod_env import pool_workers, worker_ordinal
 from runner.pool.signals import EXIT_TERMINATED, Terminated, Termination
 from runner.pool.zygote import Zygote
 from runner.protocol import PhaseError
@@ -81,31 +85,9 @@ from runner.scratch import scratch_dir
 from runner.store import RunnerStore, open_store
 from runner.time_limit import InputTimeLimits, TimeLimitExceeded
 
-CHUNKS_KEPT = 4
 SETUP_PATIENCE = 120.0
 """Seconds a worker setting up (reading the manifest, the function, the context) waits
 out a storage failure before the batch fails in phase ``fetch``."""
-REQUESTS_MARKER = "kinetic pool: storage requests"
-CPU_MARKER = "kinetic pool: cpu seconds"
-
-
-class _Chunks:
-    """Input chunks, read on first use; the last few kept (a worker stays in a span)."""
-
-    def __init__(self, store: RunnerStore, group_id: str, chunk_size: int) -> None:
-        self.store, self.group_id, self.chunk_size = store, group_id, chunk_size
-        self.cache: OrderedDict[int, list[tuple[tuple[Any, ...], dict[str, Any]]]] = OrderedDict()
-
-    def get(self, index: int) -> tuple[tuple[Any, ...], dict[str, Any]]:
-        chunk, offset = divmod(index, self.chunk_size)
-        items = self.cache.get(chunk)
-        if items is None:
-            data = self.store.read(protocol.group_inputs_key(self.group_id, chunk))
-            items = self.cache[chunk] = cloudpickle.loads(data)
-            while len(self.cache) > CHUNKS_KEPT:
-                self.cache.popitem(last=False)
-        self.cache.move_to_end(chunk)
-        return items[offset]
 
 
 class Worker:
@@ -129,8 +111,13 @@ class Worker:
         self.zygote: Zygote | None = None
         self._manifest: protocol.BatchManifest | None = None
         self.machine: WorkerMachine | None = None
+        self.courier = Courier(lambda op: self.request(self._machine(), op))
         self.fn: Any = None
         self.termination = Termination()
+
+    def _machine(self) -> WorkerMachine:
+        assert self.machine is not None
+        return self.machine
 
     @property
     def manifest(self) -> protocol.BatchManifest:
@@ -141,27 +128,34 @@ class Worker:
 
     def perform(self, machine: WorkerMachine, op: Op) -> None:
         """Do a storage operation or a sleep, and answer the machine."""
+        if isinstance(op, Sleep):
+            time.sleep(op.seconds)
+        else:
+            self.request(machine, op)()
+
+    def request(self, machine: WorkerMachine, op: Op) -> Answer:
+        """Do a storage operation; return how to answer the machine (the courier's
+        thread does the first, the main thread the second)."""
         store = self.store
         if isinstance(op, List):
-            machine.listed(op.prefix, store.list(op.prefix))
-        elif isinstance(op, Read):
+            keys = store.list(op.prefix)
+            return lambda: machine.listed(op.prefix, keys)
+        if isinstance(op, Read):
             try:
                 data, generation = store.read_versioned(op.key)
             except FileNotFoundError:
-                machine.read(op.key, None, None)
-            else:
-                machine.read(op.key, data, generation)
-        elif isinstance(op, Create):
-            machine.created(op.key, store.create_versioned(op.key, op.data))
-        elif isinstance(op, Write):
+                return lambda: machine.read(op.key, None, None)
+            return lambda: machine.read(op.key, data, generation)
+        if isinstance(op, Create):
+            created = store.create_versioned(op.key, op.data)
+            return lambda: machine.created(op.key, created)
+        if isinstance(op, Write):
             store.write(op.key, op.data, fresh=True)  # a burst: a name of its own
-            machine.written(op.key)
-        elif isinstance(op, Replace):
-            machine.replaced(op.key, store.replace_if(op.key, op.data, op.generation))
-        elif isinstance(op, Sleep):
-            time.sleep(op.seconds)
-        else:
-            raise TypeError(f"not a storage operation: {op!r}")
+            return lambda: machine.written(op.key)
+        if isinstance(op, Replace):
+            replaced = store.replace_if(op.key, op.data, op.generation)
+            return lambda: machine.replaced(op.key, replaced)
+        raise TypeError(f"not a storage operation: {op!r}")
 
     def write_stop(self, reason: protocol.StopReason, detail: str, phase: str | None) -> None:
         record = protocol.stop_record(reason, detail, phase)
@@ -205,9 +199,10 @@ class Worker:
         try:
             return self._run(options, spread_start=workers is None)
         finally:
+            self.courier.close()
             if self.zygote is not None:
                 self.zygote.close()  # and an input still running (after a failure) ends
-            _report_cpu()
+            report_cpu()
 
     def _run(self, options: PoolOptions, *, spread_start: bool) -> int:
         try:
@@ -219,14 +214,24 @@ class Worker:
             print(f"kinetic pool: cannot set up the batch ({phase}): {exc}", flush=True)
             self.write_stop("failed", f"{type(exc).__name__}: {exc}", phase)
             return protocol.EXIT_OK
-        self.chunks = _Chunks(self.store, self.group_id, options.chunk_size)
+        self.chunks = Chunks(self.store, self.group_id, options.chunk_size, self.courier)
+        # Inputs forked from the zygote end while the courier's request is under way:
+        # the machine hands out the next one meanwhile (``overlap``). Inputs run in this
+        # process are waited out by their upkeep thread, which sends its own requests.
         self.machine = machine = WorkerMachine(
-            options, self.group_id, self.name, ordinal=self.ordinal, spread_start=spread_start
+            options,
+            self.group_id,
+            self.name,
+            ordinal=self.ordinal,
+            overlap=not options.reuse_process,
+            spread_start=spread_start,
         )
         self.store.patience = options.lease_s / 4  # renewals are due every third
+        courier = self.courier
         while True:
             if self.termination.check():
                 return self.terminate(machine)
+            courier.collect()
             op = self.next_op()
             if isinstance(op, Exit):
                 print(f"kinetic pool: worker {self.name} exits ({op.reason})", flush=True)
@@ -236,9 +241,10 @@ class Worker:
                 self.run_input(op)
             elif isinstance(op, Kill):
                 machine.ended(op.index)  # nothing runs between inputs
-            elif isinstance(op, Sleep):
-                self.termination.wait(op.seconds)
+            elif isinstance(op, Sleep):  # woken by the courier's answer, or SIGTERM
+                select.select([self.termination.read_fd, courier.fd], [], [], op.seconds)
             else:
+                courier.settle()  # (the machine asks for none while one is under way)
                 self.perform(machine, op)
 
     def terminate(self, machine: WorkerMachine) -> int:
@@ -255,6 +261,7 @@ class Worker:
         """Have the machine write what it holds and exit, as when the batch stops: it
         learns a stop of its own (not written: the pod is what ends, not the batch)."""
         detail = f"worker {self.name} got SIGTERM"
+        self.courier.settle()
         machine.book.learn_stop(protocol.stop_record("cancelled", detail))
         if machine.running is not None:  # ended by now (or it never started)
             machine.ended(machine.running[0])
@@ -311,6 +318,7 @@ class Worker:
             if self.manifest["spec"].get("has_data"):
                 from runner.data import resolve_arguments
 
+                self.courier.settle()  # the store is used by one thread at a time
                 args, kwargs = resolve_arguments(self.store, args, kwargs, self.workdir)
         except BaseException as exc:  # noqa: BLE001 - recorded as the input's failure
             data, record = build_failure("resolve", exc, user=False)
@@ -370,14 +378,16 @@ class Worker:
         machine = self.machine
         assert machine is not None
         timeout = 0.0
-        sock = zygote.sock.fileno()
-        watched = [sock, self.termination.read_fd]
+        sock, courier = zygote.sock.fileno(), self.courier
+        watched = [sock, self.termination.read_fd, courier.fd]
+        # Upkeep goes out by the courier: the input's end does not wait for its answer.
         while sock not in select.select(watched, [], [], timeout)[0]:
             echo.pump()
             if self.termination.check():  # the pod is being deleted: end the input now
                 zygote.kill()
                 zygote.ended()
                 return 0, True, b""
+            courier.collect()
             op = self.next_op()
             if isinstance(op, Sleep):
                 timeout = op.seconds
@@ -387,7 +397,7 @@ class Worker:
                 zygote.kill()
                 zygote.ended()
                 return 0, True, b""
-            self.perform(machine, op)
+            courier.send(op)
         return zygote.ended()
 
     def in_process(
@@ -472,36 +482,3 @@ def main(argv: Sequence[str] | None = None) -> int:
             return Worker(store, str(args["group"]), name, workdir, worker_ordinal()).run()
     finally:
         store.close()
-
-
-def worker_ordinal() -> int | None:
-    """This pod's completion index in an Indexed Job (``KINETIC_WORKER_INDEX``, from the
-    pod's ``batch.kubernetes.io/job-completion-index`` annotation), or None: a cluster
-    without Indexed Jobs (before Kubernetes 1.21) leaves the annotation out, and the
-    worker then starts in a region of its own choosing."""
-    value = os.environ.get("KINETIC_WORKER_INDEX", "")
-    return int(value) if value.isdigit() else None
-
-
-POOL_WORKERS_ENV = "KINETIC_POOL_WORKERS"
-
-
-def pool_workers() -> int | None:
-    """The pool's size as the Job tells its pods (``KINETIC_POOL_WORKERS``), or None
-    (a Job written before it was set): then the worker spreads its start after reading
-    the manifest, which names the size too."""
-    value = os.environ.get(POOL_WORKERS_ENV, "")
-    return int(value) if value.isdigit() and int(value) > 0 else None
-
-
-def _report_cpu() -> None:
-    """One log line with the CPU this worker spent, its own and its children's (the
-    zygote and the inputs' processes, all reaped by now): benchmarks read it."""
-    own, children = (
-        resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
-    )
-    spent = {
-        "worker": round(own.ru_utime + own.ru_stime, 3),
-        "inputs": round(children.ru_utime + children.ru_stime, 3),
-    }
-    print(f"{CPU_MARKER} {protocol.dump_json(spent).decode()}", flush=True)

@@ -133,6 +133,10 @@ class Exploration:
         self.started = 0
         self.crashes = 0
         self.readers = [Reader(self.options), Reader(self.options)]
+        # Odd seeds' workers carry a request across an input's end, as the pod's
+        # courier does (runner.pool.courier; the machine's ``overlap``): a request held
+        # in flight then outlasts inputs, which end and start meanwhile.
+        self.overlap = self.seed % 2 == 1
         # Half the seeds give the workers ordinals, as an Indexed Job does: worker k
         # starts in region k, and a replacement pod in its predecessor's.
         ordinals = self.rng.random() < 0.5
@@ -144,7 +148,9 @@ class Exploration:
     def start(self, ordinal: int | None = None) -> None:
         name = f"w{self.started}"
         self.started += 1
-        machine = self.machine_type(self.options, GID, name, wait_max=LEASE / 6, ordinal=ordinal)
+        machine = self.machine_type(
+            self.options, GID, name, wait_max=LEASE / 6, ordinal=ordinal, overlap=self.overlap
+        )
         skew = self.rng.uniform(-LEASE / 10, LEASE / 10)
         self.live[name] = Worker(name, machine, skew, awake_at=self.now, ordinal=ordinal)
 
@@ -260,7 +266,10 @@ class Exploration:
         if worker.in_flight is not None:
             op, lands = worker.in_flight
             if self.now < lands:
-                worker.awake_at = lands
+                if self.overlap:
+                    self.carry_on(worker, lands)
+                else:
+                    worker.awake_at = lands
                 return
             worker.in_flight = None
             landed = self.land(worker, op)
@@ -288,9 +297,7 @@ class Exploration:
             else:
                 self.answer(worker, op, self.land(worker, op))
         elif isinstance(op, Run):
-            long = rng.random() < 0.4
-            seconds = rng.uniform(2 * LEASE, 4 * LEASE) if long else rng.uniform(0.01, 2.0)
-            worker.running = (op.index, self.now + seconds)
+            self.run(worker, op)
         elif isinstance(op, Kill):
             worker.running = None
             machine.ended(op.index)
@@ -302,6 +309,30 @@ class Exploration:
         elif isinstance(op, Exit):
             self.log.append(f"{self.now:.2f} {worker.name} exits: {op.reason}")
             del self.live[worker.name]
+
+    def run(self, worker: Worker, op: Run) -> None:
+        """Start ``op``'s input: a short one, or one that outlasts a lease."""
+        long = self.rng.random() < 0.4
+        seconds = self.rng.uniform(2 * LEASE, 4 * LEASE) if long else self.rng.uniform(0.01, 2.0)
+        worker.running = (op.index, self.now + seconds)
+
+    def carry_on(self, worker: Worker, lands: float) -> None:
+        """A request of ``worker`` is under way (``overlap``): its input ends meanwhile,
+        and the machine may hand out the span's next one, else a wait for the answer."""
+        machine = worker.machine
+        if worker.running is not None:
+            index, ends = worker.running
+            if self.now < ends:
+                worker.awake_at = min(lands, ends)
+                return
+            worker.running = None
+            machine.ran(index, *ok(index))
+        op = machine.next(wall=self.now + worker.skew, mono=self.now, pick=self.rng.random())
+        assert isinstance(op, (Run, Sleep)), f"seed {self.seed}: {op!r} with a request out"
+        if isinstance(op, Run):
+            self.run(worker, op)
+        else:
+            worker.awake_at = min(lands, self.now + op.seconds)
 
     # -- invariants ---------------------------------------------------------------------
 

@@ -83,7 +83,7 @@ def test_a_pod_that_knows_its_pools_size_spreads_its_start_before_reading_the_ba
 def test_a_worker_reads_its_pools_size_from_the_jobs_environment(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from runner.pool.worker import POOL_WORKERS_ENV, pool_workers
+    from runner.pool.pod_env import POOL_WORKERS_ENV, pool_workers
 
     monkeypatch.setenv(POOL_WORKERS_ENV, "1000")
     assert pool_workers() == 1000

@@ -331,7 +331,7 @@ def test_workers_with_ordinals_start_in_regions_of_their_own() -> None:
 def test_a_pod_takes_its_ordinal_from_the_indexed_jobs_annotation(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from runner.pool.worker import worker_ordinal
+    from runner.pool.pod_env import worker_ordinal
 
     monkeypatch.setenv("KINETIC_WORKER_INDEX", "17")
     assert worker_ordinal() == 17
@@ -492,6 +492,84 @@ def _drive_alone(
     raise AssertionError("the worker did not exit")
 
 
+def _records_in_bursts(store: dict[str, bytes]) -> dict[int, int]:
+    """How many records of each input the bursts in ``store`` hold."""
+    found: dict[int, int] = {}
+    for key, data in store.items():
+        if "/bursts/" in key:
+            records, _ = results_log.scan(data, len(protocol.BURST_MAGIC))
+            for index, *_ in records:
+                found[index] = found.get(index, 0) + 1
+    return found
+
+
+def _drive_slow_requests(
+    machine: WorkerMachine, store: dict[str, bytes], input_s: float, request_s: float
+) -> tuple[float, dict[int, int]]:
+    """Run a lone worker to its exit, each storage request answered ``request_s`` after
+    it was sent (a 429's back-off), the machine asked again meanwhile only if it was made
+    with ``overlap`` (the pod's courier). The seconds it ran no input before its last
+    input ended, and the outcomes of each input found in its bursts."""
+    now, idle, last_idle = 0.0, 0.0, 0.0
+    running: tuple[int, float] | None = None
+    out: tuple[object, float] | None = None
+    overlap = machine._overlap
+    for _ in range(100_000):
+        if out is not None and now >= out[1]:
+            assert answer(machine, store, out[0]), out[0]
+            out = None
+        if running is not None and now >= running[1]:
+            machine.ran(running[0], *ok(running[0]), seconds=input_s)
+            running, last_idle = None, idle
+        if out is not None and not overlap:  # one thread: nothing until the answer
+            until = out[1] if running is None else min(out[1], running[1])
+        else:
+            op = machine.next(wall=1_000.0 + now, mono=now, pick=0.5)
+            if out is not None:
+                assert isinstance(op, (Run, Sleep)), f"{op!r} while {out[0]!r} is out"
+            if isinstance(op, Exit):
+                break
+            if isinstance(op, Run):
+                running = (op.index, now + input_s)
+                continue
+            if not isinstance(op, Sleep):
+                out = (op, now + request_s)
+                continue
+            until = now + op.seconds
+            for t in (running[1] if running else None, out[1] if out else None):
+                until = until if t is None else min(until, t)
+        idle += (until - now) if running is None else 0.0
+        now = until
+    else:
+        raise AssertionError("the worker did not exit")
+    return last_idle, _records_in_bursts(store)
+
+
+def test_an_inputs_end_does_not_wait_for_the_request_under_way() -> None:
+    # A request is 30-80 ms on GCS, a 429's back-off a second or more: a shell of one
+    # thread starts the next input only once it is answered. The pod's courier sends
+    # upkeep from a helper thread, and the machine (``overlap``) hands out the held
+    # span's next inputs meanwhile, and nothing else until the answer.
+    idle = {}
+    for overlap in (False, True):
+        store: dict[str, bytes] = {}
+        machine = WorkerMachine(options(400, 1, lease_s=30.0), GID, "w", ordinal=0, overlap=overlap)
+        idle[overlap], found = _drive_slow_requests(machine, store, 0.05, request_s=0.3)
+        assert sorted(found) == list(range(400))
+        assert set(found.values()) == {1}
+    # 20 s of inputs: without the courier, every request made the next input wait.
+    assert idle[False] > 5.0, idle
+    assert idle[True] < idle[False] / 3, idle
+
+
+def test_a_machine_without_overlap_refuses_to_be_asked_before_the_answer() -> None:
+    machine = WorkerMachine(options(10, 1), GID, "w", ordinal=0)
+    op = machine.next(wall=1_000.0, mono=0.0, pick=0.5)
+    assert isinstance(op, Read)  # the stop record
+    with pytest.raises(RuntimeError, match="not answered"):
+        machine.next(wall=1_000.0, mono=0.0, pick=0.5)
+
+
 def test_between_two_inputs_of_a_span_a_worker_does_no_storage_operation() -> None:
     # An operation between two inputs is time the worker runs none (30-80 ms a request
     # on GCS): the next claim is created while the held span's last input runs, and due
@@ -512,11 +590,6 @@ def test_between_two_inputs_of_a_span_a_worker_does_no_storage_operation() -> No
     assert all(during for _, op, during in log if op in claims_made[1:])
     renewals = [op for _, op, _ in log if isinstance(op, Replace)]
     assert renewals  # 20 s of work under a 3 s lease
-    found: dict[int, int] = {}
-    for key, data in store.items():
-        if "/bursts/" in key:
-            records, _ = results_log.scan(data, len(protocol.BURST_MAGIC))
-            for index, *_ in records:
-                found[index] = found.get(index, 0) + 1
+    found = _records_in_bursts(store)
     assert sorted(found) == list(range(400))
     assert set(found.values()) == {1}
