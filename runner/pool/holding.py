@@ -81,6 +81,9 @@ class Holding:
         self.running: tuple[int, int] | None = None
         """``(index, attempt)`` of the input running now."""
         self.killing = False
+        self.fencing = False
+        """A renewal of the held claim after its lease ran out is unanswered: no input
+        of it starts before the answer tells whether it was taken over meanwhile."""
         self.retry: tuple[int, int] | None = None
         """``(index, attempt)`` of a failed input to run again, in place."""
         self.retry_delay = 0.0
@@ -110,7 +113,7 @@ class Holding:
     def hold(self, span: Span) -> None:
         """This worker won ``span``'s claim: its inputs run from ``span.first`` on."""
         self.span, self.cursor = span, span.first
-        self._written = True
+        self._written, self.fencing = True, False
 
     def time_renewal(self, wall: float, pick: float) -> None:
         """At the first step after the held claim's write landed (won or renewed): when
@@ -165,6 +168,7 @@ class Holding:
         if (
             span is None
             or self.running is not None
+            or self.fencing
             or self.retry is not None
             or self.stop_to_write is not None
             or self.book.stop is not None
@@ -316,6 +320,7 @@ class Holding:
         if span is None or (wall < self.renew_at and not lapsed):
             return None
         self.renew_at = float("inf")  # timed again once this write landed
+        self.fencing = wall >= span.expires
         generation = self.generations[(span.start, span.number)]
         self.span = replace(span, expires=wall + self.options.lease_s)
         if self.buffer is not None:
@@ -328,6 +333,7 @@ class Holding:
         """The answer to a renewal: the claim's new generation, or None when it was
         taken over (this worker stalled past its lease)."""
         span = self.span
+        self.fencing = False
         if span is None or key != self.names.claim(span.start, span.number):
             return  # a renewal of a span this worker no longer holds
         if generation is None:
@@ -341,6 +347,7 @@ class Holding:
         its unwritten outcomes and the running input (its new holder runs it)."""
         self.span = None
         self.buffer = None
+        self.fencing = False
         self.previous = None  # of an earlier span: its inputs are run by whoever takes it
         self.retry = None  # a span claimed ahead stays: held once the input ended
         if self.running is not None and not self.killing:

@@ -562,6 +562,36 @@ def test_an_inputs_end_does_not_wait_for_the_request_under_way() -> None:
     assert idle[True] < idle[False] / 3, idle
 
 
+def test_no_input_starts_while_the_fence_of_a_lapsed_claim_is_out() -> None:
+    # A worker that stalled past its lease renews its claim first (the fence): a refusal
+    # tells it the span was taken over meanwhile. While that renewal is out, the courier
+    # would let the span's next inputs start: they must wait for its answer.
+    store: dict[str, bytes] = {}
+    machine = WorkerMachine(
+        options(20, 1, lease_s=3.0), GID, "w", ordinal=0, overlap=True, spread_start=False
+    )
+    wall, mono = 1_000.0, 0.0
+    op = machine.next(wall=wall, mono=mono, pick=0.5)
+    while not isinstance(op, Run):
+        assert answer(machine, store, op), op
+        op = machine.next(wall=wall, mono=mono, pick=0.5)
+    machine.ran(op.index, *ok(op.index), seconds=0.05)
+    wall, mono = wall + 10.0, mono + 10.0  # stalled past the 3 s lease
+    op = machine.next(wall=wall, mono=mono, pick=0.5)
+    while not isinstance(op, Replace):  # (the stop record first)
+        assert not isinstance(op, Run), op
+        assert answer(machine, store, op), op
+        op = machine.next(wall=wall, mono=mono, pick=0.5)
+    fence = op
+    assert machine.next(wall=wall, mono=mono, pick=0.5) == Sleep(machine.wait_max)
+    assert answer(machine, store, fence)  # not taken over: the span is still its own
+    op = machine.next(wall=wall, mono=mono, pick=0.5)
+    while not isinstance(op, Run):
+        assert answer(machine, store, op), op
+        op = machine.next(wall=wall, mono=mono, pick=0.5)
+    assert op.index == 1
+
+
 def test_a_machine_without_overlap_refuses_to_be_asked_before_the_answer() -> None:
     machine = WorkerMachine(options(10, 1), GID, "w", ordinal=0)
     op = machine.next(wall=1_000.0, mono=0.0, pick=0.5)
