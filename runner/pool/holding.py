@@ -219,6 +219,23 @@ class Holding:
         left = self.run_since + mean - mono
         return left if 0.0 < left <= mean / 2 else 0.0
 
+    def next_input(self) -> int | None:
+        """The held span's next input without an outcome (the cursor moves to it), or
+        None when every input of it has one."""
+        span = self.span
+        assert span is not None
+        index = self.book.done.first_missing(self.cursor, span.end)
+        if index >= span.end:
+            return None
+        self.cursor = index
+        return index
+
+    def exhausted(self, index: int) -> bool:
+        """Whether input ``index`` of the held span lost its worker ``max_claims`` times:
+        it is failed (:meth:`give_up`), not run again."""
+        span = self.span
+        return span is not None and index == span.first and span.tries > self.options.max_claims
+
     def run(self, index: int, attempt: int = 0) -> Run:
         self.running = (index, attempt)
         return Run(index, attempt)

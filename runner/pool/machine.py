@@ -174,11 +174,8 @@ class WorkerMachine:
             and holding.input_ready(wall)
             and not (holding.flush_due(mono) and not holding.flush_can_wait())
         ):
-            index = self.book.done.first_missing(holding.cursor, span.end)
-            if index < span.end and not (
-                index == span.first and span.tries > self.options.max_claims
-            ):
-                holding.cursor = index
+            index = holding.next_input()
+            if index is not None and not holding.exhausted(index):
                 return holding.run(index)
         return Sleep(self.wait_max)
 
@@ -228,10 +225,9 @@ class WorkerMachine:
             renew = None if ready else holding.renew(wall)
             if renew is not None:
                 return renew
-            index = book.done.first_missing(holding.cursor, span.end)
-            if index < span.end:
-                holding.cursor = index
-                if index == span.first and span.tries > self.options.max_claims:
+            index = holding.next_input()
+            if index is not None:
+                if holding.exhausted(index):
                     holding.give_up(index, span, self.search.took_from.get(span.start, "?"))
                     return self._decide(wall, mono, pick)
                 return holding.run(index)
