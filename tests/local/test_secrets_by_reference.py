@@ -7,11 +7,14 @@ import hashlib
 import json
 import os
 import secrets as token
+import time
 from pathlib import Path
 
 import pytest
 
 import kinetic
+from runner.batch import SUPERVISOR_LOCK
+from runner.fs import lock_held
 from runner.secrets import DIR_ENV
 from tests.fix_env import job_dirs
 
@@ -114,6 +117,13 @@ def test_a_batch_resolves_them_in_its_workers(
     assert json.loads(manifest.read_text())["spec"]["secrets"] == [
         {"name": "ci", "keys": {"token": "CI_TOKEN"}}
     ]
+    # The outcomes are durable before the supervisor has removed its work directory;
+    # walk the root once it has ended (its lock, held for its life, is let go).
+    lock = manifest.parent / SUPERVISOR_LOCK
+    deadline = time.monotonic() + 60
+    while lock_held(lock):
+        assert time.monotonic() < deadline, "the batch's supervisor ends within 60 s"
+        time.sleep(0.02)
     assert_nowhere(kinetic_env, value)
 
 
