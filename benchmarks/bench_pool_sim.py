@@ -77,6 +77,7 @@ import argparse
 import asyncio
 import contextlib
 import functools
+import inspect
 import json
 import os
 import random
@@ -448,6 +449,7 @@ async def span_process(cfg: dict[str, Any]) -> WorkerStats:
         # spread, then the manifest, the stop record and the function.
         # (A tree of before the spread moved there spreads in the machine.)
         spread_first = hasattr(PoolOptions, "start_wait")
+        stop_read = "stop_read" in inspect.signature(WorkerMachine).parameters
         if spread_first:
             sized = replace(
                 PoolOptions.of_pool_size(cfg["workers"]),
@@ -482,6 +484,7 @@ async def span_process(cfg: dict[str, Any]) -> WorkerStats:
             ordinal=ordinal,
             overlap=True,  # the pod's courier (runner.pool.courier)
             spread_start=not spread_first,  # spread before the manifest, as the pod does
+            **({"stop_read": True} if stop_read else {}),  # read above, as the pod does
         )
         machine.stop_every *= dilate  # its default follows the pool's size
         chunks = Chunks(store, options.chunk_size, timeout)

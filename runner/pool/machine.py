@@ -62,6 +62,8 @@ class WorkerMachine:
     :param spread_start: wait a spread time before the first claim (a pool's workers
         start together: :meth:`PoolOptions.start_wait`); False when the worker waited
         it before it read the batch, and for a test of a later stage.
+    :param stop_read: the worker read the stop record (and found none) as it started:
+        the first read comes a spread period later, not before the first claim.
 
     The time constants and the rate are parameters so that a simulation can dilate
     time.
@@ -80,6 +82,7 @@ class WorkerMachine:
         ordinal: int | None = None,
         overlap: bool = False,
         spread_start: bool = True,
+        stop_read: bool = False,
     ) -> None:
         self.book = PoolBook(options)
         self.options = options
@@ -110,6 +113,7 @@ class WorkerMachine:
         self._pending: Storage | None = None
         self._read_wall = float("-inf")  # when the pending read or listing was sent
         self._stop_due = float("-inf")  # when the stop record is next read (mono)
+        self._stop_read = stop_read  # the worker read it (none) as it started
         self._spread_start = spread_start  # its first claim waits (PoolOptions.start_wait)
         self._ordinal = ordinal
         self._overlap = overlap
@@ -197,7 +201,8 @@ class WorkerMachine:
             # last worker to finish would be one that drew short periods.
             first = self._stop_due == float("-inf")
             self._stop_due = mono + self.stop_every * ((0.5 + pick) if first else 1.0)
-            return Read(self.names.stop)
+            if not (first and self._stop_read):
+                return Read(self.names.stop)
         if holding.running is not None:
             if holding.ahead_due() and book.stop is None:
                 ahead = self.search.claim_ahead(wall)

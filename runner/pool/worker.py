@@ -225,6 +225,7 @@ class Worker:
             ordinal=self.ordinal,
             overlap=not options.reuse_process,
             spread_start=spread_start,
+            stop_read=True,  # by _start
         )
         self.store.patience = options.lease_s / 4  # renewals are due every third
         courier = self.courier

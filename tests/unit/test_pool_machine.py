@@ -261,6 +261,66 @@ def test_a_stop_ends_the_running_input_and_the_buffer_is_written_first() -> None
     assert pool.now - 1000 < 5
 
 
+def test_a_thief_reads_where_anothers_chain_ends_before_it_claims_there() -> None:
+    # Region 0 is claimed to its end; region 1's holder claimed [100, 120). A worker with
+    # nothing of its own walks there: at 120 it reads first (the holder claims its next
+    # span while its span's last input runs, so a create there would mostly lose, a
+    # write each), and creates only what the read found unclaimed.
+    from runner.pool.spans import Span, claim_record
+
+    def thief_at(objects: dict[str, bytes]) -> tuple[WorkerMachine, list[object]]:
+        machine = WorkerMachine(options(200, 2), GID, "thief", spread_start=False)
+        ops: list[object] = []
+        while True:
+            op = machine.next(wall=1000.0, mono=0.0, pick=0.5)
+            ops.append(op)
+            if isinstance(op, (Create, Run, Exit, Sleep)):
+                return machine, ops
+            assert answer(machine, objects, op)
+
+    def claim(start: int, end: int, worker: str) -> tuple[str, bytes]:
+        key = protocol.group_claim_key(GID, start, 0)
+        return key, claim_record(Span(start, 0, worker, 1030.0, end, start))
+
+    held = dict([claim(0, 100, "w0"), claim(100, 120, "w1")])
+    _, ops = thief_at(dict(held))
+    probe = Read(protocol.group_claim_key(GID, 120, 0))
+    last = ops[-1]
+    assert isinstance(last, Create)
+    assert last.key == probe.key
+    assert ops.index(probe) < len(ops) - 1  # read before the create
+    # The holder's next claim is there when the thief reads: no create at 120; it walks
+    # on to that claim's end and claims after it.
+    _, ops = thief_at({**held, **dict([claim(120, 150, "w1")])})
+    assert probe in ops
+    creates = [op for op in ops if isinstance(op, Create)]
+    assert [op.key for op in creates] == [protocol.group_claim_key(GID, 150, 0)]
+
+
+def test_a_worker_that_read_the_stop_record_as_it_started_claims_first() -> None:
+    # The pod reads the stop record before it sets up: its machine does not read it
+    # again before the first claim, only a (spread) period later.
+    stop = protocol.group_stop_key(GID)
+    for stop_read in (False, True):
+        machine = WorkerMachine(
+            options(400, 1), GID, "w", ordinal=0, spread_start=False, stop_read=stop_read
+        )
+        objects: dict[str, bytes] = {}
+        ops = []
+        mono = 0.0
+        while mono < 3 * machine.stop_every:
+            op = machine.next(wall=1000.0 + mono, mono=mono, pick=0.5)
+            ops.append(op)
+            if isinstance(op, Run):
+                machine.ran(op.index, *ok(op.index), seconds=0.01)
+            elif not answer(machine, objects, op):
+                assert isinstance(op, Sleep)
+            mono += 0.01
+        reads = [i for i, op in enumerate(ops) if op == Read(stop)]
+        assert reads  # the stop record is still read, every period
+        assert (reads[0] == 0) is not stop_read
+
+
 def test_the_machine_refuses_a_step_before_its_answer() -> None:
     machine = WorkerMachine(options(4, 1), GID, "w")
     op = machine.next(wall=1000.0, mono=0.0, pick=0.0)
