@@ -8,7 +8,7 @@ first (spread), at the span's end, and before waiting or exiting: an outcome is 
 visible before its burst is durable, and a takeover writes its first outcome at once. A
 span's last burst waits for the next span's first input when the worker goes on to
 claim one (:meth:`Holding.carry`): written while that input runs, it costs no time. So
-does the next claim, created while the span's last input runs (:attr:`Holding.ahead`). It renews
+does the next claim, created while the span's last inputs run (:attr:`Holding.ahead`). It renews
 the claim between a third and a half of the lease after its last write (spread), and before writing a burst once it lapsed: a
 replace at the claim's generation, which fails once another worker took the span over
 (this worker stalled past its lease), and the span is dropped with its buffer. It ends
@@ -26,7 +26,7 @@ from runner import protocol, results_log
 from runner.pool.book import PoolBook, stop_kills
 from runner.pool.names import PoolNames
 from runner.pool.ops import Create, Kill, List, Op, Replace, Run, Sleep, Write
-from runner.pool.options import FIRST_SPAN, LARGE_RESULT, MAX_SPAN, PoolOptions
+from runner.pool.options import LARGE_RESULT, MAX_SPAN, PoolOptions
 from runner.pool.spans import Span, claim_record
 
 OUTPUT_TAIL = 64 * 1024
@@ -97,8 +97,8 @@ class Holding:
         self.run_since = 0.0
         """When the running input started (monotonic; set by the machine)."""
         self.ahead: Span | None = None
-        """The next span, claimed while the held one's last input ran: held next."""
-        self.ramp = FIRST_SPAN
+        """The next span, claimed while the held one's last inputs ran: held next."""
+        self.ramp = options.first_span
         """The most inputs this worker's next fresh span holds (grows per span done)."""
         self.mean_s: float | None = None
         """Seconds this worker's inputs took, a moving average (None: none ran yet)."""
@@ -267,9 +267,12 @@ class Holding:
         return True
 
     def ahead_due(self) -> bool:
-        """Whether to claim the next span now, while the held span's last input runs:
-        its pace is known and short beside the lease (the claim is not renewed before it
-        is held), and nothing else is pending."""
+        """Whether to claim the next span now, while the held span's last inputs run
+        (a quarter of the longest span's work at most: a create refused by the bucket
+        is retried within it, while the span's inputs go on, where a claim sent as the
+        last input started stalled its worker a back-off); its pace is known and short
+        beside the lease (the claim is not renewed before it is held), and nothing else
+        is pending."""
         span, running = self.span, self.running
         return (
             span is not None
@@ -280,7 +283,8 @@ class Holding:
             and self.stop_to_write is None
             and self.mean_s is not None
             and self.mean_s < self.options.lease_s / 6
-            and self.book.done.first_missing(running[0] + 1, span.end) >= span.end
+            and self.book.done.missing(running[0] + 1, span.end) * self.mean_s
+            <= self.options.span_seconds / 4
         )
 
     # -- while an input runs --------------------------------------------------------------

@@ -332,7 +332,7 @@ class WorkerMachine:
         won = self.search.created(key, generation)
         holding = self.holding
         if won is not None and (holding.span is not None or holding.running is not None):
-            holding.ahead = won  # claimed while the held span's last input ran
+            holding.ahead = won  # claimed while the held span's last inputs ran
         elif won is not None:
             holding.hold(won)
 

@@ -118,13 +118,12 @@ class PoolOptions:
         would meet the bucket's read limit (at 1,000 workers, 600 of the 1,000 manifest
         reads were refused), their first creates its write limit, and a 429 costs a
         worker a second or more of back-off. Up to :data:`START_SPREAD_WORKERS` workers
-        no wait; else spread over ``workers / (2 x claims_per_s)`` when the pool is
-        :attr:`large` (its first span is its region and no outcome is due yet, so the
-        claims take the bursts' share too: 1.25 s at 1,000 workers), over ``workers /
-        claims_per_s`` otherwise (0.75 s at 300: its second claims follow the first a
-        few inputs later, :data:`FIRST_SPAN`, and the two waves overlap). Worker ``k``
-        of an Indexed Job waits ``(k + pick) / workers`` of it, so the pool's requests
-        come evenly paced; a worker with no ordinal waits ``pick`` of it.
+        no wait; else spread over ``workers / (2 x claims_per_s)`` (0.375 s at 300
+        workers, 1.25 s at 1,000): no outcome is due yet, so the first claims take the
+        bursts' share of the rate too, and the second claims and first bursts come
+        after the first wave (:attr:`first_span`). Worker ``k`` of an Indexed Job waits
+        ``(k + pick) / workers`` of it, so the pool's requests come evenly paced; a
+        worker with no ordinal waits ``pick`` of it.
 
         :param ordinal: the worker's completion index, or None.
         :param pick: a random number in [0, 1).
@@ -132,8 +131,16 @@ class PoolOptions:
         if self.workers <= START_SPREAD_WORKERS:
             return 0.0
         slot = pick if ordinal is None else (ordinal % self.workers + pick) / self.workers
-        share = 2 if self.large else 1
-        return slot * self.workers / (share * self.claims_per_s)
+        return slot * self.workers / (2 * self.claims_per_s)
+
+    @property
+    def first_span(self) -> int:
+        """The first span's limit (the ramp's start, while the inputs' speed is
+        unknown): :data:`FIRST_SPAN`, four times that in a pool whose start is spread
+        (:meth:`start_wait`). Its second claims and first bursts would come four quick
+        inputs after the first claims, within the same wave (at 300 workers of 50 ms
+        inputs, 170 refused writes and a worker stalled a second behind each)."""
+        return FIRST_SPAN if self.workers <= START_SPREAD_WORKERS else 4 * FIRST_SPAN
 
     @property
     def rule(self) -> RetryRule:

@@ -293,7 +293,7 @@ class Search:
         self.region = region
         if self._steals(region, at):
             # Another worker's chain: its holder claims its next span while the span's
-            # last input runs, and a listing is soon stale, so a thief's create at the
+            # last inputs run, and a listing is soon stale, so a thief's create at the
             # chain's end mostly loses (at 300 workers, 1,789 of 1,846 did), each loss a
             # write at the tail's peak. A read (five times cheaper to the bucket) tells
             # first: the claim, then the walk goes on; none, then the create.
@@ -369,7 +369,7 @@ class Search:
     def claim_ahead(self, wall: float) -> Create | None:
         """The claim of the next span of this worker's region, when the region's chain
         is known to its end and has inputs left (no read needed); None otherwise. Asked
-        while the held span's last input runs."""
+        while the held span's last inputs run (:meth:`Holding.ahead_due`)."""
         region = self.region
         if region is None:
             return None

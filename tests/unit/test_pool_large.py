@@ -56,9 +56,7 @@ def test_a_pools_first_claims_are_spread_over_its_claim_rate() -> None:
         return [op, machine.next(wall=WALL, mono=0.0, pick=pick)]
 
     assert first_ops(1000, 0.5)[1] == Sleep(0.5 * 1000 / (2 * CLAIMS_PER_S))
-    # A pool that is not large claims again a few inputs later: its two first waves
-    # overlap, each spread over workers / CLAIMS_PER_S.
-    assert first_ops(300, 0.5)[1] == Sleep(0.5 * 300 / CLAIMS_PER_S)
+    assert first_ops(300, 0.5)[1] == Sleep(0.5 * 300 / (2 * CLAIMS_PER_S))
     assert isinstance(first_ops(1000, 0.0, ordinal=0)[1], Create)
     assert isinstance(first_ops(80, 0.9, ordinal=79)[1], Create)  # a small pool: at once
     # An Indexed Job's worker k waits (k + pick) / workers of it: the pool's first
@@ -67,7 +65,25 @@ def test_a_pools_first_claims_are_spread_over_its_claim_rate() -> None:
     waits = [first_ops(300, 0.5, ordinal=k)[1] for k in range(300)]
     assert all(isinstance(w, Sleep) for w in waits[1:])
     gaps = {round(b.seconds - a.seconds, 9) for a, b in itertools.pairwise(waits)}
-    assert gaps == {round(1 / CLAIMS_PER_S, 9)}
+    assert gaps == {round(1 / (2 * CLAIMS_PER_S), 9)}
+
+
+def test_a_spread_pools_first_span_keeps_its_second_claims_out_of_the_first_wave() -> None:
+    # Four quick inputs after its first claim a worker would claim again and write its
+    # first burst, within the wave of the first claims: a pool whose start is spread
+    # starts with spans four times as long.
+    def first_span(workers: int) -> int:
+        machine = WorkerMachine(opts(workers), GID, "w", ordinal=0, spread_start=False)
+        op = machine.next(wall=WALL, mono=0.0, pick=0.5)
+        machine.read(op.key, None, None)  # the stop record
+        claim = machine.next(wall=WALL, mono=0.0, pick=0.5)
+        assert isinstance(claim, Create)
+        span = parse_claim(0, 0, claim.data)
+        assert span is not None
+        return span.end
+
+    assert first_span(80) == FIRST_SPAN
+    assert first_span(300) == 4 * FIRST_SPAN
 
 
 def test_a_pod_that_knows_its_pools_size_spreads_its_start_before_reading_the_batch() -> None:
