@@ -311,11 +311,12 @@ def test_a_dead_workers_input_is_taken_over_after_its_lease(tmp_path: Path) -> N
 
 
 def test_fail_fast_stops_the_pool(tmp_path: Path) -> None:
-    # One chunk: workers take its inputs in order, so input 2 fails within the first few
-    # (with several chunks, picked at random, its chunk could come last, after the rest).
+    # Worker 0 of the Indexed Job starts on the first region, so input 2 fails within its
+    # first inputs (a worker with no index picks its region at random: the first region
+    # could come last, taken at the end in short spans that all ran before a stop read).
     calls = [((i,), {}) for i in range(30)]
     store = record(tmp_path, fail_on_two, calls, chunk=30, fail_fast=True)
-    finish([start_worker(tmp_path, f"w{k}") for k in range(2)])
+    finish([start_worker(tmp_path, f"w{k}", index=k) for k in range(2)])
     stop = protocol.load_json(store.read(protocol.group_stop_key(GID)))
     assert stop["reason"] == "fail_fast"
     assert "input 2" in stop["detail"]
