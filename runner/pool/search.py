@@ -8,7 +8,8 @@ region's chain of spans to its end, and reads the claim where the chain ends bef
 creates one there (the chain's holder has mostly claimed it already). With none left
 it looks (lists bursts, outcomes and claims), reads a few claims that may have expired
 and takes one over from its first input without an outcome (or fails that input once
-it had ``max_claims`` claims; a takeover that cuts a long span announces its hole in ``holes/``; a takeover first
+it had ``max_claims`` claims; a takeover that cuts a long span announces its hole in
+``holes/``; a takeover first
 replaces the expired claim, at the generation read after its lease ended, so that of
 it and a late renewal exactly one wins), else sleeps until a lease may end, rationed.
 In a large pool it looks first after a spread wait (:data:`~runner.pool.limits.FIRST_LOOK_READS`), and
