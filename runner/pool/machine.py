@@ -271,7 +271,7 @@ class WorkerMachine:
             waits.append(holding.renew_at - wall)
         if holding.buffer is not None:
             buffer = holding.buffer
-            waits.append(buffer.wait - (mono - (buffer.since or mono)))
+            waits.append(holding.burst_wait(buffer, mono))
         return Sleep(max(0.01, min(waits)))
 
     # -- answers --------------------------------------------------------------------------

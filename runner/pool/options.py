@@ -24,7 +24,12 @@ MAX_SPAN = 4096
 BURST_MAX = 512
 """Outcomes in one burst at most."""
 BURST_SECONDS = 1.0
-"""A burst is written this long after its first outcome at the latest."""
+"""A burst is written this long after its first outcome, give or take
+:data:`BURST_SPREAD` of it."""
+BURST_SPREAD = 0.25
+"""The share of :data:`BURST_SECONDS` by which a worker's pick moves its bursts: a pool's
+workers start together, and their bursts would all be due at once, past the bucket's
+write limit."""
 LARGE_RESULT = 1 << 20
 """Payloads above this many bytes get an object of their own instead of a burst record."""
 OBJECT_GAP_S = 1.0

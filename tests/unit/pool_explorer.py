@@ -13,7 +13,14 @@ operations and injects what pods meet on GCS:
 - a worker **terminated** (SIGTERM: its pod deleted, its node drained) at any step: as
   runner/pool/worker.py does, it ends its input, writes what it buffered and exits; another
   starts;
-- **clock skew**: each worker's wall clock is off by up to a tenth of the lease.
+- **clock skew**: each worker's wall clock is off by up to a tenth of the lease;
+- a **429 storm**: the bucket refuses every write for a while (GCS's rate limit, met by
+  the whole pool at once). The storage client backs off and tries again, so each write
+  sent meanwhile lands after the storm, at its worker's back-off, all of them within
+  a moment (renewals included: leases run out together); a write still refused when
+  the patient store's patience (a quarter of the lease) is spent kills its worker, the
+  write not landed (runner.pool.patient_store raises; the pod restarts seconds later),
+  its inputs running meanwhile where the courier carries the write.
 
 The invariants, checked after every step (:meth:`Exploration.check_step`) and at the end
 (:meth:`Exploration.check_end`):
@@ -48,6 +55,9 @@ from tests.unit.pool_driver import GID, generation, ok
 LEASE = 30.0
 MAX_DELAY = 45.0
 """The longest a request is held in flight (one and a half leases)."""
+PATIENCE = LEASE / 4
+"""How long a worker's store tries a refused request again (the pod's
+``PatientStore.patience``) before it raises and the worker dies."""
 
 
 @dataclass
@@ -64,6 +74,8 @@ class Worker:
     """What this worker's writes that landed left in each object."""
     ordinal: int | None = None
     """Its Indexed Job completion index (a replacement pod has its predecessor's)."""
+    gives_up_at: float | None = None
+    """When its store gives up the write a 429 storm refuses (the worker dies then)."""
 
 
 class Reader:
@@ -114,9 +126,15 @@ class Exploration:
     log: list[str] = field(default_factory=list)
     machine_type: type[WorkerMachine] = WorkerMachine
     """The machines' class (a subclass records their operations: test_pool_replay)."""
+    storms_on: bool = True
+    """Whether 429 storms come (drawn from a generator of their own: a run without them
+    is the same schedule as before they were added, which test_pool_replay pins)."""
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
+        self.storm_rng = random.Random(f"storms {self.seed}")
+        self.storm_until = float("-inf")
+        self.storms = self.storm_writes = self.storm_kills = 0
         self.inputs = self.rng.randint(1, 12)
         self.workers = self.rng.randint(1, 5)
         self.options = PoolOptions(
@@ -145,22 +163,27 @@ class Exploration:
 
     # -- the world ---------------------------------------------------------------------
 
-    def start(self, ordinal: int | None = None) -> None:
+    def start(self, ordinal: int | None = None, at: float | None = None) -> None:
         name = f"w{self.started}"
         self.started += 1
         machine = self.machine_type(
             self.options, GID, name, wait_max=LEASE / 6, ordinal=ordinal, overlap=self.overlap
         )
         skew = self.rng.uniform(-LEASE / 10, LEASE / 10)
-        self.live[name] = Worker(name, machine, skew, awake_at=self.now, ordinal=ordinal)
+        awake_at = self.now if at is None else at
+        self.live[name] = Worker(name, machine, skew, awake_at=awake_at, ordinal=ordinal)
 
-    def crash(self, worker: Worker) -> None:
+    def crash(self, worker: Worker, *, landed: bool | None = None, restart_in: float = 0.0) -> None:
+        """``worker`` dies; the request it had in flight reached the store or not
+        (``landed``; None: either, by the draw); another starts ``restart_in`` later."""
         self.log.append(f"{self.now:.2f} crash {worker.name}")
         del self.live[worker.name]
         self.crashes += 1
-        if worker.in_flight is not None and self.rng.random() < 0.5:
+        if worker.in_flight is not None and (
+            landed if landed is not None else self.rng.random() < 0.5
+        ):
             self.land(worker, worker.in_flight[0])  # it had reached the store
-        self.start(worker.ordinal)  # the Job controller replaces the pod
+        self.start(worker.ordinal, at=self.now + restart_in)  # the Job controller's new pod
 
     def terminate(self, worker: Worker) -> None:
         """SIGTERM, as runner/pool/worker.py's wind_up answers it: the request under way ends,
@@ -170,7 +193,7 @@ class Exploration:
         machine = worker.machine
         if worker.in_flight is not None:
             op, _ = worker.in_flight
-            worker.in_flight = None
+            worker.in_flight = worker.gives_up_at = None
             self.answer(worker, op, self.land(worker, op))
         machine.book.learn_stop(protocol.stop_record("cancelled", "SIGTERM"))
         if machine.running is not None:
@@ -247,6 +270,11 @@ class Exploration:
         for reader in self.readers:
             if rng.random() < 0.02:
                 reader.look(self.objects, self.now)
+        if self.storms_on and self.storm_until < self.now and self.storm_rng.random() < 0.0005:
+            # GCS's rate limit met by the whole pool: every write refused for a while.
+            self.storm_until = self.now + self.storm_rng.uniform(0, LEASE)
+            self.storms += 1
+            self.log.append(f"{self.now:.2f} 429 storm until {self.storm_until:.2f}")
         roll = rng.random()
         if roll < 0.004:
             self.crash(worker)
@@ -263,15 +291,22 @@ class Exploration:
 
     def advance(self, worker: Worker) -> None:
         machine, rng = worker.machine, self.rng
+        if worker.gives_up_at is not None and self.now >= worker.gives_up_at:
+            self.storm_kills += 1
+            self.log.append(f"{self.now:.2f} {worker.name}'s write refused past its patience")
+            # Its store raised: the pod dies and is started again after a while.
+            self.crash(worker, landed=False, restart_in=self.storm_rng.uniform(1.0, 10.0))
+            return
         if worker.in_flight is not None:
             op, lands = worker.in_flight
             if self.now < lands:
+                wakes = lands if worker.gives_up_at is None else min(lands, worker.gives_up_at)
                 if self.overlap:
-                    self.carry_on(worker, lands)
+                    self.carry_on(worker, wakes)
                 else:
-                    worker.awake_at = lands
+                    worker.awake_at = wakes
                 return
-            worker.in_flight = None
+            worker.in_flight = worker.gives_up_at = None
             landed = self.land(worker, op)
             if rng.random() < 0.05:
                 landed = self.retry_after_loss(worker, op, landed)
@@ -290,7 +325,9 @@ class Exploration:
             claim = isinstance(op, (Create, Write, Replace)) and op.key.startswith(self.claims)
             burst = isinstance(op, Write) and op.key.startswith(self.bursts)
             delay = rng.random()
-            if (claim and delay < 0.3) or (burst and delay < 0.05):
+            if isinstance(op, (Create, Write, Replace)) and self.now < self.storm_until:
+                self.refused(worker, op)
+            elif (claim and delay < 0.3) or (burst and delay < 0.05):
                 worker.in_flight = (op, self.now + rng.uniform(0, MAX_DELAY))
             elif delay < 0.1:
                 worker.in_flight = (op, self.now + rng.uniform(0, 1.0))
@@ -309,6 +346,15 @@ class Exploration:
         elif isinstance(op, Exit):
             self.log.append(f"{self.now:.2f} {worker.name} exits: {op.reason}")
             del self.live[worker.name]
+
+    def refused(self, worker: Worker, op: Op) -> None:
+        """A write sent during a 429 storm: tried again at the client's back-off, it
+        lands after the storm; one that the storm outlasts past the patience is given up
+        (the worker dies then, nothing landed: :meth:`advance`)."""
+        self.storm_writes += 1
+        worker.in_flight = (op, self.storm_until + self.storm_rng.uniform(0, 2.0))
+        if self.storm_until - self.now > PATIENCE:
+            worker.gives_up_at = self.now + PATIENCE
 
     def run(self, worker: Worker, op: Run) -> None:
         """Start ``op``'s input: a short one, or one that outlasts a lease."""
@@ -398,9 +444,10 @@ def explore(
     steps: int = 60_000,
     check: Callable[[Exploration], None] | None = None,
     machine_type: type[WorkerMachine] = WorkerMachine,
+    storms: bool = True,
 ) -> Exploration:
     """Run seed ``seed`` to its end, checking the invariants; the exploration."""
-    run = Exploration(seed, machine_type=machine_type)
+    run = Exploration(seed, machine_type=machine_type, storms_on=storms)
     for _ in range(steps):
         if not run.step():
             break

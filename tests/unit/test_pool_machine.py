@@ -14,7 +14,7 @@ from runner import protocol, results_log
 from runner.pool.machine import WorkerMachine
 from runner.pool.ops import Create, Exit, Kill, List, Read, Replace, Run, Sleep
 from runner.pool.options import PoolOptions
-from runner.pool.spans import parse_claim
+from runner.pool.spans import Span, parse_claim
 from runner.retry_rule import RetryRule
 from tests.unit.pool_driver import GID, Pool, answer, generation, ok, running
 
@@ -687,3 +687,33 @@ def test_between_two_inputs_of_a_span_a_worker_does_no_storage_operation() -> No
     found = _records_in_bursts(store)
     assert sorted(found) == list(range(400))
     assert set(found.values()) == {1}
+
+
+def test_a_burst_due_just_before_its_spans_end_is_written_with_the_end() -> None:
+    # Spans of 13 inputs of 0.1 s, bursts due 1 s after their first outcome (pick 0.5):
+    # each span's first burst would fall due with one input left. The span's last
+    # burst, written as it ends, holds those outcomes as soon as the latest a burst is
+    # due (1.25 s): one burst a span, and no outcome waits longer.
+    store: dict[str, bytes] = {}
+    opts = options(120, 1, burst_s=1.0, span_s=1.35)
+    machine = WorkerMachine(opts, GID, "w", ordinal=0)
+    log = _drive_alone(machine, store, 0.1)
+    assert sorted(_records_in_bursts(store)) == list(range(120))
+    spans = [op for _, op, _ in log if isinstance(op, Create) and "/claims/" in op.key]
+    bursts = [(t, op) for t, op, _ in log if type(op).__name__ == "Write" and "/bursts/" in op.key]
+    assert any(_claimed(op).end - _claimed(op).first == 13 for op in spans)
+    assert len(bursts) == len(spans)
+    # Each outcome is durable within the latest a burst is due after it ran.
+    ended = {run.index: t + 0.1 for t, run, _ in log if isinstance(run, Run)}
+    for t, op in bursts:
+        records, _ = results_log.scan(op.data, len(protocol.BURST_MAGIC))
+        assert all(t - ended[index] <= 1.25 * 1.0 + 0.1 + 1e-9 for index, *_ in records)
+
+
+def _claimed(op: Create) -> Span:
+    """The span a claim's create asks for."""
+    parsed = protocol.parse_claim_name(op.key.removeprefix(protocol.group_claims_prefix(GID)))
+    assert parsed is not None
+    span = parse_claim(*parsed, op.data)
+    assert span is not None
+    return span

@@ -247,7 +247,7 @@ def scenarios() -> dict[str, Callable[[list[str]], None]]:
 
     def exploration(seed: int) -> Callable[[list[str]], None]:
         def record(log: list[str]) -> None:
-            run = explore(seed, machine_type=recording(log))
+            run = explore(seed, machine_type=recording(log), storms=False)
             log.extend(run.log)
 
         return record
