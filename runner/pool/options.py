@@ -133,7 +133,7 @@ class PoolOptions:
         :param ordinal: the worker's completion index, or None.
         :param pick: a random number in [0, 1).
         """
-        if self.workers <= START_SPREAD_WORKERS:
+        if not self.spread_start:
             return 0.0
         slot = pick if ordinal is None else (ordinal % self.workers + pick) / self.workers
         return slot * self.workers / (2 * self.claims_per_s)
@@ -145,7 +145,13 @@ class PoolOptions:
         (:meth:`start_wait`). Its second claims and first bursts would come four quick
         inputs after the first claims, within the same wave (at 300 workers of 50 ms
         inputs, 170 refused writes and a worker stalled a second behind each)."""
-        return FIRST_SPAN if self.workers <= START_SPREAD_WORKERS else 4 * FIRST_SPAN
+        return 4 * FIRST_SPAN if self.spread_start else FIRST_SPAN
+
+    @property
+    def spread_start(self) -> bool:
+        """Whether the pool's start is spread (:meth:`start_wait`): it has more than
+        :data:`START_SPREAD_WORKERS` workers."""
+        return self.workers > START_SPREAD_WORKERS
 
     @property
     def rule(self) -> RetryRule:
