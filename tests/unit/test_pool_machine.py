@@ -12,7 +12,7 @@ import pytest
 
 from runner import protocol, results_log
 from runner.pool.machine import WorkerMachine
-from runner.pool.ops import Create, Exit, Kill, List, Read, Replace, Run, Sleep
+from runner.pool.ops import Create, Exit, Kill, List, Read, Replace, Run, Sleep, Write
 from runner.pool.options import PoolOptions
 from runner.pool.spans import Span, parse_claim
 from runner.retry_rule import RetryRule
@@ -700,7 +700,7 @@ def test_a_burst_due_just_before_its_spans_end_is_written_with_the_end() -> None
     log = _drive_alone(machine, store, 0.1)
     assert sorted(_records_in_bursts(store)) == list(range(120))
     spans = [op for _, op, _ in log if isinstance(op, Create) and "/claims/" in op.key]
-    bursts = [(t, op) for t, op, _ in log if type(op).__name__ == "Write" and "/bursts/" in op.key]
+    bursts = [(t, op) for t, op, _ in log if isinstance(op, Write) and "/bursts/" in op.key]
     assert any(_claimed(op).end - _claimed(op).first == 13 for op in spans)
     assert len(bursts) == len(spans)
     # Each outcome is durable within the latest a burst is due after it ran.
