@@ -352,8 +352,9 @@ class Exploration:
         lands after the storm; one that the storm outlasts past the patience is given up
         (the worker dies then, nothing landed: :meth:`advance`)."""
         self.storm_writes += 1
-        worker.in_flight = (op, self.storm_until + self.storm_rng.uniform(0, 2.0))
-        if self.storm_until - self.now > PATIENCE:
+        lands = self.storm_until + self.storm_rng.uniform(0, 2.0)
+        worker.in_flight = (op, lands)
+        if lands - self.now > PATIENCE:
             worker.gives_up_at = self.now + PATIENCE
 
     def run(self, worker: Worker, op: Run) -> None:
