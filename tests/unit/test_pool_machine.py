@@ -33,12 +33,18 @@ def claims(pool: Pool) -> list[tuple[int, int, int, int]]:
     out = []
     for key, data in pool.store.objects.items():
         if key.startswith(prefix):
-            parsed = protocol.parse_claim_name(key.removeprefix(prefix))
-            assert parsed is not None
-            span = parse_claim(*parsed, data)
-            assert span is not None
+            span = _span_of(key, data)
             out.append((span.start, span.number, span.first, span.end))
     return sorted(out)
+
+
+def _span_of(key: str, data: bytes) -> Span:
+    """The span of the claim ``key`` whose bytes are ``data``."""
+    parsed = protocol.parse_claim_name(key.removeprefix(protocol.group_claims_prefix(GID)))
+    assert parsed is not None
+    span = parse_claim(*parsed, data)
+    assert span is not None
+    return span
 
 
 def writes(pool: Pool) -> int:
@@ -701,19 +707,10 @@ def test_a_burst_due_just_before_its_spans_end_is_written_with_the_end() -> None
     assert sorted(_records_in_bursts(store)) == list(range(120))
     spans = [op for _, op, _ in log if isinstance(op, Create) and "/claims/" in op.key]
     bursts = [(t, op) for t, op, _ in log if isinstance(op, Write) and "/bursts/" in op.key]
-    assert any(_claimed(op).end - _claimed(op).first == 13 for op in spans)
+    assert any((span := _span_of(op.key, op.data)).end - span.first == 13 for op in spans)
     assert len(bursts) == len(spans)
     # Each outcome is durable within the latest a burst is due after it ran.
     ended = {run.index: t + 0.1 for t, run, _ in log if isinstance(run, Run)}
     for t, op in bursts:
         records, _ = results_log.scan(op.data, len(protocol.BURST_MAGIC))
         assert all(t - ended[index] <= 1.25 * 1.0 + 0.1 + 1e-9 for index, *_ in records)
-
-
-def _claimed(op: Create) -> Span:
-    """The span a claim's create asks for."""
-    parsed = protocol.parse_claim_name(op.key.removeprefix(protocol.group_claims_prefix(GID)))
-    assert parsed is not None
-    span = parse_claim(*parsed, op.data)
-    assert span is not None
-    return span
