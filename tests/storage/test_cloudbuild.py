@@ -204,9 +204,14 @@ MakeBuilder = Callable[..., CloudBuildBuilder]
 
 
 @pytest.fixture
-async def make_builder() -> AsyncIterator[MakeBuilder]:
+async def make_builder(gcs_storage: GCSStorage) -> AsyncIterator[MakeBuilder]:
     """Makes builders on the fake of the test's choice, served on loopback in the
-    test's loop (the fake writes build logs through the test's own storage)."""
+    test's loop (the fake writes build logs through the test's own storage).
+
+    It depends on ``gcs_storage`` so that the server stops, letting a request still
+    in its handler finish, before that storage closes: a caller cancelled mid-poll
+    leaves the fake's log write running past the test's end.
+    """
     fakes: list[FakeCloudBuild] = []
 
     async def handle(request: Request) -> web.Response:
