@@ -9,13 +9,12 @@ creates one there (the chain's holder has mostly claimed it already). With none 
 it looks (lists bursts, outcomes and claims), reads a few claims that may have expired
 and takes one over from its first input without an outcome (or fails that input once
 it had ``max_claims`` claims; a takeover that cuts a long span announces its hole in
-``holes/``; a takeover first
-replaces the expired claim, at the generation read after its lease ended, so that of
-it and a late renewal exactly one wins), else sleeps until a lease may end, rationed.
-In a large pool it looks first after a spread wait (:data:`~runner.pool.limits.FIRST_LOOK_READS`), and
-between two such full looks only at the holes, and joins one (:data:`~runner.pool.limits.QUICK_VISITS`).
-Where the worker stands in all this is its :class:`Phase`. The protocol as a whole is
-told in ``docs/pool-protocol.md`` ("Looking for work").
+``holes/``; a takeover first replaces the expired claim, at the generation read after
+its lease ended, so that of it and a late renewal exactly one wins), else sleeps until
+a lease may end, rationed. In a large pool it looks first after a spread wait
+(:data:`~runner.pool.limits.FIRST_LOOK_READS`), and between two such full looks only at
+the holes, and joins one (:data:`~runner.pool.limits.QUICK_VISITS`). Where the worker
+stands is its :class:`Phase`; see ``docs/pool-protocol.md`` ("Looking for work").
 """
 
 from __future__ import annotations

@@ -45,6 +45,17 @@ def test_the_check_command_agrees() -> None:
     assert layout.main(["--check"]) == 0
 
 
+POOL_ROOM_LINES = 500
+"""Issue 38's limit for a module of ``runner/pool/``: a room a newcomer reads whole."""
+
+
+def test_no_pool_module_outgrows_its_room() -> None:
+    sizes = {p.name: len(p.read_text().splitlines()) for p in (REPO / "runner/pool").glob("*.py")}
+    assert len(sizes) > 10
+    over = {name: n for name, n in sizes.items() if n > POOL_ROOM_LINES}
+    assert over == {}, f"split these (over {POOL_ROOM_LINES} lines): {over}"
+
+
 # ----------------------------------------------------------------- the generator itself
 
 
