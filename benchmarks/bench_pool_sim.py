@@ -24,6 +24,12 @@ What runs (issue 27, item 5; issue 38)
   way, and the machine (``overlap``) hands out the span's next input meanwhile. An input is ``asyncio.sleep(--input-ms)`` whose value
   (its index squared) is pickled by the runner's own :func:`runner.job.build_success`.
   What is not simulated: the pod's process per input, its log, the Kubernetes Job.
+* **The inputs' cost**: ``--input-ms`` each, or with ``--input-skew S`` sorted by
+  cost, from ``1 - S`` to ``1 + S`` times it (:func:`input_seconds`; the ideal is the
+  same).
+* **The other design** (``--engine coord``): issue 38's coordinator, modelled by
+  :mod:`benchmarks.pool_coordinator_model` against the same bucket, inputs, kills and
+  pauses; its rows get ``_coord`` in their names, beside the matrix's.
 * **The batch**: ``--inputs`` inputs recorded as a submission records them (the
   manifest and cloudpickled chunks of :func:`kinetic._core.inputs.chunk_size`), written
   straight to fake-gcs-server (submission is not what is measured).
@@ -269,6 +275,14 @@ def answer(machine: Any, op: Any, answer: Any) -> None:
         machine.replaced(op.key, answer)
 
 
+def input_seconds(index: int, input_s: float, skew: float, total: int) -> float:
+    """How long input ``index`` runs: ``input_s``, or with ``--input-skew`` the inputs
+    sorted by size, from ``1 - skew`` to ``1 + skew`` times it (the mean stays)."""
+    if not skew or total < 2:
+        return input_s
+    return input_s * (1.0 + skew * (2.0 * index / (total - 1) - 1.0))
+
+
 async def drive(
     machine: Any,
     store: Any,
@@ -286,7 +300,8 @@ async def drive(
     listings and due bursts are performed while the input runs, a ``Sleep`` waits for
     the input's end at most that long, and ``Kill`` ends the input (no outcome).
     ``state["running"]`` is set while an input runs (a kill may wait for that);
-    ``timeout`` bounds each storage operation (the client's default, dilated)."""
+    ``timeout`` bounds each storage operation (the client's default, dilated);
+    ``state["skew"]`` and ``state["total"]`` size each input (:func:`input_seconds`)."""
     from runner.job import build_success
     from runner.pool import ops as pm
 
@@ -332,7 +347,8 @@ async def drive(
                 args, _kwargs = await chunks.get(op.index)
                 spent("read inputs", since)
                 started = time.monotonic()
-                running = asyncio.ensure_future(asyncio.sleep(input_s))
+                this_s = input_seconds(op.index, input_s, state["skew"], state["total"])
+                running = asyncio.ensure_future(asyncio.sleep(this_s))
                 state["running"].set()
                 try:
                     ended, wait = False, 0.0
@@ -362,7 +378,7 @@ async def drive(
                 finally:
                     running.cancel()
                     state["running"].clear()
-                spent("upkeep overhang", started + input_s)
+                spent("upkeep overhang", started + this_s)
                 if ended:
                     stats.ended += 1
                     machine.ended(op.index)
@@ -440,7 +456,7 @@ async def span_process(cfg: dict[str, Any]) -> WorkerStats:
         store = stores[i]
         state: dict[str, Any] = {
             "running": asyncio.Event(), "writing": asyncio.Event(), "dilate": dilate,
-            "start_at": start_at, "pause": None,
+            "start_at": start_at, "pause": None, "skew": cfg["skew"], "total": cfg["inputs"],
         }  # fmt: skip
         if i in kills and kills[i][1] == "pause":  # frozen a lease and more, then resumes
             state["pause"] = (start_at + kills[i][0], cfg["lease_s"] * random.uniform(1.1, 1.5))
@@ -587,6 +603,18 @@ def before_process(cfg: dict[str, Any]) -> WorkerStats:
     return stats
 
 
+def run_engine(cfg: dict[str, Any]) -> WorkerStats:
+    """This process's workers, by the run's engine."""
+    if cfg["engine"] == "before":
+        return before_process(cfg)
+    if cfg["engine"] == "coord":
+        from benchmarks.pool_coordinator_model import workers_main
+
+        stats: WorkerStats = asyncio.run(workers_main(cfg, WorkerStats()))
+        return stats
+    return asyncio.run(span_process(cfg))
+
+
 def child_main(cfg: dict[str, Any]) -> None:
     profile = os.environ.get("POOLSIM_PROFILE")  # a file: where the first process's profile goes
     if profile and cfg["names"][0].endswith("0000"):
@@ -596,7 +624,7 @@ def child_main(cfg: dict[str, Any]) -> None:
             stats = asyncio.run(span_process(cfg))
         prof.dump_stats(profile)
     else:
-        stats = before_process(cfg) if cfg["engine"] == "before" else asyncio.run(span_process(cfg))
+        stats = run_engine(cfg)
     out = {
         "runs": sorted(stats.runs.elements()),
         "ops": dict(stats.ops),
@@ -816,6 +844,10 @@ def main() -> None:
     parser.add_argument("--shards", type=int, default=16, help="fake-gcs-servers making the bucket")
     parser.add_argument("--input-ms", type=float, default=50.0)
     parser.add_argument(
+        "--input-skew", type=float, default=0.0,
+        help="inputs sorted by size: from (1 - skew) to (1 + skew) times --input-ms",
+    )  # fmt: skip
+    parser.add_argument(
         "--lease-s",
         type=float,
         default=6.0,
@@ -840,10 +872,20 @@ def main() -> None:
         "--table", action="store_true", help="print the matrix's rows as a Markdown table"
     )
     parser.add_argument(_TREE_FLAG, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--engine", choices=("span", "coord"), default="span",
+        help="span: the pool's workers; coord: the coordinator's model (pool_coordinator_model)",
+    )  # fmt: skip
     parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--coordinator", help=argparse.SUPPRESS)
     ns = parser.parse_args()
     if ns.child:
         child_main(json.loads(ns.child))
+        return
+    if ns.coordinator:
+        from benchmarks.pool_coordinator_model import coordinator_main
+
+        asyncio.run(coordinator_main(json.loads(ns.coordinator)))
         return
     if ns.table:
         from benchmarks._common import RESULTS
@@ -914,14 +956,18 @@ def run_all(ns: argparse.Namespace) -> None:
                 key += f"_lease{lease:g}" if name != "steady" else ""
             else:
                 key = f"{name}_{point.workers}"
+                key += f"_skew{point.input_skew:g}" if point.input_skew else ""
+            key += "_coord" if ns.engine == "coord" else ""
             runs[key] = one_run(
-                point, name, storage, engine="span", inputs=point.inputs, lease_s=lease,
+                point, name, storage, engine=ns.engine, inputs=point.inputs, lease_s=lease,
                 kill=point.kill if name != "steady" else 0.0, overrides=overrides, tree=None,
                 cap_s=ns.cap_s,
             )  # fmt: skip
             runs[key].update(procs=point.procs, shards=ns.shards, machine=machine())
+            runs[key]["input_skew"] = point.input_skew
             runs[key]["overrides"] = overrides
-            save(RESULTS, write_results, runs, matrix=ns.matrix is not None)
+            # The coordinator's model is compared beside the matrix, not in its rows.
+            save(RESULTS, write_results, runs, matrix=ns.matrix is not None and ns.engine == "span")
         if ns.before is not None:
             runs[f"before_{ns.workers}"] = one_run(
                 ns, "before", storage, engine="before", inputs=ns.before_inputs,
@@ -1054,15 +1100,27 @@ def one_run(
     kill_at = {w: rng.uniform(0.1, ns.kill_window) * ideal * dilate for w in dead}
     children = []
     env = dict(os.environ, STORAGE_EMULATOR_HOST=limiter_url)
+    coordinator = None
+    port = 0
+    if engine == "coord":  # its process first: the workers connect to it
+        config = {"bucket": bucket, "inputs": inputs, "workers": workers, "dilate": dilate}
+        argv = [sys.executable, str(Path(__file__).resolve()), "--coordinator", json.dumps(config)]
+        coordinator = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
+        )
+        assert coordinator.stdout is not None
+        port = int(coordinator.stdout.readline().split()[1])
     for p in range(procs):
         mine = list(range(p, workers, procs))
         cfg = {
             "engine": engine, "bucket": bucket, "input_s": input_s * dilate,
+            "skew": ns.input_skew, "inputs": inputs,
             "cap_s": cap_s * dilate, "dilate": dilate, "lease_s": lease_s * dilate,
             "latency_hi_s": LATENCY_MS[1] / 1000 * dilate,
             "kill_by": ns.kill_window * ideal * dilate,
             "names": [f"sim-{w:04d}" for w in mine], "overrides": overrides, "workers": workers,
             "kills": {str(k): [kill_at[w], how[w]] for k, w in enumerate(mine) if w in how},
+            "port": port,
         }  # fmt: skip
         argv = [sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(cfg)]
         if tree is not None:
@@ -1081,15 +1139,19 @@ def one_run(
             raise SystemExit(f"a worker process did not start: {line!r}")
     shards_cpu = sum(proc_cpu(pid) for pid in storage.shard_pids)
     started = time.time() + 0.5
-    for child in children:
+    for child in children + ([coordinator] if coordinator is not None else []):
         assert child.stdin is not None
         child.stdin.write(f"{started}\n")
         child.stdin.flush()
     watch = Watch(limiter_url, bucket, inputs, grace=2.0 * dilate) if engine == "span" else None
     try:
-        outs = collect(children, started + cap_s * dilate + 15, watch)
+        if coordinator is not None:  # it ends once every outcome is durable; then the workers
+            outs = collect([coordinator], started + cap_s * dilate + 15)
+            outs += collect(children, time.time() + 2.0 * dilate)  # a paused one: stopped
+        else:
+            outs = collect(children, started + cap_s * dilate + 15, watch)
     finally:
-        for child in children:
+        for child in children + ([coordinator] if coordinator is not None else []):
             if child.poll() is None:
                 child.send_signal(signal.SIGKILL)  # a process of ours, by its pid
                 child.wait()
@@ -1182,7 +1244,12 @@ def finish(
     )
     limiter_call(limiter_url, "/_limiter/reset?limits=off", "POST")
     hold = spec.lease_s * spec.dilate  # the readers' hold is the batch's lease (wall)
-    check = asyncio.run(check_outcomes(bucket, spec.inputs, hold, stats["landed"]))
+    if spec.engine == "coord":
+        from benchmarks.pool_coordinator_model import check_commits
+
+        check = asyncio.run(check_commits(bucket, spec.inputs))
+    else:
+        check = asyncio.run(check_outcomes(bucket, spec.inputs, hold, stats["landed"]))
     check["durable_per_s"] = durable_per_second(stats["landed"], started, spec.dilate)
     return summarise(spec, outs, stats, check, cpu, finished)
 
