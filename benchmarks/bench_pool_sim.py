@@ -29,7 +29,9 @@ What runs (issue 27, item 5; issue 38)
   same).
 * **The other design** (``--engine coord``): issue 38's coordinator, modelled by
   :mod:`benchmarks.pool_coordinator_model` against the same bucket, inputs, kills and
-  pauses; its rows get ``_coord`` in their names, beside the matrix's.
+  pauses; its rows get ``_coord`` in their names, beside the matrix's. With
+  ``--kill-coordinator F`` its process is killed at ``F`` x the ideal and started again
+  ``--restart-s`` later (simulated), on the same port.
 * **The batch**: ``--inputs`` inputs recorded as a submission records them (the
   manifest and cloudpickled chunks of :func:`kinetic._core.inputs.chunk_size`), written
   straight to fake-gcs-server (submission is not what is measured).
@@ -876,6 +878,11 @@ def main() -> None:
         "--engine", choices=("span", "coord"), default="span",
         help="span: the pool's workers; coord: the coordinator's model (pool_coordinator_model)",
     )  # fmt: skip
+    parser.add_argument(
+        "--kill-coordinator", type=float, default=None, metavar="F",
+        help="coord: kill the coordinator at F x the ideal, restart it --restart-s later",
+    )  # fmt: skip
+    parser.add_argument("--restart-s", type=float, default=5.0)
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--coordinator", help=argparse.SUPPRESS)
     ns = parser.parse_args()
@@ -958,6 +965,7 @@ def run_all(ns: argparse.Namespace) -> None:
                 key = f"{name}_{point.workers}"
                 key += f"_skew{point.input_skew:g}" if point.input_skew else ""
             key += "_coord" if ns.engine == "coord" else ""
+            key += f"_restart{ns.kill_coordinator:g}" if ns.kill_coordinator is not None else ""
             runs[key] = one_run(
                 point, name, storage, engine=ns.engine, inputs=point.inputs, lease_s=lease,
                 kill=point.kill if name != "steady" else 0.0, overrides=overrides, tree=None,
@@ -1102,14 +1110,18 @@ def one_run(
     env = dict(os.environ, STORAGE_EMULATOR_HOST=limiter_url)
     coordinator = None
     port = 0
-    if engine == "coord":  # its process first: the workers connect to it
-        config = {"bucket": bucket, "inputs": inputs, "workers": workers, "dilate": dilate}
+    config = {"bucket": bucket, "inputs": inputs, "workers": workers, "dilate": dilate}
+
+    def start_coordinator() -> tuple[subprocess.Popen[str], int]:
         argv = [sys.executable, str(Path(__file__).resolve()), "--coordinator", json.dumps(config)]
-        coordinator = subprocess.Popen(
+        process = subprocess.Popen(
             argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
         )
-        assert coordinator.stdout is not None
-        port = int(coordinator.stdout.readline().split()[1])
+        assert process.stdout is not None
+        return process, int(process.stdout.readline().split()[1])
+
+    if engine == "coord":  # its process first: the workers connect to it
+        coordinator, port = start_coordinator()
     for p in range(procs):
         mine = list(range(p, workers, procs))
         cfg = {
@@ -1145,6 +1157,17 @@ def one_run(
         child.stdin.flush()
     watch = Watch(limiter_url, bucket, inputs, grace=2.0 * dilate) if engine == "span" else None
     try:
+        if coordinator is not None and ns.kill_coordinator is not None:
+            time.sleep(max(0.0, started + ns.kill_coordinator * ideal * dilate - time.time()))
+            coordinator.send_signal(signal.SIGKILL)  # a process of ours, by its pid
+            coordinator.wait()
+            time.sleep(ns.restart_s * dilate)
+            config["port"] = port  # its pod's address: the workers reconnect to it
+            config["epoch"] = 1
+            coordinator, _ = start_coordinator()
+            assert coordinator.stdin is not None
+            coordinator.stdin.write(f"{started}\n")
+            coordinator.stdin.flush()
         if coordinator is not None:  # it ends once every outcome is durable; then the workers
             outs = collect([coordinator], started + cap_s * dilate + 15)
             outs += collect(children, time.time() + 2.0 * dilate)  # a paused one: stopped

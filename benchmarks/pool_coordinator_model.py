@@ -21,14 +21,18 @@ What is modelled
 * **Failures**: a killed worker's connection closes (its pod's sockets close with it):
   its span's inputs without outcomes go back to the queue at once. A paused worker is
   presumed dead after :data:`SILENCE_S` without a message (workers send one every
-  :data:`HEARTBEAT_S`); when it resumes, its outcomes are kept if first.
+  :data:`HEARTBEAT_S`); when it resumes, its outcomes are kept if first. A worker keeps
+  each outcome until the coordinator acknowledges it durable. With
+  ``--kill-coordinator`` the coordinator dies and starts again on the same port (its
+  pod's address): it lists and reads the commits, waits :data:`RECONNECT_GRACE_S` for
+  the workers, which went on with their spans and reconnect, saying what they hold and
+  sending again what was not acknowledged, and hands the rest out again.
 * **The knobs**: :data:`COMMIT_S`, :data:`SPAN_CAP_S`, :data:`HEARTBEAT_S`,
-  :data:`SILENCE_S` — four, against the pool's ~17.
+  :data:`SILENCE_S` — four, against the pool's ~17 (and :data:`RECONNECT_GRACE_S`).
 
-What is not modelled: the coordinator's own death (in production it would restart and
-rebuild its queue from the committed objects, and workers would keep their outcomes
-until acknowledged), its pod starting later than the workers, a network partition, the
-client's readers of the new object format, and the payload's transfer to the workers.
+What is not modelled: the coordinator's pod starting later than the workers, a network
+partition, the client's readers of the new object format, and the payload's transfer
+to the workers.
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ import random
 import signal
 import sys
 import time
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,10 +56,15 @@ HEARTBEAT_S = 1.0
 """A worker's message at least this often (simulated seconds)."""
 SILENCE_S = 3.0
 """A worker silent this long (simulated seconds) is presumed dead."""
+RECONNECT_GRACE_S = 1.0
+"""A restarted coordinator hands nothing out for this long (simulated seconds): the
+workers reconnect and say what they hold."""
 
 
-def commit_key(group: str, seq: int) -> str:
-    return f"_groups/{group}/bursts/c{seq:09d}"
+def commit_key(group: str, epoch: int, seq: int) -> str:
+    """The name of a commit: ``epoch`` counts the coordinator's restarts, so that a
+    commit of one that died, landing late, never takes a name its successor writes."""
+    return f"_groups/{group}/bursts/c{epoch:03d}-{seq:09d}"
 
 
 @dataclass
@@ -69,12 +78,14 @@ class _Worker:
 
 
 class Queue:
-    """The coordinator's book: inputs not handed out, handed back, and outcomes. Pure."""
+    """The coordinator's book: inputs not handed out, handed back, held, and outcomes.
+    Pure."""
 
     def __init__(self, total: int, workers: int, cap_s: float) -> None:
         self.total, self.workers, self.cap_s = total, workers, cap_s
         self.next = 0
-        self.returned: list[int] = []
+        self.returned: deque[int] = deque()
+        self.held: set[int] = set()
         self.outcomes: dict[int, Any] = {}
         self.pace: float | None = None
 
@@ -82,47 +93,74 @@ class Queue:
         return self.total - self.next + len(self.returned)
 
     def span(self) -> list[int]:
-        """The next span (guided self-scheduling), or [] when nothing is left."""
+        """The next span (guided self-scheduling), or [] when nothing is left: inputs
+        handed back first, then the next ones never handed out."""
         size = max(1, math.ceil(self.left() / (2 * self.workers)))
         if self.pace:
             size = min(size, max(1, int(self.cap_s / self.pace)))
-        if self.returned:
-            out, self.returned = self.returned[:size], self.returned[size:]
-            return out
-        out = list(range(self.next, min(self.total, self.next + size)))
-        self.next += len(out)
+        out: list[int] = []
+        while self.returned and len(out) < size:
+            index = self.returned.popleft()
+            if index not in self.outcomes and index not in self.held:
+                out.append(index)
+        if not out:
+            out = list(range(self.next, min(self.total, self.next + size)))
+            self.next += len(out)
+        self.held.update(out)
         return out
 
-    def heard(self, index: int, value: Any, seconds: float) -> bool:
+    def give_back(self, indices: set[int]) -> None:
+        self.held -= indices
+        self.returned.extend(sorted(i for i in indices if i not in self.outcomes))
+
+    def heard(self, index: int, value: Any, seconds: float | None) -> bool:
         """An outcome; True when it is the input's first."""
-        self.pace = seconds if self.pace is None else 0.9 * self.pace + 0.1 * seconds
+        if seconds is not None:
+            self.pace = seconds if self.pace is None else 0.9 * self.pace + 0.1 * seconds
+        self.held.discard(index)
         if index in self.outcomes:
             return False
         self.outcomes[index] = value
-        if index in self.returned:
-            self.returned.remove(index)
         return True
+
+    def restarted(self, committed: dict[int, Any]) -> None:
+        """A coordinator that restarts: what the commits hold is done; every other input
+        is handed out again, but those a worker says it holds (:meth:`hold`)."""
+        self.outcomes.update(committed)
+        self.next = self.total
+        self.returned = deque(i for i in range(self.total) if i not in self.outcomes)
+
+    def hold(self, indices: list[int]) -> list[int]:
+        """A reconnected worker's span: kept by it where still free; the ones kept."""
+        kept = [i for i in indices if i not in self.outcomes and i not in self.held]
+        self.held.update(kept)
+        return kept
 
 
 async def coordinator_main(cfg: dict[str, Any]) -> None:
     """The coordinator's process: prints ``ready PORT``, takes the start time on stdin,
-    prints ``done WALL`` once every outcome is durable, then a ``result`` line."""
+    prints ``done WALL`` once every outcome is durable, then a ``result`` line. With
+    ``cfg["port"]`` it listens there: a coordinator restarted after it died, which
+    rebuilds its queue from the commits and waits :data:`RECONNECT_GRACE_S` for the
+    workers to say what they hold before it hands anything out."""
     from benchmarks.bench_pool_sim import GROUP, _retry, dilated_client
     from kinetic._storage.gcs import GCSStorage
     from runner import protocol
 
     dilate = cfg["dilate"]
+    restart = bool(cfg.get("port"))
+    epoch = int(cfg.get("epoch", 0))
     store = GCSStorage(cfg["bucket"], **dilated_client(dilate))
     timeout = 60.0 * dilate
     queue = Queue(cfg["inputs"], cfg["workers"], SPAN_CAP_S * dilate)
     workers: dict[str, _Worker] = {}
-    pending: list[tuple[int, Any]] = []
+    pending: list[tuple[int, Any, str]] = []
     ready = asyncio.Event()
     finished = asyncio.Event()
     counts: Counter[str] = Counter()
 
     async def send(w: _Worker, message: dict[str, Any]) -> None:
-        if w.dead and "exit" not in message:
+        if w.dead and "exit" not in message and "ack" not in message:
             return
         try:
             w.writer.write(json.dumps(message).encode() + b"\n")
@@ -142,18 +180,29 @@ async def coordinator_main(cfg: dict[str, Any]) -> None:
 
     async def give_back(w: _Worker) -> None:
         w.dead = True
-        queue.returned.extend(sorted(i for i in w.assigned if i not in queue.outcomes))
+        queue.give_back(w.assigned)
         w.assigned.clear()
         for other in list(workers.values()):
             if other.waiting and not other.dead and queue.returned:
                 await hand_out(other)
 
+    def hear(w: _Worker, index: int, value: Any, seconds: float | None) -> None:
+        w.assigned.discard(index)
+        if queue.heard(index, value, seconds):
+            pending.append((index, value, w.name))
+        else:
+            counts["outcomes dropped"] += 1
+
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         hello = json.loads(await reader.readline())
         w = _Worker(hello["hello"], writer, time.time())
         workers[w.name] = w
+        for index, value in hello.get("unacked", []):  # sent to a coordinator that died
+            hear(w, int(index), value, None)
+        w.assigned.update(queue.hold(hello.get("holding", [])))
         await ready.wait()
-        await hand_out(w)
+        if len(hello.get("holding", [])) <= 1:  # its ask for more may have been lost
+            await hand_out(w)
         while True:
             line = await reader.readline()
             if not line:
@@ -164,12 +213,7 @@ async def coordinator_main(cfg: dict[str, Any]) -> None:
             w.last = time.time()
             message = json.loads(line)
             if "done" in message:
-                index = int(message["done"])
-                w.assigned.discard(index)
-                if queue.heard(index, message["v"], float(message["s"])):
-                    pending.append((index, message["v"]))
-                else:
-                    counts["outcomes dropped"] += 1
+                hear(w, int(message["done"]), message["v"], float(message["s"]))
             if message.get("more"):
                 if w.dead:  # presumed dead, and back: a worker again
                     w.dead = False
@@ -185,17 +229,21 @@ async def coordinator_main(cfg: dict[str, Any]) -> None:
                     counts["presumed dead"] += 1
                     await give_back(w)
 
-    async def commit() -> None:
-        seq = 0
+    async def commit(seq: int) -> None:
         while True:
             await asyncio.sleep(COMMIT_S * dilate)
             if not pending:
                 continue
             batch, pending[:] = list(pending), []
-            body = json.dumps({str(i): v for i, v in batch}).encode()
-            await _retry(store.write, commit_key(GROUP, seq), body, timeout=timeout)
+            body = json.dumps({str(i): v for i, v, _ in batch}).encode()
+            await _retry(store.write, commit_key(GROUP, epoch, seq), body, timeout=timeout)
             seq += 1
             counts["commits"] += 1
+            acks: dict[str, list[int]] = {}
+            for index, _, name in batch:
+                acks.setdefault(name, []).append(index)
+            for name, indices in acks.items():  # durable: the workers may forget them
+                await send(workers[name], {"ack": indices})
             if len(queue.outcomes) >= queue.total and not pending:
                 print(f"done {time.time()}", flush=True)
                 finished.set()
@@ -203,7 +251,7 @@ async def coordinator_main(cfg: dict[str, Any]) -> None:
                     await send(w, {"exit": "done"})
                 return
 
-    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    server = await asyncio.start_server(handle, "127.0.0.1", cfg.get("port") or 0)
     print(f"ready {server.sockets[0].getsockname()[1]}", flush=True)
     start_at = float(await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline))
     await asyncio.sleep(max(0.0, start_at - time.time()))
@@ -217,11 +265,21 @@ async def coordinator_main(cfg: dict[str, Any]) -> None:
             for k in range(int(manifest["n_chunks"]))
         )
     )
+    seq = 0
+    if restart:
+        keys = [k async for k in store.list(f"_groups/{GROUP}/bursts/c")]
+        committed: dict[int, Any] = {}
+        for key in keys:
+            body = await _retry(store.read, key, timeout=timeout)
+            committed.update((int(i), v) for i, v in json.loads(body).items())
+        queue.restarted(committed)
+        await asyncio.sleep(RECONNECT_GRACE_S * dilate)
+        counts["restarted"] += 1
     ready.set()
     watch = asyncio.ensure_future(silence())
     stop = asyncio.get_running_loop().create_future()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.cancel)
-    committing = asyncio.ensure_future(commit())
+    committing = asyncio.ensure_future(commit(seq))
     await asyncio.wait([committing, stop], return_when=asyncio.FIRST_COMPLETED)
     watch.cancel()
     await asyncio.sleep(0.5)  # the exits sent
@@ -236,9 +294,11 @@ async def coordinator_main(cfg: dict[str, Any]) -> None:
 
 async def workers_main(cfg: dict[str, Any], stats: Any) -> Any:
     """This process's workers, each a connection to the coordinator (``cfg["port"]``):
-    it runs the spans handed to it, reports each outcome, asks for the next span as the
-    last input of one starts; killed (its connection closed) or paused as ``cfg``
-    says."""
+    it runs the spans handed to it, reports each outcome and keeps it until the
+    coordinator acknowledges it durable, asks for the next span as the last input of
+    one starts; when the connection drops it goes on with its span and reconnects
+    (saying what it holds and what was not acknowledged); killed (its connection
+    closed) or paused as ``cfg`` says."""
     from benchmarks.bench_pool_sim import input_seconds
 
     dilate = cfg["dilate"]  # the spans' seconds are dilated already
@@ -248,12 +308,15 @@ async def workers_main(cfg: dict[str, Any], stats: Any) -> Any:
     await asyncio.sleep(max(0.0, start_at - time.time()))
 
     async def one(i: int, name: str) -> None:
-        reader, writer = await asyncio.open_connection("127.0.0.1", cfg["port"])
         if i in kills and kills[i][1] == "pause":
             at = start_at + kills[i][0]  # frozen as long as the pool's paused workers
             paused = (at, at + cfg["lease_s"] * random.uniform(1.1, 1.5))
         else:
             paused = (float("inf"), float("inf"))
+        spans: asyncio.Queue[list[int] | str] = asyncio.Queue()
+        unacked: dict[int, Any] = {}
+        rest: list[int] = []  # the span's inputs not ended yet
+        link: dict[str, Any] = {"writer": None}
 
         async def unpaused() -> None:
             now = time.time()
@@ -262,8 +325,50 @@ async def workers_main(cfg: dict[str, Any], stats: Any) -> Any:
 
         async def say(message: dict[str, Any]) -> None:
             await unpaused()
-            writer.write(json.dumps(message).encode() + b"\n")
-            await writer.drain()
+            writer = link["writer"]
+            if writer is None:
+                return  # said again on reconnecting, if it matters (outcomes)
+            try:
+                writer.write(json.dumps(message).encode() + b"\n")
+                await writer.drain()
+            except (ConnectionError, RuntimeError):
+                link["writer"] = None
+
+        async def listen() -> None:
+            """Connect (again, while the coordinator is away), then hear it."""
+            hello: dict[str, Any] = {"hello": name}
+            while True:
+                try:
+                    reader, writer = await asyncio.open_connection("127.0.0.1", cfg["port"])
+                except OSError:
+                    await asyncio.sleep(0.5 * dilate)
+                    continue
+                link["writer"] = writer
+                await say(hello)
+                while True:
+                    try:
+                        line = await reader.readline()
+                    except ConnectionError:
+                        line = b""
+                    if not line:
+                        break
+                    message = json.loads(line)
+                    if "ack" in message:
+                        for index in message["ack"]:
+                            unacked.pop(index, None)
+                    elif "exit" in message:
+                        spans.put_nowait(str(message["exit"]))
+                        return
+                    else:
+                        spans.put_nowait(message["span"])
+                link["writer"] = None
+                writer.close()
+                hello = {
+                    "hello": name,
+                    "holding": list(rest),
+                    "unacked": [[k, v] for k, v in unacked.items()],
+                }
+                await asyncio.sleep(0.5 * dilate)
 
         async def heartbeat() -> None:
             while True:
@@ -271,15 +376,11 @@ async def workers_main(cfg: dict[str, Any], stats: Any) -> Any:
                 await say({"hb": 1})
 
         async def work() -> str:
-            await say({"hello": name})
             while True:
-                line = await reader.readline()
-                if not line:
-                    return "connection closed"
-                message = json.loads(line)
-                if "exit" in message:
-                    return str(message["exit"])
-                span = message["span"]
+                span = await spans.get()
+                if isinstance(span, str):
+                    return span
+                rest[:] = span
                 for k, index in enumerate(span):
                     await unpaused()
                     if k == len(span) - 1:
@@ -289,9 +390,12 @@ async def workers_main(cfg: dict[str, Any], stats: Any) -> Any:
                         input_seconds(index, cfg["input_s"], cfg["skew"], cfg["inputs"])
                     )
                     stats.runs[index] += 1
+                    rest.remove(index)
+                    unacked[index] = index * index
                     seconds = time.time() - started
                     await say({"done": index, "s": seconds, "v": index * index})
 
+        listener = asyncio.ensure_future(listen())
         beat = asyncio.ensure_future(heartbeat())
         task = asyncio.ensure_future(work())
         try:
@@ -300,7 +404,9 @@ async def workers_main(cfg: dict[str, Any], stats: Any) -> Any:
                 await asyncio.wait([task], timeout=max(0.0, start_at + at - time.time()))
                 if not task.done():
                     task.cancel()
-                    writer.transport.abort()  # the pod's sockets close with it
+                    listener.cancel()
+                    if link["writer"] is not None:
+                        link["writer"].transport.abort()  # the pod's sockets close with it
                     stats.killed += 1
                     stats.kills["input"] += 1
                     stats.killed_at.append(time.time() - start_at)
@@ -313,7 +419,9 @@ async def workers_main(cfg: dict[str, Any], stats: Any) -> Any:
             stats.last_exit = max(stats.last_exit, time.time() - start_at)
         finally:
             beat.cancel()
-            writer.close()
+            listener.cancel()
+            if link["writer"] is not None:
+                link["writer"].close()
 
     everyone = asyncio.gather(*(one(i, n) for i, n in enumerate(cfg["names"])))
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, everyone.cancel)
