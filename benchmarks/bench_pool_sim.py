@@ -973,6 +973,8 @@ def run_all(ns: argparse.Namespace) -> None:
             )  # fmt: skip
             runs[key].update(procs=point.procs, shards=ns.shards, machine=machine())
             runs[key]["input_skew"] = point.input_skew
+            if ns.kill_coordinator is not None:
+                runs[key].update(coordinator_killed_at=ns.kill_coordinator, restart_s=ns.restart_s)
             runs[key]["overrides"] = overrides
             # The coordinator's model is compared beside the matrix, not in its rows.
             save(RESULTS, write_results, runs, matrix=ns.matrix is not None and ns.engine == "span")

@@ -336,7 +336,6 @@ async def workers_main(cfg: dict[str, Any], stats: Any) -> Any:
 
         async def listen() -> None:
             """Connect (again, while the coordinator is away), then hear it."""
-            hello: dict[str, Any] = {"hello": name}
             while True:
                 try:
                     reader, writer = await asyncio.open_connection("127.0.0.1", cfg["port"])
@@ -344,7 +343,10 @@ async def workers_main(cfg: dict[str, Any], stats: Any) -> Any:
                     await asyncio.sleep(0.5 * dilate)
                     continue
                 link["writer"] = writer
-                await say(hello)
+                # What it holds and what was not acknowledged, as of now: the span went
+                # on while the coordinator was away.
+                unsaid = [[k, v] for k, v in unacked.items()]
+                await say({"hello": name, "holding": list(rest), "unacked": unsaid})
                 while True:
                     try:
                         line = await reader.readline()
@@ -363,11 +365,6 @@ async def workers_main(cfg: dict[str, Any], stats: Any) -> Any:
                         spans.put_nowait(message["span"])
                 link["writer"] = None
                 writer.close()
-                hello = {
-                    "hello": name,
-                    "holding": list(rest),
-                    "unacked": [[k, v] for k, v in unacked.items()],
-                }
                 await asyncio.sleep(0.5 * dilate)
 
         async def heartbeat() -> None:
