@@ -623,7 +623,7 @@ def child_main(cfg: dict[str, Any]) -> None:
         import cProfile
 
         with cProfile.Profile() as prof:
-            stats = asyncio.run(span_process(cfg))
+            stats = run_engine(cfg)
         prof.dump_stats(profile)
     else:
         stats = run_engine(cfg)
