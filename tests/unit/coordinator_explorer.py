@@ -61,6 +61,7 @@ class SimWorker:
     exiting: m.Exit | None = None
     exited: bool = False
     said_at: float = 0.0
+    told: set[int] = field(default_factory=set)  # dropped by the coordinator's word
 
 
 @dataclass
@@ -176,8 +177,9 @@ class World:
         self.conns[conn.id] = conn
         w.conn = conn
         holding = ([w.running[0]] if w.running else []) + w.rest
-        hello = m.Hello(w.name, tuple(holding), tuple(w.unacked.values()), wants=not w.rest)
-        self.say(w, hello)
+        self.say(w, m.Hello(w.name, tuple(holding), wants=not w.rest))
+        for outcome in w.unacked.values():
+            self.say(w, outcome)
 
     # -- the workers ---------------------------------------------------------------------
 
@@ -185,8 +187,10 @@ class World:
         if isinstance(message, m.Assign):
             if w.exiting is None:  # else: sent before the stop
                 w.rest += [i for i in message.indices if i not in w.rest]
+                w.told -= set(message.indices)
         elif isinstance(message, m.Drop):
             w.rest = [i for i in w.rest if i not in message.indices]
+            w.told |= set(message.indices)
         elif isinstance(message, m.Ack):
             durable = self.run.durable()
             for index in message.indices:
@@ -308,6 +312,7 @@ class World:
             if not c.hello_delivered or seen is None or seen.silent:
                 continue
             dropped = {i for x in c.down if isinstance(x, m.Drop) for i in x.indices}
+            dropped |= other.told
             mine = set(other.rest) | ({other.running[0]} if other.running else set())
             both = (mine & set(indices)) - dropped
             assert not both, f"inputs {sorted(both)} handed to {conn.worker}, held by {other.name}"

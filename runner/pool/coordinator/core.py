@@ -142,8 +142,6 @@ class Coordinator:
         worker.conn, worker.heard_at, worker.silent = conn, now, False
         worker.released.clear()  # the hello says what it holds
         self.by_conn[conn] = worker.name
-        for outcome in hello.unacked:
-            actions += self._heard(worker, outcome, now)
         dropped = []
         for index in hello.holding:
             if self.ledger.has(index) or self.holders.get(index, worker.name) != worker.name:

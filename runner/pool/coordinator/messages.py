@@ -27,13 +27,12 @@ class Outcome:
 @dataclass(frozen=True)
 class Hello:
     """A worker (re)connected. ``holding``: the inputs handed to it that it has not
-    ended; ``unacked``: outcomes it reported that were not acknowledged (said again:
-    the coordinator they were said to may have died); ``wants``: it has no input left
-    to start after the one it runs (it asks for a span)."""
+    ended; ``wants``: it has no input left to start after the one it runs (it asks for
+    a span). The outcomes it reported that were not acknowledged follow the hello, said
+    again (the coordinator they were said to may have died)."""
 
     worker: str
     holding: tuple[int, ...] = ()
-    unacked: tuple[Outcome, ...] = ()
     wants: bool = True
 
 
