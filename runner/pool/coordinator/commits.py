@@ -7,6 +7,7 @@ input chunks) and ``stop.json``:
   *epoch* counts the coordinator's starts (a restart after it died takes the next
   one): of two that start at once, one creates the name and the other takes the next
   epoch. It says where the coordinator listens; the workers connect to the highest.
+* ``coordinator/done``: every input's outcome is durable (its workers may exit).
 * ``commits/{epoch:04d}-{seq:09d}``: a group commit, created if absent. The outcome
   records (:func:`runner.results_log.encode`) of any set of inputs, after
   :data:`runner.protocol.BURST_MAGIC` (a burst's bytes: one decoder reads both). A
@@ -69,6 +70,12 @@ def decode_coordinator(data: bytes) -> CoordinatorRecord:
     if not 0 < record["port"] < 65536:
         raise ValueError(f"not a coordinator record: port {record['port']}")
     return record
+
+
+def done_key(group_id: str) -> str:
+    """Created by a coordinator once every input's outcome is durable: a worker that
+    cannot reach the coordinator any more exits when it finds it."""
+    return f"{coordinator_prefix(group_id)}done"
 
 
 def commits_prefix(group_id: str) -> str:

@@ -98,6 +98,8 @@ class Coordinator:
     :param epoch: its start's number (0 for the first; a restart takes the next).
     :param durable: inputs with a durable outcome already (read by a restart).
     :param fail_fast: a final failure stops the batch.
+    :param kill_on_fail: such a stop ends the running inputs too (else they finish);
+        any other stop (a cancel, a batch that cannot run) ends them.
     :param now: the time it starts (monotonic clock).
     """
 
@@ -109,11 +111,13 @@ class Coordinator:
         epoch: int = 0,
         durable: Iterable[int] = (),
         fail_fast: bool = False,
+        kill_on_fail: bool = False,
         now: float = 0.0,
     ) -> None:
         self.total = total
         self.epoch = epoch
         self.fail_fast = fail_fast
+        self.kill_on_fail = kill_on_fail
         self.queue = SpanQueue(total, workers, SPAN_CAP_SECONDS)
         self.ledger = Ledger(total, epoch, durable)
         self.holders: dict[int, str] = {}
@@ -221,7 +225,8 @@ class Coordinator:
         return actions + self._maybe_finish()
 
     def stop(self, reason: str, now: float) -> list[Action]:
-        """The batch stopped (``stop.json`` read: a cancel, or another's ``fail_fast``):
+        """The batch stopped (``stop.json`` read: a cancel, a batch that cannot run;
+        ``reason`` is its :data:`runner.protocol.StopReason`):
         nothing more is handed out, and every connected worker is told at once."""
         if self.stopped is not None or self.finished:
             return []
@@ -252,7 +257,8 @@ class Coordinator:
     def _exit(self) -> m.Exit:
         if self.stopped is None:
             return m.Exit("done")
-        return m.Exit(self.stopped, kill=self.stopped == "cancelled")
+        kill = self.stopped != "fail_fast" or self.kill_on_fail
+        return m.Exit(self.stopped, kill=kill)
 
     def _heard(self, worker: _Worker, outcome: m.Outcome, now: float) -> list[Action]:
         actions: list[Action] = []
@@ -264,9 +270,8 @@ class Coordinator:
         if ack_now and worker.conn is not None:
             actions.append(Send(worker.conn, m.Ack((outcome.index,))))
         if first and outcome.failed and self.fail_fast and self.stopped is None:
-            detail = f"input {outcome.index} failed (fail_fast)"
-            actions.append(WriteStop("failed", detail))
-            actions += self.stop("failed", now)
+            actions.append(WriteStop("fail_fast", f"input {outcome.index} failed"))
+            actions += self.stop("fail_fast", now)
         return actions
 
     def _hand_out(self, worker: _Worker, now: float) -> list[Action]:

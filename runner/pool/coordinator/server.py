@@ -1,0 +1,365 @@
+"""The coordinator's process: ``python -m runner.pool.coordinator --storage URL --group GID
+--host ADDRESS``. The IO shell of :class:`~runner.pool.coordinator.core.Coordinator`.
+
+It
+
+1. reads the batch's manifest (``stop.json`` too: a batch stopped before it started
+   ends it at once), and listens on ``--host`` (a pod's address; any free port unless
+   ``--port``);
+2. takes its epoch: creates ``coordinator/{epoch}.json`` (where it listens), the
+   epoch after the highest listed; of two that start at once, one gets each;
+3. after a restart (epoch > 0) reads every commit, and lists the inputs' objects of
+   their own: those inputs are done; it hands nothing out for
+   :data:`~runner.pool.coordinator.core.RESTART_GRACE_SECONDS` while its workers
+   reconnect and say what they hold;
+4. serves the workers (:mod:`.wire`: a connection whose peer does not prove the batch's
+   token is closed before anything is said on it), writes each commit create-if-absent
+   until storage answers (a commit found there is an earlier try's that landed), reads
+   ``stop.json`` every :data:`STOP_READ_SECONDS` (one read, whatever the pool's size),
+   and writes it on a ``fail_fast`` failure;
+5. exits 0 once every outcome is durable (or the batch stopped and its workers are
+   gone), after telling its workers to exit.
+
+The token is :data:`~runner.pool.coordinator.wire.TOKEN_ENV`'s (hex). Storage is the
+runner's blocking store, used from worker threads: the event loop only moves frames.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Final, ParamSpec, TypeVar
+
+from runner import protocol
+from runner.pool.coordinator import commits, core, wire
+from runner.pool.coordinator import messages as m
+from runner.pool.coordinator.ledger import Commit
+from runner.pool.options import PoolOptions
+from runner.store import RunnerStore, StoreUnavailable, open_store
+
+STOP_READ_SECONDS: Final = 1.0
+"""Seconds between two reads of ``stop.json`` (a cancel reaches every worker within
+this and one message)."""
+HANDSHAKE_SECONDS: Final = 10.0
+"""A connection that has not proved the token by then is closed."""
+RETRY_SECONDS: Final = 0.5
+"""The first wait before a storage request that failed is tried again (doubling to 8 s)."""
+
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+class CoordinatorError(RuntimeError):
+    """The coordinator cannot serve its batch (no token, no manifest)."""
+
+
+def token_from_env() -> bytes:
+    """:raises CoordinatorError: the token is missing or not hex."""
+    text = os.environ.get(wire.TOKEN_ENV, "")
+    try:
+        token = bytes.fromhex(text)
+    except ValueError:
+        token = b""
+    if len(token) < 16:
+        raise CoordinatorError(f"{wire.TOKEN_ENV} must hold the batch's token (32 hex digits+)")
+    return token
+
+
+async def patiently(what: str, call: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    """``call(*args)`` in a thread, tried again while storage fails in a way that may
+    pass (the store's own retries spent)."""
+    delay = RETRY_SECONDS
+    while True:
+        try:
+            return await asyncio.to_thread(call, *args, **kwargs)
+        except StoreUnavailable as e:
+            print(f"kinetic coordinator: {what}: {e}; again in {delay:.1f} s", flush=True)
+            await asyncio.sleep(delay)
+            delay = min(8.0, delay * 2)
+
+
+class Server:
+    """One coordinator's IO (see the module docstring)."""
+
+    def __init__(self, store: RunnerStore, group_id: str, token: bytes) -> None:
+        self.store, self.group_id, self.token = store, group_id, token
+        self.core: core.Coordinator | None = None
+        self.epoch = 0
+        self.writers: dict[int, asyncio.StreamWriter] = {}
+        self.next_conn = 0
+        self.wake = asyncio.Event()
+        self.finished = asyncio.Event()
+        self.commit_due: asyncio.Queue[Commit] = asyncio.Queue()
+        self.stop_to_write: list[tuple[str, str]] = []
+
+    # -- start -----------------------------------------------------------------------------
+
+    async def serve(self, host: str, port: int, advertise: str) -> int:
+        manifest = protocol.load_manifest(
+            await self._read(protocol.group_manifest_key(self.group_id), "the manifest")
+        )
+        options = PoolOptions.from_manifest(manifest)
+        server = await asyncio.start_server(self._connection, host, port)
+        bound = server.sockets[0].getsockname()[1]
+        try:
+            self.epoch = await self._take_epoch(advertise, bound)
+            durable = await self._durable() if self.epoch else set()
+            self.core = core.Coordinator(
+                options.total,
+                options.workers,
+                epoch=self.epoch,
+                durable=durable,
+                fail_fast=options.fail_fast,
+                kill_on_fail=options.cancel_running_on_fail,
+                now=time.monotonic(),
+            )
+            print(
+                f"kinetic coordinator: epoch {self.epoch} on {advertise}:{bound}, "
+                f"{len(durable)} of {options.total} inputs done",
+                flush=True,
+            )
+            async with asyncio.TaskGroup() as tasks:
+                tasks.create_task(self._ticks())
+                tasks.create_task(self._commits())
+                tasks.create_task(self._stops())
+                await self.finished.wait()
+                await self._flush_writers()
+                if coordinator_done(self.core):
+                    key = commits.done_key(self.group_id)
+                    await patiently("writing done", self.store.create_if_absent, key, b"{}")
+                raise _Done
+        except* _Done:
+            pass
+        finally:
+            server.close()
+            for writer in self.writers.values():
+                writer.close()
+        print(f"kinetic coordinator: epoch {self.epoch} finished", flush=True)
+        return protocol.EXIT_OK
+
+    async def _read(self, key: str, what: str) -> bytes:
+        try:
+            data = await patiently(f"reading {what}", self.store.read, key)
+        except FileNotFoundError as e:
+            raise CoordinatorError(f"{what} ({key}) is missing") from e
+        return data
+
+    async def _take_epoch(self, host: str, port: int) -> int:
+        prefix = commits.coordinator_prefix(self.group_id)
+        keys = await patiently("listing coordinators", self.store.list, prefix)
+        epochs = [commits.parse_coordinator_key(self.group_id, k) for k in keys]
+        epoch = max((e for e in epochs if e is not None), default=-1) + 1
+        record = commits.CoordinatorRecord(host=host, port=port, started=time.time())
+        while True:
+            key = commits.coordinator_key(self.group_id, epoch)
+            data = commits.encode_coordinator(record)
+            if await patiently("taking an epoch", self.store.create_if_absent, key, data):
+                return epoch
+            epoch += 1  # another coordinator of this batch took it at the same time
+
+    async def _durable(self) -> set[int]:
+        """The inputs whose outcomes are in storage (a restart's)."""
+        from runner.results_log import decode_burst
+
+        done: set[int] = set()
+        prefix = commits.commits_prefix(self.group_id)
+        keys = await patiently("listing commits", self.store.list, prefix)
+        for key in sorted(keys):
+            if commits.parse_commit_key(self.group_id, key) is None:
+                continue
+            data = await self._read(key, "a commit")
+            done.update(index for index, _, _ in decode_burst(data))
+        prefix = protocol.group_results_prefix(self.group_id)
+        own = await patiently("listing outcomes", self.store.list, prefix)
+        for key in own:
+            index = protocol.parse_outcome_name(key.removeprefix(prefix))
+            if index is not None:
+                done.add(index)
+        return done
+
+    # -- connections -----------------------------------------------------------------------
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        conn = self.next_conn
+        self.next_conn += 1
+        decoder = wire.Decoder()
+        try:
+            greeting = await asyncio.wait_for(
+                self._handshake(reader, writer, decoder), HANDSHAKE_SECONDS
+            )
+        except (TimeoutError, wire.WireError, ConnectionError, asyncio.IncompleteReadError) as e:
+            print(f"kinetic coordinator: a connection refused: {e}", flush=True)
+            writer.close()
+            return
+        coordinator = self.core
+        if coordinator is None:  # still starting: the worker connects again
+            writer.close()
+            return
+        self.writers[conn] = writer
+        self._perform(coordinator.connected(conn, greeting.hello, time.monotonic()))
+        try:
+            while data := await reader.read(1 << 16):
+                for frame in decoder.feed(data):
+                    if not isinstance(frame, (m.Outcome, m.More, m.Beat)):
+                        raise wire.WireError(f"a worker sent {type(frame).__name__}")
+                    self._perform(coordinator.received(conn, frame, time.monotonic()))
+                await writer.drain()
+        except (wire.WireError, ConnectionError) as e:
+            print(f"kinetic coordinator: connection {conn} dropped: {e}", flush=True)
+        finally:
+            writer.close()
+            if self.writers.pop(conn, None) is not None:
+                self._perform(coordinator.disconnected(conn, time.monotonic()))
+
+    async def _handshake(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, decoder: wire.Decoder
+    ) -> wire.Greeting:
+        challenge = wire.Challenge(wire.new_nonce(), self.epoch)
+        writer.write(wire.encode(challenge))
+        await writer.drain()
+        while True:
+            data = await reader.read(1 << 16)
+            if not data:
+                raise ConnectionError("closed during the handshake")
+            frames = decoder.feed(data)
+            if frames:
+                break
+        greeting = frames[0]
+        if not isinstance(greeting, wire.Greeting):
+            raise wire.WireError(f"the first frame is a {type(greeting).__name__}")
+        wire.check_greeting(self.token, challenge, greeting)
+        writer.write(
+            wire.encode(
+                wire.Welcome(wire.welcome_proof(self.token, challenge.nonce, greeting.nonce))
+            )
+        )
+        if frames[1:]:
+            raise wire.WireError("frames before the welcome")
+        return greeting
+
+    # -- actions ---------------------------------------------------------------------------
+
+    def _perform(self, actions: list[core.Action]) -> None:
+        for action in actions:
+            if isinstance(action, core.Send):
+                writer = self.writers.get(action.conn)
+                if writer is not None and not writer.is_closing():
+                    writer.write(wire.encode(action.message))
+            elif isinstance(action, core.Close):
+                writer = self.writers.pop(action.conn, None)
+                if writer is not None:
+                    writer.close()
+            elif isinstance(action, core.WriteCommit):
+                self.commit_due.put_nowait(action.commit)
+            elif isinstance(action, core.WriteStop):
+                self.stop_to_write.append((action.reason, action.detail))
+            elif isinstance(action, core.Finished):
+                self.finished.set()
+        self.wake.set()
+
+    async def _ticks(self) -> None:
+        coordinator = self.core
+        assert coordinator is not None
+        while True:
+            due = coordinator.next_tick()
+            wait = 1.0 if due is None else max(0.0, min(1.0, due - time.monotonic()))
+            self.wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.wake.wait(), wait)
+            self._perform(coordinator.tick(time.monotonic()))
+            self.wake.clear()
+
+    async def _commits(self) -> None:
+        coordinator = self.core
+        assert coordinator is not None
+        while True:
+            commit = await self.commit_due.get()
+            key = commits.commit_key(self.group_id, commit.epoch, commit.seq)
+            data = commits.encode_commit(list(commit.records.values()))
+            # Created, or found there (an earlier try landed and its answer was lost).
+            await patiently(f"writing commit {commit.seq}", self.store.create_if_absent, key, data)
+            self._perform(coordinator.landed(commit, time.monotonic()))
+
+    async def _stops(self) -> None:
+        coordinator = self.core
+        assert coordinator is not None
+        key = protocol.group_stop_key(self.group_id)
+        while True:
+            for reason, detail in self.stop_to_write:
+                record = protocol.stop_record(reason, detail)  # type: ignore[arg-type]
+                await patiently(
+                    "writing the stop", self.store.create_if_absent, key, protocol.dump_json(record)
+                )
+            self.stop_to_write.clear()
+            if coordinator.stopped is None:
+                try:
+                    data = await patiently("reading the stop", self.store.read, key)
+                except FileNotFoundError:
+                    pass
+                else:
+                    stop = protocol.load_json(data)
+                    self._perform(
+                        coordinator.stop(str(stop.get("reason", "cancelled")), time.monotonic())
+                    )
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop_wanted(), STOP_READ_SECONDS)
+
+    async def _stop_wanted(self) -> None:
+        while not self.stop_to_write:
+            self.wake.clear()
+            await self.wake.wait()
+
+    async def _flush_writers(self) -> None:
+        for writer in list(self.writers.values()):
+            with contextlib.suppress(ConnectionError):
+                await asyncio.wait_for(writer.drain(), 5.0)
+
+
+def coordinator_done(coordinator: core.Coordinator | None) -> bool:
+    return coordinator is not None and coordinator.finished and coordinator.stopped is None
+
+
+class _Done(Exception):
+    """Ends the coordinator's task group once it finished."""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m runner.pool.coordinator")
+    parser.add_argument("--storage", required=True)
+    parser.add_argument("--group", required=True)
+    parser.add_argument("--host", required=True, help="the address to listen on")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--advertise", help="the address workers connect to (default: --host)")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        token = token_from_env()
+    except CoordinatorError as e:
+        print(f"kinetic coordinator: {e}", file=sys.stderr, flush=True)
+        return 2
+    store = open_store(args.storage)
+    server = Server(store, args.group, token)
+
+    async def run() -> int:
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
+        loop.add_signal_handler(signal.SIGTERM, task.cancel)  # its pod deleted: a restart follows
+        return await server.serve(args.host, args.port, args.advertise or args.host)
+
+    try:
+        return asyncio.run(run())
+    except asyncio.CancelledError:
+        print("kinetic coordinator: terminated", flush=True)
+        return protocol.EXIT_OK
+    except CoordinatorError as e:
+        print(f"kinetic coordinator: {e}", file=sys.stderr, flush=True)
+        return 2
+    finally:
+        store.close()
