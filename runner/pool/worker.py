@@ -71,6 +71,7 @@ from runner.code_files import load_function
 from runner.job import build_failure, build_success, parse_args, prepare_workspace
 from runner.pool.attempts import Attempt, Echo, Upkeep, describe, lost
 from runner.pool.chunks import Chunks
+from runner.pool.coordinator.wire import TOKEN_ENV
 from runner.pool.counting import REQUESTS_MARKER, CountingStore, report_cpu
 from runner.pool.courier import Answer, Courier
 from runner.pool.machine import WorkerMachine
@@ -372,6 +373,10 @@ class Worker:
         names = record.pop("error_types", None)  # type: ignore[typeddict-item]
         return data, record, text, None if names is None else frozenset(names)
 
+    def wake_fds(self) -> list[int]:
+        """What a wait for an input's end watches besides it: SIGTERM, the courier."""
+        return [self.termination.read_fd, self.courier.fd]
+
     def _collect(self, zygote: Zygote, echo: Echo) -> tuple[int, bool, bytes]:
         """Wait for the input to end, copying its output to the pod's log as it comes,
         and doing the machine's upkeep meanwhile (it may end the input). Returns the
@@ -380,9 +385,8 @@ class Worker:
         assert machine is not None
         timeout = 0.0
         sock, courier = zygote.sock.fileno(), self.courier
-        watched = [sock, self.termination.read_fd, courier.fd]
         # Upkeep goes out by the courier: the input's end does not wait for its answer.
-        while sock not in select.select(watched, [], [], timeout)[0]:
+        while sock not in select.select([sock, *self.wake_fds()], [], [], timeout)[0]:
             echo.pump()
             if self.termination.check():  # the pod is being deleted: end the input now
                 zygote.kill()
@@ -478,8 +482,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise SystemExit("usage: python -m runner.pool --storage URL --group GROUP_ID")
     name = os.environ.get("KINETIC_WORKER") or f"{socket.gethostname()}-{os.getpid()}"
     store = CountingStore(open_store(str(args["storage"])))
+    group = str(args["group"])
     try:
         with scratch_dir("worker") as workdir:
-            return Worker(store, str(args["group"]), name, workdir, worker_ordinal()).run()
+            if os.environ.get(TOKEN_ENV):  # a coordinated pool's worker
+                from runner.pool.coordinator.worker import CoordinatedWorker
+
+                token = bytes.fromhex(os.environ[TOKEN_ENV])
+                coordinated = CoordinatedWorker(
+                    store, group, name, workdir, token, worker_ordinal()
+                )
+                return coordinated.run()
+            return Worker(store, group, name, workdir, worker_ordinal()).run()
     finally:
         store.close()

@@ -104,8 +104,9 @@ class World:
         self.run = Run(seed, total)
         self.now = 0.0
         self.epoch = 0
+        self.kill_on_fail = rng.random() < 0.5
         self.coord: core.Coordinator | None = core.Coordinator(
-            total, self.n_workers, fail_fast=self.fail_fast
+            total, self.n_workers, fail_fast=self.fail_fast, kill_on_fail=self.kill_on_fail
         )
         self.conns: dict[int, Conn] = {}
         self.next_conn = 0
@@ -289,6 +290,7 @@ class World:
             epoch=self.epoch,
             durable=self.read_at_restart,
             fail_fast=self.fail_fast,
+            kill_on_fail=self.kill_on_fail,
             now=self.now,
         )
         if self.run.stopped is not None:

@@ -115,8 +115,9 @@ def test_fail_fast_stops_every_worker_at_once() -> None:
     for conn in range(3):
         coord.connected(conn, m.Hello(f"w{conn}"), 0.0)
     actions = coord.received(1, m.Outcome(40, b"r", True, 0.1), 0.5)
-    assert core.WriteStop("failed", "input 40 failed (fail_fast)") in actions
-    exits = [a.conn for a in actions if isinstance(a, core.Send) and a.message == m.Exit("failed")]
+    assert core.WriteStop("fail_fast", "input 40 failed") in actions
+    stop = m.Exit("fail_fast", kill=False)  # the running inputs finish
+    exits = [a.conn for a in actions if isinstance(a, core.Send) and a.message == stop]
     assert sorted(exits) == [0, 1, 2]
     assert coord.received(0, m.More(), 0.6) == []  # nothing handed out after the stop
 

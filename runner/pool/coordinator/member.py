@@ -87,6 +87,8 @@ class Member:
         self.killing = False
         self.gone: str | None = None
         self.ran_count = 0
+        self.now = 0.0
+        """The monotonic clock's time at the latest :meth:`next`."""
 
     # -- what the shell hands in -------------------------------------------------------
 
@@ -145,8 +147,6 @@ class Member:
         output: bytes = b"",
         seconds: float | None = None,
         error_types: frozenset[str] | None = None,
-        *,
-        mono: float = 0.0,
     ) -> None:
         """The running attempt of ``index`` ended with ``record`` and ``payload``."""
         assert self.running is not None
@@ -158,7 +158,7 @@ class Member:
         if failed and self.exit is None and self.gone is None:
             delay = self.options.rule.delay_after_types(attempt, error_types)
             if delay is not None:
-                self.retry = (index, attempt + 1, mono + delay)
+                self.retry = (index, attempt + 1, self.now + delay)
                 return
         header = protocol.outcome_header(attempt, record, worker=self.name)
         if output:
@@ -196,7 +196,9 @@ class Member:
 
     def next(self, mono: float) -> MemberOp:
         """The next operation (see the module docstring)."""
-        if self.pending_create is None and self.creating:
+        self.now = mono
+        slow_op_out = self.connecting or self.pending_create is not None  # one at a time
+        if not slow_op_out and self.creating:
             key = next(iter(self.creating))
             self.pending_create = key
             return Create(key, self.objects[key])
@@ -215,7 +217,7 @@ class Member:
             # them), or waited for long enough.
             if not self.unacked or mono - self.exit_since >= EXIT_ACK_SECONDS:
                 return Exit(self.exit.reason)
-        reconnect = not self.connecting and mono >= self.reconnect_at and self.gone is None
+        reconnect = not slow_op_out and mono >= self.reconnect_at and self.gone is None
         if not self.linked and reconnect:
             self.connecting = True
             return Connect(self.hello())

@@ -191,9 +191,8 @@ class Server:
         self.next_conn += 1
         decoder = wire.Decoder()
         try:
-            greeting = await asyncio.wait_for(
-                self._handshake(reader, writer, decoder), HANDSHAKE_SECONDS
-            )
+            async with asyncio.timeout(HANDSHAKE_SECONDS):
+                greeting = await self._handshake(reader, writer, decoder)
         except (TimeoutError, wire.WireError, ConnectionError, asyncio.IncompleteReadError) as e:
             print(f"kinetic coordinator: a connection refused: {e}", flush=True)
             writer.close()
@@ -272,7 +271,8 @@ class Server:
             wait = 1.0 if due is None else max(0.0, min(1.0, due - time.monotonic()))
             self.wake.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.wake.wait(), wait)
+                async with asyncio.timeout(wait):  # not wait_for: 3.11's can swallow a cancel
+                    await self.wake.wait()
             self._perform(coordinator.tick(time.monotonic()))
             self.wake.clear()
 
@@ -309,7 +309,8 @@ class Server:
                         coordinator.stop(str(stop.get("reason", "cancelled")), time.monotonic())
                     )
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop_wanted(), STOP_READ_SECONDS)
+                async with asyncio.timeout(STOP_READ_SECONDS):
+                    await self._stop_wanted()
 
     async def _stop_wanted(self) -> None:
         while not self.stop_to_write:
@@ -319,7 +320,8 @@ class Server:
     async def _flush_writers(self) -> None:
         for writer in list(self.writers.values()):
             with contextlib.suppress(ConnectionError):
-                await asyncio.wait_for(writer.drain(), 5.0)
+                async with asyncio.timeout(5.0):
+                    await writer.drain()
 
 
 def coordinator_done(coordinator: core.Coordinator | None) -> bool:

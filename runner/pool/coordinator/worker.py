@@ -1,0 +1,205 @@
+"""A coordinated pool's worker: ``python -m runner.pool --storage URL --group GID`` with
+the batch's token in :data:`~runner.pool.coordinator.wire.TOKEN_ENV`.
+
+The shell of :class:`~runner.pool.coordinator.member.Member`. It sets up like the
+leaderless worker (:class:`runner.pool.worker.Worker`, whose set-up and input runs it
+shares: the manifest, the function checked and held by a zygote, the context; each
+input in a process forked from the zygote, its output echoed), then, instead of
+claiming spans in storage, runs what its coordinator hands it: storage sees this
+worker only for the batch's reads at the start and a large result's object of its own.
+
+On SIGTERM (its pod deleted) it ends the running input, tells the coordinator, and
+waits up to :data:`TERM_ACK_SECONDS` for its outcomes' acknowledgements before it exits
+:data:`~runner.pool.signals.EXIT_TERMINATED`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import select
+import time
+from pathlib import Path
+from typing import Final
+
+from runner import protocol
+from runner.pool.chunks import Chunks
+from runner.pool.coordinator import messages as m
+from runner.pool.coordinator import wire
+from runner.pool.coordinator.link import Dropped, Link, connect, find, stopped
+from runner.pool.coordinator.member import Connect, Member, Say
+from runner.pool.courier import Answer
+from runner.pool.ops import Create, Exit, Kill, Op, Run, Sleep
+from runner.pool.options import PoolOptions
+from runner.pool.signals import EXIT_TERMINATED
+from runner.pool.worker import Worker
+from runner.protocol import PhaseError
+from runner.store import RunnerStore
+
+TERM_ACK_SECONDS: Final = 5.0
+"""After SIGTERM, how long the worker waits for its last outcomes' acknowledgements
+(a commit takes a fifth of a second; a pod's grace is 30 s by default)."""
+
+
+class CoordinatedWorker(Worker):
+    """One worker of a coordinated pool (see the module docstring)."""
+
+    def __init__(
+        self,
+        store: RunnerStore,
+        group_id: str,
+        name: str,
+        workdir: Path,
+        token: bytes,
+        ordinal: int | None = None,
+    ) -> None:
+        super().__init__(store, group_id, name, workdir, ordinal)
+        self.token = token
+        self.link: Link | None = None
+        self.member: Member | None = None
+
+    def _member(self) -> Member:
+        assert self.member is not None
+        return self.member
+
+    # -- the loop ------------------------------------------------------------------------
+
+    def _run(self, options: PoolOptions, *, spread_start: bool) -> int:
+        if options.reuse_process:
+            self.write_stop(
+                "failed", "reuse_process is not supported by a coordinated pool yet", "fetch"
+            )
+            return protocol.EXIT_OK
+        try:
+            self.setup()
+        except BaseException as exc:  # noqa: BLE001 - every input would fail the same way
+            phase = exc.phase if isinstance(exc, PhaseError) else "fetch"
+            print(f"kinetic pool: cannot set up the batch ({phase}): {exc}", flush=True)
+            self.write_stop("failed", f"{type(exc).__name__}: {exc}", phase)
+            return protocol.EXIT_OK
+        self.chunks = Chunks(self.store, self.group_id, options.chunk_size, self.courier)
+        member = self.member = Member(options, self.group_id, self.name)
+        self.machine = member  # type: ignore[assignment]  # what run_input answers
+        courier = self.courier
+        try:
+            while True:
+                if self.termination.check():
+                    return self._terminate()
+                courier.collect()
+                op = self.next_op()
+                if isinstance(op, Exit):
+                    print(f"kinetic pool: worker {self.name} exits ({op.reason})", flush=True)
+                    self.report()
+                    return protocol.EXIT_OK
+                if isinstance(op, Run):
+                    self.run_input(op)
+                elif isinstance(op, Kill):
+                    member.ended(op.index)  # nothing runs between inputs
+                elif isinstance(op, Sleep):
+                    select.select(self.wake_fds(), [], [], op.seconds)
+                else:
+                    courier.settle()
+                    self.request(member, op)()
+        finally:
+            if self.link is not None:
+                self.link.close()
+
+    def wake_fds(self) -> list[int]:
+        fds = [self.termination.read_fd, self.courier.fd]
+        return fds if self.link is None else [*fds, self.link.fd]
+
+    def next_op(self) -> Op:
+        """The member's next operation; what it says goes out here, at once."""
+        member = self._member()
+        while True:
+            self._hear(member)
+            op = member.next(time.monotonic())
+            if not isinstance(op, Say):
+                return op  # type: ignore[return-value]  # Connect: the courier's or ours
+            self._say(member, op.message)
+
+    def _hear(self, member: Member) -> None:
+        link = self.link
+        if link is None:
+            return
+        try:
+            heard = link.take()
+        except Dropped:
+            self._drop(member)
+            return
+        now = time.monotonic()
+        for message in heard:
+            member.heard(message, now)
+
+    def _say(self, member: Member, message: m.ToCoordinator) -> None:
+        if self.link is None:
+            member.disconnected(time.monotonic())
+            return
+        try:
+            self.link.send(message)
+        except Dropped as e:
+            print(f"kinetic pool: worker {self.name}: {e}", flush=True)
+            self._drop(member)
+
+    def _drop(self, member: Member) -> None:
+        if self.link is not None:
+            self.link.close()
+            self.link = None
+        member.disconnected(time.monotonic())
+
+    # -- the slow operations (the courier's while an input runs) -------------------------
+
+    def request(self, machine: object, op: Op) -> Answer:
+        member = self._member()
+        if isinstance(op, Create):
+            self.store.create_if_absent(op.key, op.data)  # found there: an earlier try's
+            return lambda: member.created(op.key)
+        if isinstance(op, Connect):
+            return self._connect(member, op.hello)
+        raise TypeError(f"not an operation of a coordinated worker: {op!r}")
+
+    def _connect(self, member: Member, hello: m.Hello) -> Answer:
+        try:
+            where = find(self.store, self.group_id)
+            if isinstance(where, tuple):
+                epoch, record = where
+                link = connect(record["host"], record["port"], epoch, self.token, hello)
+                return lambda: self._linked(member, link)
+            reason = where or stopped(self.store, self.group_id)
+        except (OSError, wire.WireError) as e:
+            print(f"kinetic pool: worker {self.name} cannot reach its coordinator: {e}")
+            reason = None
+            with contextlib.suppress(OSError):
+                reason = stopped(self.store, self.group_id)
+        if reason is not None:
+            return lambda: member.gone_away(reason)
+        return lambda: member.unreachable(time.monotonic())
+
+    def _linked(self, member: Member, link: Link) -> None:
+        if self.link is not None:
+            self.link.close()
+        self.link = link
+        member.linked_up(time.monotonic())
+
+    def _terminate(self) -> int:
+        """After SIGTERM: the running input was ended (no outcome); the coordinator
+        hears of it, and the last outcomes are acknowledged, within a bound."""
+        print(f"kinetic pool: worker {self.name} got SIGTERM", flush=True)
+        member = self._member()
+        self.courier.settle()
+        member.heard(m.Exit("terminated", kill=True), time.monotonic())
+        deadline = time.monotonic() + TERM_ACK_SECONDS
+        while time.monotonic() < deadline:
+            op = self.next_op()
+            if isinstance(op, Exit):
+                break
+            if isinstance(op, (Run, Kill)):
+                if member.running is not None:
+                    member.ended(member.running[0])
+            elif isinstance(op, Sleep):
+                fds = self.wake_fds()[1:]  # the SIGTERM byte is read already
+                select.select(fds, [], [], min(op.seconds, deadline - time.monotonic()))
+            else:
+                self.request(member, op)()
+        print(f"kinetic pool: worker {self.name} exits (terminated)", flush=True)
+        self.report()
+        return EXIT_TERMINATED
