@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import AsyncIterator
+from typing import Any, cast
 
 import anyio
 import anyio.to_thread
@@ -46,7 +47,8 @@ async def google_token_source(purpose: str = BUILD_APIS) -> AsyncIterator[TokenS
     try:
         # The constructor reads the credentials file: not on the event loop.
         token = await anyio.to_thread.run_sync(
-            lambda: Token(scopes=[CLOUD_PLATFORM_SCOPE], session=session)
+            # cast: the library's annotation names requests' Session (its REST build's).
+            lambda: Token(scopes=[CLOUD_PLATFORM_SCOPE], session=cast(Any, session))
         )
     except Exception as exc:  # the auth library raises many kinds; translated here
         with anyio.CancelScope(shield=True):

@@ -48,7 +48,7 @@ import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any, Self, TypeVar
+from typing import IO, Any, Self, TypeVar, cast
 
 import aiohttp
 import anyio
@@ -169,7 +169,9 @@ class GCSStorage:
                 self._session = aiohttp.ClientSession(
                     connector=tls_closing_connector(), timeout=aiohttp.ClientTimeout(total=None)
                 )
-            self._client = _GCloudStorage(session=self._session)
+            # The library's annotation names requests' Session (its REST build's); this,
+            # the aio build, takes aiohttp's.
+            self._client = _GCloudStorage(session=cast(Any, self._session))
         return self._client
 
     async def _call(
