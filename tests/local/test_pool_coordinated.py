@@ -281,3 +281,35 @@ def test_a_coordinator_without_a_token_says_so(tmp_path: Path) -> None:
     out = proc.communicate(timeout=30)[0].decode()
     assert proc.returncode == 2
     assert f"{wire.TOKEN_ENV} must hold the batch's token" in out
+
+
+def test_a_coordinator_replaced_while_alive_stops_committing(tmp_path: Path) -> None:
+    """Its pod cut off and replaced (a node partition): it learns of its successor at its
+    next commit and commits no more; the workers carry on with the successor."""
+    n = 100
+    store = record(tmp_path, sleepy, [((i,), {}) for i in range(n)], max_concurrent=1)
+    first = start_coordinator(tmp_path)
+    worker = start_worker(tmp_path, "w0")
+    prefix = commits.commits_prefix(GID)
+    deadline = time.monotonic() + 30
+    while not store.list(prefix):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    # A successor's record (its address is nobody's): the first sees it at its next commit.
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    closed.close()
+    successor = commits.CoordinatorRecord(host="127.0.0.1", port=port, started=time.time())
+    store.create_if_absent(commits.coordinator_key(GID, 1), commits.encode_coordinator(successor))
+    out = first.communicate(timeout=30)[0].decode()
+    assert first.returncode == 0
+    assert "epoch 1 started: this coordinator stops" in out
+    before = set(store.list(prefix))
+    assert all(commits.parse_commit_key(GID, k) == (0, i) for i, k in enumerate(sorted(before)))
+    third = start_coordinator(tmp_path)  # epoch 2: the workers find the highest
+    wait_all([third, worker])
+    assert sorted(committed(store)) == list(range(n))
+    after = set(store.list(prefix))
+    assert {k for k in after if k.removeprefix(prefix).startswith("0000-")} == before
+    assert {k.removeprefix(prefix)[:4] for k in after} == {"0000", "0002"}

@@ -48,6 +48,8 @@ STOP_READ_SECONDS: Final = 1.0
 this and one message)."""
 HANDSHAKE_SECONDS: Final = 10.0
 """A connection that has not proved the token by then is closed."""
+RESTART_READS: Final = 16
+"""Commits a restarted coordinator reads at once."""
 RETRY_SECONDS: Final = 0.5
 """The first wait before a storage request that failed is tried again (doubling to 8 s)."""
 
@@ -136,12 +138,16 @@ class Server:
                     await patiently("writing done", self.store.create_if_absent, key, b"{}")
                 raise _Done
         except* _Done:
-            pass
+            outcome = f"epoch {self.epoch} finished"
+        except* Deposed as group:
+            outcome = f"{group.exceptions[0]}"
+        else:
+            outcome = f"epoch {self.epoch} finished"
         finally:
             server.close()
             for writer in self.writers.values():
                 writer.close()
-        print(f"kinetic coordinator: epoch {self.epoch} finished", flush=True)
+        print(f"kinetic coordinator: {outcome}", flush=True)
         return protocol.EXIT_OK
 
     async def _read(self, key: str, what: str) -> bytes:
@@ -171,11 +177,17 @@ class Server:
         done: set[int] = set()
         prefix = commits.commits_prefix(self.group_id)
         keys = await patiently("listing commits", self.store.list, prefix)
-        for key in sorted(keys):
-            if commits.parse_commit_key(self.group_id, key) is None:
-                continue
-            data = await self._read(key, "a commit")
+        reads = asyncio.Semaphore(RESTART_READS)
+
+        async def read(key: str) -> None:
+            async with reads:
+                data = await self._read(key, "a commit")
             done.update(index for index, _, _ in decode_burst(data))
+
+        async with asyncio.TaskGroup() as tasks:
+            for key in keys:
+                if commits.parse_commit_key(self.group_id, key) is not None:
+                    tasks.create_task(read(key))
         prefix = protocol.group_results_prefix(self.group_id)
         own = await patiently("listing outcomes", self.store.list, prefix)
         for key in own:
@@ -279,8 +291,18 @@ class Server:
     async def _commits(self) -> None:
         coordinator = self.core
         assert coordinator is not None
+        successor = commits.coordinator_key(self.group_id, self.epoch + 1)
         while True:
             commit = await self.commit_due.get()
+            # A coordinator that lost its pod's network and was replaced learns it here,
+            # and commits no more: its last write lands within one storage request of a
+            # successor's start, which readers wait out (docs/pool-protocol.md).
+            try:
+                await patiently("reading a successor's record", self.store.read, successor)
+            except FileNotFoundError:
+                pass
+            else:
+                raise Deposed(f"epoch {self.epoch + 1} started: this coordinator stops")
             key = commits.commit_key(self.group_id, commit.epoch, commit.seq)
             data = commits.encode_commit(list(commit.records.values()))
             # Created, or found there (an earlier try landed and its answer was lost).
@@ -326,6 +348,10 @@ class Server:
 
 def coordinator_done(coordinator: core.Coordinator | None) -> bool:
     return coordinator is not None and coordinator.finished and coordinator.stopped is None
+
+
+class Deposed(Exception):
+    """A later epoch's coordinator started: this one must not commit any more."""
 
 
 class _Done(Exception):
