@@ -406,7 +406,7 @@ StopReason = Literal["cancelled", "fail_fast", "failed"]
 """Why a batch stopped: ``cancel()``; a final failure with ``fail_fast``; the batch
 could not run at all (its function, context or workers), each input failing with it."""
 
-BatchEngine = Literal["pool", "pod_per_input"]
+BatchEngine = Literal["pool", "coordinated", "pod_per_input"]
 """What runs a GKE batch (:data:`ENGINE_POOL`, :data:`ENGINE_POD_PER_INPUT`)."""
 
 
@@ -750,6 +750,9 @@ def decode_outcome(data: bytes) -> tuple[OutcomeHeader, bytes]:
 
 ENGINE_POOL: Final = "pool"
 """A batch run by one Kubernetes Job whose pods are a pool of workers (GKE default)."""
+ENGINE_COORDINATED: Final = "coordinated"
+"""A batch run by a worker pool with a coordinator: one Job of workers, one Job of the
+coordinator (runner/pool/coordinator/), outcomes in group commits."""
 ENGINE_POD_PER_INPUT: Final = "pod_per_input"
 """A batch run as one Kubernetes Job (one pod) per input."""
 

@@ -11,6 +11,7 @@
 | ``KINETIC_IMAGE_REGISTRY`` | where bundled images are pushed | the project's Artifact Registry ``kinetic`` |
 | ``STORAGE_EMULATOR_HOST`` | forwarded to pods when set (a GCS emulator) | unset |
 | ``KINETIC_IMAGE_BASE`` | base image (with ``python3`` and ``venv``) of built images | ``python:X.Y-slim``, the submitting Python's ``X.Y`` |
+| ``KINETIC_GKE_POOL_ENGINE`` | ``coordinated``: batches run by a worker pool with a coordinator (in trial; ``docs/pool-protocol.md``) | ``pool`` |
 """
 
 from __future__ import annotations
@@ -49,6 +50,9 @@ class GKEOptions:
     :ivar burst: Kubernetes API requests allowed at once.
     :ivar image_registry: registry for built runner images, or None.
     :ivar base_image: base image of built runner images.
+    :ivar pool_engine: how a batch's worker pool coordinates: ``pool`` (leaderless,
+        through storage; the default) or ``coordinated`` (a coordinator in the batch's
+        Jobs: ``docs/pool-protocol.md``, "The coordinated pool"; in trial).
     """
 
     pod: PodOptions = field(default_factory=PodOptions)
@@ -57,6 +61,7 @@ class GKEOptions:
     burst: int = 40
     image_registry: str | None = None
     base_image: str = DEFAULT_BASE_IMAGE
+    pool_engine: str = "pool"
 
 
 def env_flag(env: Mapping[str, str], name: str) -> bool:
@@ -105,4 +110,13 @@ def options_from_env(env: Mapping[str, str]) -> GKEOptions:
         burst=int(_number(env, "KINETIC_K8S_BURST", 40, 1)),
         image_registry=env.get("KINETIC_IMAGE_REGISTRY") or None,
         base_image=env.get("KINETIC_IMAGE_BASE") or DEFAULT_BASE_IMAGE,
+        pool_engine=_pool_engine(env),
     )
+
+
+def _pool_engine(env: Mapping[str, str]) -> str:
+    """:raises ConfigError: ``KINETIC_GKE_POOL_ENGINE`` names no engine."""
+    value = (env.get("KINETIC_GKE_POOL_ENGINE") or "pool").strip().lower()
+    if value not in ("pool", "coordinated"):
+        raise ConfigError(f"KINETIC_GKE_POOL_ENGINE must be pool or coordinated, got {value!r}")
+    return value

@@ -24,7 +24,7 @@ import anyio
 import anyio.to_thread
 import cloudpickle
 
-from kinetic._backends.base import Backend
+from kinetic._backends.base import Backend, Placement
 from kinetic._concurrency import for_each
 from kinetic._core.accelerators import AcceleratorConfig
 from kinetic._core.arg_checks import check_timeout
@@ -206,6 +206,15 @@ async def submit_batch(
             await undo_submission(storage, protocol.group_prefix(group_id))
         raise
     return BatchHandle(backend=backend, manifest=manifest)
+
+
+def _engine(place: Placement, *, pod_per_input: bool) -> protocol.BatchEngine:
+    """The engine of a batch that runs in pods."""
+    if pod_per_input:
+        return protocol.ENGINE_POD_PER_INPUT
+    if place.images is not None and place.images.pool_engine == "coordinated":
+        return protocol.ENGINE_COORDINATED
+    return protocol.ENGINE_POOL
 
 
 def _captured_env(opts: RunOptions) -> dict[str, str]:
@@ -408,7 +417,7 @@ async def _record(
             "namespace": settings.namespace,
             "accelerator": accel.name + (":spot" if accel.spot else ""),
             "fuse_buckets": sorted(data.fuse_buckets),  # mounted read-only in every pod
-            "engine": protocol.ENGINE_POD_PER_INPUT if pod_per_input else protocol.ENGINE_POOL,
+            "engine": _engine(place, pod_per_input=pod_per_input),
             "lease_s": protocol.POOL_LEASE_SECONDS,
             "reuse_process": map_opts.reuse_process,
         }

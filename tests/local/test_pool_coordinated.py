@@ -313,3 +313,31 @@ def test_a_coordinator_replaced_while_alive_stops_committing(tmp_path: Path) -> 
     after = set(store.list(prefix))
     assert {k for k in after if k.removeprefix(prefix).startswith("0000-")} == before
     assert {k.removeprefix(prefix)[:4] for k in after} == {"0000", "0002"}
+
+
+def test_pods_deleted_together_keep_what_finished_and_a_new_pool_carries_on(
+    tmp_path: Path,
+) -> None:
+    """The pool's pods deleted at once (a drained node pool, a cancel's delete): the
+    coordinator serves on while its workers report their last outcomes."""
+    n = 150
+    store = record(tmp_path, noisy, [((i,), {}) for i in range(n)], max_concurrent=2)
+    coordinator = start_coordinator(tmp_path)
+    workers = [start_worker(tmp_path, f"w{k}") for k in range(2)]
+    time.sleep(1.5)
+    for proc in (coordinator, *workers):
+        proc.send_signal(signal.SIGTERM)
+    outs = [p.communicate(timeout=30)[0].decode() for p in (coordinator, *workers)]
+    assert "kinetic coordinator: terminated" in outs[0]
+    assert all(p.returncode == EXIT_TERMINATED for p in workers), outs[1:]
+    finished = {
+        int(line.split()[1])
+        for out in outs[1:]
+        for line in out.splitlines()
+        if line.startswith("finished ")
+    }
+    kept = set(committed(store))
+    assert len(finished - kept) <= 2  # at most the input each worker was running
+    assert kept <= finished
+    wait_all([start_coordinator(tmp_path), start_worker(tmp_path, "w9")])
+    assert sorted(committed(store)) == list(range(n))

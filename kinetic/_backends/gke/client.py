@@ -312,6 +312,43 @@ class KubeClient:
             raise
         return True
 
+    async def create_secret(
+        self, namespace: str, manifest: Mapping[str, Any], *, timeout: float = DEFAULT_TIMEOUT
+    ) -> bool:
+        """Create a ``v1`` Secret; one of that name existing already is success.
+
+        :returns: False when it existed, else True.
+        :raises BackendError: refused (invalid, forbidden) or unreachable.
+        """
+        name = manifest["metadata"]["name"]
+        try:
+            await self._request(
+                "POST",
+                f"/api/v1/namespaces/{namespace}/secrets",
+                what=f"create Secret {namespace}/{name}",
+                namespace=namespace,
+                body=dict(manifest),
+                timeout=timeout,
+            )
+        except BackendError as exc:
+            cause = exc.__cause__
+            if isinstance(cause, KubeHTTPError) and cause.status == 409:
+                return False
+            raise
+        return True
+
+    async def delete_secrets(
+        self, namespace: str, selector: str, *, timeout: float = DEFAULT_TIMEOUT
+    ) -> None:
+        """Delete every Secret matching ``selector`` (one request)."""
+        await self._request(
+            "DELETE",
+            f"/api/v1/namespaces/{namespace}/secrets",
+            what=f"delete Secrets {selector} in {namespace}",
+            query=[("labelSelector", selector)],
+            timeout=timeout,
+        )
+
     async def delete_jobs(
         self, namespace: str, selector: str, *, timeout: float = DEFAULT_TIMEOUT
     ) -> None:

@@ -52,6 +52,7 @@ as its manifest says.
 from __future__ import annotations
 
 import logging
+import secrets
 import time
 from collections.abc import AsyncIterator, Collection
 from functools import partial
@@ -62,8 +63,9 @@ import cloudpickle
 
 from kinetic._backends.base import BatchEvents, InputActivity, JobRef, Loaded, input_index
 from kinetic._backends.gke.batch import GKEBatches, read_outcomes, read_stop
+from kinetic._backends.gke.commit_reader import CommitReader
 from kinetic._backends.gke.engine import GroupEngine, batch_job
-from kinetic._core import k8s_spec, pool_plan
+from kinetic._core import k8s_coordinated, k8s_spec, pool_plan
 from kinetic._core.exception_groups import one_error
 from kinetic._exceptions import ObjectNotFoundError
 from kinetic._storage.base import Storage
@@ -97,12 +99,15 @@ class GKEPool(GroupEngine["_Follower"]):
         ran (:meth:`_Follower.wait_written`): what storage then holds is final."""
         record = protocol.stop_record("cancelled", "the batch was cancelled")
         follower = self.follower(group_id)
-        await follower.stop_pool(record)
+        await follower.stop_pool(record, gently=True)
         await follower.wait_written()
 
     async def release(self, group_id: str) -> None:
         follower = self.follower(group_id)
         await follower.delete_pool()
+        if follower.coordinated:  # its token goes with it
+            selector = k8s_spec.group_selector(group_id)
+            await self.backend.client.delete_secrets(follower.namespace, selector)
 
     # -- one input (see kinetic._backends.base.BatchRunner) ----------------------------
 
@@ -176,6 +181,7 @@ class _Follower:
         self._bursts_read: set[str] = set()
         self._bursts_seen: dict[str, float] = {}  # burst -> when first listed (monotonic)
         self._singles: set[int] = set()  # inputs whose outcome object of its own was read
+        self.commits = CommitReader(backend.storage, group_id)
 
     @property
     def storage(self) -> Storage:
@@ -209,15 +215,28 @@ class _Follower:
         assert self.manifest is not None
         assert self.book is not None
         workers = min(self.book.options.workers, self.book.options.total)
-        return batch_job(
-            self.backend,
-            self.manifest,
-            partial(k8s_spec.pool_job_manifest, group_id=self.group_id, workers=workers),
+        build = partial(
+            k8s_spec.pool_job_manifest,
+            group_id=self.group_id,
+            workers=workers,
+            coordinated=self.coordinated,
         )
+        return batch_job(self.backend, self.manifest, build)
 
     async def create_job(self) -> None:
+        """Create the pool's Job (and a coordinated pool's token and coordinator first);
+        idempotent: what exists already is kept."""
         await self._load()
-        await self.backend.client.create_job(self.namespace, self._job_manifest(), exist_ok=True)
+        client = self.backend.client
+        if self.coordinated:
+            assert self.manifest is not None
+            token = secrets.token_hex(32)  # kept only if the Secret did not exist yet
+            secret = k8s_coordinated.token_secret(self.group_id, token)
+            await client.create_secret(self.namespace, secret)
+            build = partial(k8s_coordinated.coordinator_job_manifest, group_id=self.group_id)
+            coordinator = batch_job(self.backend, self.manifest, build)
+            await client.create_job(self.namespace, coordinator, exist_ok=True)
+        await client.create_job(self.namespace, self._job_manifest(), exist_ok=True)
 
     async def delete_pool(self) -> None:
         """Delete the Job, then its pods (two requests), with a grace of
@@ -316,6 +335,26 @@ class _Follower:
         for index, header, payload in records:
             self.choice.offer(index, rank, (header, payload), first=first, seen=seen)
 
+    async def _read_singles(
+        self, choice: OutcomeChoice[tuple[protocol.OutcomeHeader, bytes]], listed: float
+    ) -> None:
+        """List the outcome objects of their own; read the new ones into ``choice``."""
+        results = protocol.group_results_prefix(self.group_id)
+        singles = [
+            index
+            async for key in self.storage.list(results)
+            if (index := protocol.parse_outcome_name(key.removeprefix(results))) is not None
+            and index not in self._singles
+        ]
+        if not singles:
+            return
+        self._singles.update(singles)
+
+        def learn_single(index: int, header: protocol.OutcomeHeader, payload: bytes) -> None:
+            choice.offer(index, OWN_OUTCOME, (header, payload), first=True, seen=listed)
+
+        await read_outcomes(self.storage, self.group_id, singles, learn_single)
+
     async def _read_claim(self, start: int, number: int) -> pool_plan.Span | None:
         try:
             data = await self.storage.read(protocol.group_claim_key(self.group_id, start, number))
@@ -331,13 +370,22 @@ class _Follower:
         assert self.book is not None
         return pool_plan.span_of(self.book, index)
 
+    @property
+    def coordinated(self) -> bool:
+        """The batch is a coordinated pool's: commits, no claims or bursts."""
+        return self.gke.get("engine") == protocol.ENGINE_COORDINATED
+
     async def refresh(self) -> None:
-        """List bursts, single outcomes and claims; read what is new (and claims whose
-        lease seems to have run out: their holder may have renewed them); report the
-        outcomes whose time came; read the stop record. Bursts are listed before single
-        outcomes: a single written before the burst that covers its input is then always
-        seen first; and before claims: the claims of a listed burst are listed too."""
+        """List bursts, single outcomes and claims (a coordinated batch's commits and
+        single outcomes); read what is new (and claims whose lease seems to have run
+        out: their holder may have renewed them); report the outcomes whose time came;
+        read the stop record. Bursts are listed before single outcomes: a single written
+        before the burst that covers its input is then always seen first; and before
+        claims: the claims of a listed burst are listed too."""
         book = await self._load()
+        if self.coordinated:
+            await self._refresh_coordinated(book)
+            return
         bursts = protocol.group_bursts_prefix(self.group_id)
         new_bursts = [
             name
@@ -352,22 +400,9 @@ class _Follower:
                 span = protocol.parse_burst_name(name)
                 assert span is not None
                 book.learn_burst(span[0], span[1])  # durable outcomes, maybe held
-        results = protocol.group_results_prefix(self.group_id)
-        singles = [
-            index
-            async for key in self.storage.list(results)
-            if (index := protocol.parse_outcome_name(key.removeprefix(results))) is not None
-            and index not in self._singles
-        ]
         choice = self.choice
         assert choice is not None
-        if singles:
-            self._singles.update(singles)
-
-            def learn_single(index: int, header: protocol.OutcomeHeader, payload: bytes) -> None:
-                choice.offer(index, OWN_OUTCOME, (header, payload), first=True, seen=listed)
-
-            await read_outcomes(self.storage, self.group_id, singles, learn_single)
+        await self._read_singles(choice, listed)
         limiter = anyio.CapacityLimiter(_IO_CONCURRENCY)
 
         async def burst(name: str) -> None:
@@ -401,14 +436,31 @@ class _Follower:
             if stop is not None:
                 book.learn_stop(stop)
 
-    async def stop_pool(self, record: protocol.StopRecord) -> None:
-        """Record ``record`` as the stop (unless one stands), then end the pool."""
+    async def _refresh_coordinated(self, book: pool_plan.PoolBook) -> None:
+        choice = self.choice
+        assert choice is not None
+        await self.commits.refresh(choice)  # before the singles: they stand over commits
+        await self._read_singles(choice, anyio.current_time())
+        self._report()
+        if book.stop is None:
+            stop = await self.read_stop()
+            if stop is not None:
+                book.learn_stop(stop)
+
+    async def stop_pool(self, record: protocol.StopRecord, *, gently: bool = False) -> None:
+        """Record ``record`` as the stop (unless one stands), then end the pool. A
+        coordinated pool stopped ``gently`` (a cancel) is given
+        :data:`~kinetic._core.k8s_spec.POOL_GRACE_S` to end by itself first: its
+        coordinator reads the stop within a second, ends its workers' inputs and commits
+        what they finished before they exit."""
         book = await self._load()
         key = protocol.group_stop_key(self.group_id)
         if book.stop is None:
             await self.storage.create_if_absent(key, protocol.dump_json(record))
             stop = await self.read_stop()
             book.learn_stop(stop if stop is not None else record)
+        if gently and self.coordinated:
+            await self.wait_written()  # its pods end by themselves, or the grace ran out
         await self.delete_pool()
 
     # -- following ----------------------------------------------------------------------
@@ -497,7 +549,8 @@ class GKEBatchEngines:
             except ObjectNotFoundError:
                 return self.per_input
             name = self._engines[group_id] = protocol.batch_engine(protocol.load_manifest(data))
-        return self.pool if name == protocol.ENGINE_POOL else self.per_input
+        pools = (protocol.ENGINE_POOL, protocol.ENGINE_COORDINATED)
+        return self.pool if name in pools else self.per_input
 
     async def launch(self, group_id: str) -> None:
         await (await self.engine(group_id)).launch(group_id)

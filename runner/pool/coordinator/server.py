@@ -46,6 +46,10 @@ from runner.store import RunnerStore, StoreUnavailable, open_store
 STOP_READ_SECONDS: Final = 1.0
 """Seconds between two reads of ``stop.json`` (a cancel reaches every worker within
 this and one message)."""
+DRAIN_SECONDS: Final = 8.0
+"""After SIGTERM, how long the coordinator serves on for its workers' last outcomes
+(they wait :data:`runner.pool.coordinator.worker.TERM_ACK_SECONDS` for them; a pod's
+grace is longer)."""
 HANDSHAKE_SECONDS: Final = 10.0
 """A connection that has not proved the token by then is closed."""
 RESTART_READS: Final = 16
@@ -98,6 +102,8 @@ class Server:
         self.next_conn = 0
         self.wake = asyncio.Event()
         self.finished = asyncio.Event()
+        """Set once the coordinator finished, or got SIGTERM (:meth:`terminate`)."""
+        self.terminated = False
         self.commit_due: asyncio.Queue[Commit] = asyncio.Queue()
         self.stop_to_write: list[tuple[str, str]] = []
 
@@ -132,13 +138,15 @@ class Server:
                 tasks.create_task(self._commits())
                 tasks.create_task(self._stops())
                 await self.finished.wait()
+                if self.terminated:
+                    await self._drain()
                 await self._flush_writers()
                 if coordinator_done(self.core):
                     key = commits.done_key(self.group_id)
                     await patiently("writing done", self.store.create_if_absent, key, b"{}")
                 raise _Done
         except* _Done:
-            outcome = f"epoch {self.epoch} finished"
+            outcome = "terminated" if self.terminated else f"epoch {self.epoch} finished"
         except* Deposed as group:
             outcome = f"{group.exceptions[0]}"
         else:
@@ -339,6 +347,24 @@ class Server:
             self.wake.clear()
             await self.wake.wait()
 
+    def terminate(self) -> None:
+        """SIGTERM: its pod is being deleted (a cancel, a drained node). It serves on
+        for at most :data:`DRAIN_SECONDS` while connections are open, so that workers
+        deleted with it report and see committed what they finished, then exits (a
+        successor, where the batch goes on, takes the next epoch)."""
+        print("kinetic coordinator: got SIGTERM: commits what its workers report", flush=True)
+        self.terminated = True
+        self.finished.set()
+
+    async def _drain(self) -> None:
+        coordinator = self.core
+        assert coordinator is not None
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(DRAIN_SECONDS):
+                while self.writers or not coordinator.ledger.settled():
+                    self.wake.clear()
+                    await self.wake.wait()
+
     async def _flush_writers(self) -> None:
         for writer in list(self.writers.values()):
             with contextlib.suppress(ConnectionError):
@@ -375,17 +401,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     server = Server(store, args.group, token)
 
     async def run() -> int:
-        loop = asyncio.get_running_loop()
-        task = asyncio.current_task()
-        assert task is not None
-        loop.add_signal_handler(signal.SIGTERM, task.cancel)  # its pod deleted: a restart follows
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, server.terminate)
         return await server.serve(args.host, args.port, args.advertise or args.host)
 
     try:
         return asyncio.run(run())
-    except asyncio.CancelledError:
-        print("kinetic coordinator: terminated", flush=True)
-        return protocol.EXIT_OK
     except CoordinatorError as e:
         print(f"kinetic coordinator: {e}", file=sys.stderr, flush=True)
         return 2
