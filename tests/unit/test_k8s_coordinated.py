@@ -1,0 +1,85 @@
+"""The Kubernetes objects of a coordinated pool batch (kinetic/_core/k8s_coordinated.py)
+and the knob that asks for one."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+
+from kinetic._core import accelerators, k8s_coordinated, k8s_spec, secret_spec
+from kinetic._core.gke_config import options_from_env
+from kinetic._exceptions import ConfigError
+from runner.pool.coordinator.wire import TOKEN_ENV
+
+GID = "grp-1234abcd5678"
+
+
+def _template(accel: str) -> k8s_spec.JobTemplate:
+    return k8s_spec.JobTemplate(
+        namespace="ns",
+        image="reg/img:t",
+        bucket="b",
+        accelerator=accelerators.parse_accelerator(accel),
+        output_dir="gs://b/out",
+        secrets=(
+            secret_spec.Secret("api-key", keys={"key": "API_KEY"}),
+            secret_spec.Secret("certs", mount="/etc/certs"),
+        ),
+        timeout=60.0,
+    )
+
+
+def _env(container: dict[str, object]) -> dict[str, object]:
+    return {e["name"]: e for e in container["env"]}  # type: ignore[attr-defined,index]
+
+
+def test_the_coordinator_runs_on_a_plain_node_with_the_token_and_its_address() -> None:
+    job = k8s_coordinated.coordinator_job_manifest(_template("l4"), group_id=GID)
+    assert job["metadata"]["name"] == f"kinetic-{GID}-coordinator"
+    assert job["metadata"]["labels"][k8s_spec.GROUP_ID_LABEL] == GID  # deleted with the pool
+    spec = job["spec"]
+    assert (spec["completions"], spec["parallelism"]) == (1, 1)
+    assert "podFailurePolicy" not in spec  # one that crashed is replaced: the next epoch
+    assert "activeDeadlineSeconds" not in spec  # the inputs' limit is not its own
+    pod = spec["template"]["spec"]
+    assert "nodeSelector" not in pod  # no accelerator
+    assert "tolerations" not in pod
+    assert not pod.get("volumes")  # none of the user's Secrets
+    container = pod["containers"][0]
+    assert "nvidia.com/gpu" not in str(container["resources"])
+    assert container["command"][2:] == [
+        "runner.pool.coordinator", "--storage", "gs://b", "--group", GID,
+        "--host", "0.0.0.0", "--advertise", "$(KINETIC_POD_IP)",
+    ]  # fmt: skip
+    env = _env(container)
+    assert env["KINETIC_POD_IP"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+    assert env[TOKEN_ENV]["valueFrom"]["secretKeyRef"] == {  # type: ignore[index]
+        "name": f"kinetic-{GID}-token",
+        "key": "token",
+    }
+    assert "API_KEY" not in env
+
+
+def test_a_coordinated_pools_workers_read_the_token_and_a_leaderless_pools_do_not() -> None:
+    template = _template("cpu")
+    coordinated = k8s_spec.pool_job_manifest(template, group_id=GID, workers=3, coordinated=True)
+    leaderless = k8s_spec.pool_job_manifest(template, group_id=GID, workers=3)
+    token = _env(coordinated["spec"]["template"]["spec"]["containers"][0])[TOKEN_ENV]
+    assert token == k8s_coordinated.token_env(GID)
+    assert TOKEN_ENV not in _env(leaderless["spec"]["template"]["spec"]["containers"][0])
+
+
+def test_the_token_secret_holds_the_token_under_the_batchs_labels() -> None:
+    secret = k8s_coordinated.token_secret(GID, "ab" * 32)
+    assert secret["kind"] == "Secret"
+    assert base64.b64decode(secret["data"]["token"]).decode() == "ab" * 32
+    assert secret["metadata"]["labels"][k8s_spec.GROUP_ID_LABEL] == GID
+
+
+def test_the_pool_engine_is_chosen_by_a_knob() -> None:
+    assert options_from_env({}).pool_engine == "pool"
+    chosen = options_from_env({"KINETIC_GKE_POOL_ENGINE": "Coordinated"})
+    assert chosen.pool_engine == "coordinated"
+    with pytest.raises(ConfigError, match="KINETIC_GKE_POOL_ENGINE must be pool or coordinated"):
+        options_from_env({"KINETIC_GKE_POOL_ENGINE": "leader"})
