@@ -8,8 +8,8 @@ get the batch's token), a coordinated batch has
   every worker read it from their environment (:func:`token_env`), and a connection
   whose peer does not prove it is refused (:mod:`runner.pool.coordinator.wire`);
 * the coordinator's Job (:func:`coordinator_job_manifest`): one pod with no
-  accelerator, listening on its pod's address, which it records in storage for the
-  workers. A coordinator that dies is replaced by the Job (a new pod, the next epoch,
+  accelerator, listening on its pod's address only, which it records in storage for
+  the workers. A coordinator that dies is replaced by the Job (a new pod, the next epoch,
   which reads the commits and carries on).
 
 Every object carries the batch's labels: cancel and release delete them with the pool.
@@ -86,7 +86,7 @@ def coordinator_job_manifest(template: k8s_spec.JobTemplate, *, group_id: str) -
     container["command"] = [
         template.python, "-m", "runner.pool.coordinator",
         "--storage", f"gs://{template.bucket}", "--group", group_id,
-        "--host", "0.0.0.0", "--advertise", "$(KINETIC_POD_IP)",
+        "--host", "$(KINETIC_POD_IP)",
     ]  # fmt: skip
     container["env"] += [
         {"name": "KINETIC_POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},

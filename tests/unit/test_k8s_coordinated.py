@@ -50,7 +50,7 @@ def test_the_coordinator_runs_on_a_plain_node_with_the_token_and_its_address() -
     assert "nvidia.com/gpu" not in str(container["resources"])
     assert container["command"][2:] == [
         "runner.pool.coordinator", "--storage", "gs://b", "--group", GID,
-        "--host", "0.0.0.0", "--advertise", "$(KINETIC_POD_IP)",
+        "--host", "$(KINETIC_POD_IP)",  # its pod's address only
     ]  # fmt: skip
     env = _env(container)
     assert env["KINETIC_POD_IP"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
