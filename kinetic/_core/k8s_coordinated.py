@@ -64,6 +64,14 @@ def token_env(group_id: str) -> dict[str, Any]:
     return {"name": TOKEN_ENV, "valueFrom": {"secretKeyRef": ref}}
 
 
+def with_token(pool_job: dict[str, Any], group_id: str) -> dict[str, Any]:
+    """The workers' Job (:func:`~kinetic._core.k8s_spec.pool_job_manifest`) of a
+    coordinated pool: its pods read the batch's token, so they run what its coordinator
+    hands them."""
+    pool_job["spec"]["template"]["spec"]["containers"][0]["env"].append(token_env(group_id))
+    return pool_job
+
+
 def coordinator_job_manifest(template: k8s_spec.JobTemplate, *, group_id: str) -> dict[str, Any]:
     """The coordinator's ``batch/v1`` Job: the batch's image on a node without an
     accelerator, none of the user's Secrets or volumes (it runs no user code).

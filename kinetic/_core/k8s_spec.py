@@ -413,9 +413,7 @@ def pool_job_name(group_id: str) -> str:
     return f"kinetic-{group_id}"
 
 
-def pool_job_manifest(
-    template: JobTemplate, *, group_id: str, workers: int, coordinated: bool = False
-) -> dict[str, Any]:
+def pool_job_manifest(template: JobTemplate, *, group_id: str, workers: int) -> dict[str, Any]:
     """The one ``batch/v1`` Job of a batch run by a worker pool (:mod:`runner.pool`).
 
     ``parallelism`` is the number of workers, each pod with the batch's accelerator.
@@ -434,8 +432,8 @@ def pool_job_manifest(
     at random (the protocol does not depend on the index; it only collides less).
 
     A deleted worker gets :data:`POOL_GRACE_S` seconds after SIGTERM to write the
-    outcomes it buffered. A ``coordinated`` pool's workers also get the batch's token
-    (:mod:`kinetic._core.k8s_coordinated`): they run what its coordinator hands them.
+    outcomes it buffered. A coordinated pool's workers also get the batch's token
+    (:func:`kinetic._core.k8s_coordinated.with_token`).
     """
     out = job_manifest(template, group_id)
     bucket = template.bucket
@@ -459,8 +457,4 @@ def pool_job_manifest(
         # The pool's size, so that a worker spreads its start before its first read.
         {"name": "KINETIC_POOL_WORKERS", "value": str(spec["parallelism"])},
     ]
-    if coordinated:
-        from kinetic._core.k8s_coordinated import token_env
-
-        container["env"].append(token_env(group_id))
     return out

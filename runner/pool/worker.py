@@ -60,7 +60,7 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -71,7 +71,6 @@ from runner.code_files import load_function
 from runner.job import build_failure, build_success, parse_args, prepare_workspace
 from runner.pool.attempts import Attempt, Echo, Upkeep, describe, lost
 from runner.pool.chunks import Chunks
-from runner.pool.coordinator.wire import TOKEN_ENV
 from runner.pool.counting import REQUESTS_MARKER, CountingStore, report_cpu
 from runner.pool.courier import Answer, Courier
 from runner.pool.machine import WorkerMachine
@@ -475,8 +474,12 @@ class Worker:
         return self._output
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point: ``python -m runner.pool --storage gs://BUCKET --group GID``."""
+MakeWorker = Callable[[RunnerStore, str, str, Path, int | None], Worker]
+
+
+def main(argv: Sequence[str] | None = None, make: MakeWorker = Worker) -> int:
+    """Entry point: ``python -m runner.pool --storage gs://BUCKET --group GID``;
+    ``make`` builds the worker (a coordinated pool's: :mod:`runner.pool.__main__`)."""
     args = parse_args(sys.argv[1:] if argv is None else argv, set())
     if not isinstance(args.get("storage"), str) or not isinstance(args.get("group"), str):
         raise SystemExit("usage: python -m runner.pool --storage URL --group GROUP_ID")
@@ -485,14 +488,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     group = str(args["group"])
     try:
         with scratch_dir("worker") as workdir:
-            if os.environ.get(TOKEN_ENV):  # a coordinated pool's worker
-                from runner.pool.coordinator.worker import CoordinatedWorker
-
-                token = bytes.fromhex(os.environ[TOKEN_ENV])
-                coordinated = CoordinatedWorker(
-                    store, group, name, workdir, token, worker_ordinal()
-                )
-                return coordinated.run()
-            return Worker(store, group, name, workdir, worker_ordinal()).run()
+            return make(store, group, name, workdir, worker_ordinal()).run()
     finally:
         store.close()

@@ -63,8 +63,10 @@ def test_the_coordinator_runs_on_a_plain_node_with_the_token_and_its_address() -
 
 def test_a_coordinated_pools_workers_read_the_token_and_a_leaderless_pools_do_not() -> None:
     template = _template("cpu")
-    coordinated = k8s_spec.pool_job_manifest(template, group_id=GID, workers=3, coordinated=True)
     leaderless = k8s_spec.pool_job_manifest(template, group_id=GID, workers=3)
+    coordinated = k8s_coordinated.with_token(
+        k8s_spec.pool_job_manifest(template, group_id=GID, workers=3), GID
+    )
     token = _env(coordinated["spec"]["template"]["spec"]["containers"][0])[TOKEN_ENV]
     assert token == k8s_coordinated.token_env(GID)
     assert TOKEN_ENV not in _env(leaderless["spec"]["template"]["spec"]["containers"][0])

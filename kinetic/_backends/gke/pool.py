@@ -215,13 +215,9 @@ class _Follower:
         assert self.manifest is not None
         assert self.book is not None
         workers = min(self.book.options.workers, self.book.options.total)
-        build = partial(
-            k8s_spec.pool_job_manifest,
-            group_id=self.group_id,
-            workers=workers,
-            coordinated=self.coordinated,
-        )
-        return batch_job(self.backend, self.manifest, build)
+        build = partial(k8s_spec.pool_job_manifest, group_id=self.group_id, workers=workers)
+        job = batch_job(self.backend, self.manifest, build)
+        return k8s_coordinated.with_token(job, self.group_id) if self.coordinated else job
 
     async def create_job(self) -> None:
         """Create the pool's Job (and a coordinated pool's token and coordinator first);

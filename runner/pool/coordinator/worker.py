@@ -16,6 +16,7 @@ waits up to :data:`TERM_ACK_SECONDS` for its outcomes' acknowledgements before i
 from __future__ import annotations
 
 import contextlib
+import os
 import select
 import time
 from pathlib import Path
@@ -38,6 +39,20 @@ from runner.store import RunnerStore
 TERM_ACK_SECONDS: Final = 5.0
 """After SIGTERM, how long the worker waits for its last outcomes' acknowledgements
 (a commit takes a fifth of a second; a pod's grace is 30 s by default)."""
+
+
+def coordinated_worker(
+    store: RunnerStore, group_id: str, name: str, workdir: Path, ordinal: int | None
+) -> CoordinatedWorker:
+    """The worker of ``python -m runner.pool`` when the batch's token is set.
+
+    :raises SystemExit: the token is not hex.
+    """
+    try:
+        token = bytes.fromhex(os.environ[wire.TOKEN_ENV])
+    except ValueError:
+        raise SystemExit(f"{wire.TOKEN_ENV} must hold the batch's token in hex") from None
+    return CoordinatedWorker(store, group_id, name, workdir, token, ordinal)
 
 
 class CoordinatedWorker(Worker):
