@@ -85,3 +85,20 @@ def test_the_pool_engine_is_chosen_by_a_knob() -> None:
     assert chosen.pool_engine == "coordinated"
     with pytest.raises(ConfigError, match="KINETIC_GKE_POOL_ENGINE must be pool or coordinated"):
         options_from_env({"KINETIC_GKE_POOL_ENGINE": "leader"})
+
+
+def test_a_batch_records_the_engine_its_backend_asks_for() -> None:
+    from kinetic._backends.base import Placement
+    from kinetic._core.gke_config import GKEOptions
+    from kinetic._engine.batch_submit import _engine
+    from runner import protocol
+
+    def place(engine: str) -> Placement:
+        return Placement("b", "c", "z", "gs://b/out", GKEOptions(pool_engine=engine), 4)
+
+    assert _engine(place("pool"), pod_per_input=False, reuse=True) == protocol.ENGINE_POOL
+    coordinated = place("coordinated")
+    assert _engine(coordinated, pod_per_input=False, reuse=False) == protocol.ENGINE_COORDINATED
+    assert _engine(coordinated, pod_per_input=True, reuse=True) == protocol.ENGINE_POD_PER_INPUT
+    with pytest.raises(ConfigError, match="reuse_process=True is not supported by a coordinated"):
+        _engine(coordinated, pod_per_input=False, reuse=True)
