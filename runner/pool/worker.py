@@ -204,7 +204,9 @@ class Worker:
                 self.zygote.close()  # and an input still running (after a failure) ends
             report_cpu()
 
-    def _run(self, options: PoolOptions, *, spread_start: bool) -> int:
+    def set_up_or_stop(self, options: PoolOptions) -> bool:
+        """Set up (:meth:`setup`, the chunks); a failure is no input's fault and would
+        repeat in every worker: it stops the batch, and False is returned."""
         try:
             self.setup()
         except Terminated:
@@ -213,8 +215,13 @@ class Worker:
             phase = exc.phase if isinstance(exc, PhaseError) else "fetch"
             print(f"kinetic pool: cannot set up the batch ({phase}): {exc}", flush=True)
             self.write_stop("failed", f"{type(exc).__name__}: {exc}", phase)
-            return protocol.EXIT_OK
+            return False
         self.chunks = Chunks(self.store, self.group_id, options.chunk_size, self.courier)
+        return True
+
+    def _run(self, options: PoolOptions, *, spread_start: bool) -> int:
+        if not self.set_up_or_stop(options):
+            return protocol.EXIT_OK
         # Inputs forked from the zygote end while the courier's request is under way:
         # the machine hands out the next one meanwhile (``overlap``). Inputs run in this
         # process are waited out by their upkeep thread, which sends its own requests.
@@ -228,6 +235,11 @@ class Worker:
             stop_read=True,  # by _start
         )
         self.store.patience = options.lease_s / 4  # renewals are due every third
+        return self.loop(machine)
+
+    def loop(self, machine: WorkerMachine) -> int:
+        """Ask ``machine`` for operations and perform them until it says exit (or
+        SIGTERM: :meth:`terminate`); the exit status."""
         courier = self.courier
         while True:
             if self.termination.check():
@@ -243,7 +255,7 @@ class Worker:
             elif isinstance(op, Kill):
                 machine.ended(op.index)  # nothing runs between inputs
             elif isinstance(op, Sleep):  # woken by the courier's answer, or SIGTERM
-                select.select([self.termination.read_fd, courier.fd], [], [], op.seconds)
+                select.select(self.wake_fds(), [], [], op.seconds)
             else:
                 courier.settle()  # (the machine asks for none while one is under way)
                 self.perform(machine, op)

@@ -24,7 +24,7 @@ from runner.pool.coordinator import messages as m
 from runner.pool.coordinator.link import connect
 from runner.pool.signals import EXIT_TERMINATED
 from runner.store import FileStore
-from tests.local.test_pool_worker import GID, REPO, double, record
+from tests.local.test_pool_worker import GID, REPO, double, finish, record
 
 pytestmark = [pytest.mark.local, pytest.mark.timeout(120)]
 
@@ -96,15 +96,6 @@ def start_worker(root: Path, name: str, token: bytes = TOKEN) -> subprocess.Pope
     return _start(["runner.pool", "--storage", f"file://{root}", "--group", GID], _env(name, token))
 
 
-def wait_all(procs: list[subprocess.Popen[bytes]], timeout: float = 60) -> list[str]:
-    outs = []
-    for p in procs:
-        out, _ = p.communicate(timeout=timeout)
-        outs.append(out.decode(errors="replace"))
-        assert p.returncode == 0, outs[-1]
-    return outs
-
-
 def committed(store: FileStore) -> dict[int, tuple[dict[str, Any], Any]]:
     """What every reader reports: an input's object of its own, else the earliest
     commit's record."""
@@ -129,7 +120,7 @@ def test_a_coordinator_hands_out_the_inputs_and_commits_each_once(tmp_path: Path
     procs = [start_worker(tmp_path, f"w{k}") for k in range(3)]  # before their coordinator
     time.sleep(0.5)
     coordinator = start_coordinator(tmp_path)
-    outs = wait_all([coordinator, *procs])
+    outs = finish([coordinator, *procs])
     found = committed(store)
     assert sorted(found) == list(range(n))
     assert all(payload["result"] == 2 * i for i, (_, payload) in found.items())
@@ -148,7 +139,7 @@ def test_a_coordinator_hands_out_the_inputs_and_commits_each_once(tmp_path: Path
 
 def test_a_large_result_is_an_object_of_its_own(tmp_path: Path) -> None:
     store = record(tmp_path, big, [((i,), {}) for i in range(4)])
-    wait_all([start_coordinator(tmp_path), start_worker(tmp_path, "w0")])
+    finish([start_coordinator(tmp_path), start_worker(tmp_path, "w0")])
     found = committed(store)
     assert found[1][1]["result"] == bytes(2 << 20)
     assert found[2][1]["result"] == b"small"
@@ -167,7 +158,7 @@ def test_a_killed_worker_and_a_killed_coordinator_lose_nothing(tmp_path: Path) -
     coordinator.wait()
     time.sleep(0.5)
     again = start_coordinator(tmp_path)
-    outs = wait_all([again, *workers[1:]])
+    outs = finish([again, *workers[1:]])
     found = committed(store)
     assert sorted(found) == list(range(n))
     assert all(payload["result"] == i * i for i, (_, payload) in found.items())
@@ -183,7 +174,7 @@ def test_fail_fast_stops_every_worker(tmp_path: Path) -> None:
         start_worker(tmp_path, "w0"),
         start_worker(tmp_path, "w1"),
     ]
-    wait_all(procs)
+    finish(procs)
     stop = protocol.load_json(store.read(protocol.group_stop_key(GID)))
     assert stop["reason"] == "fail_fast"
     found = committed(store)
@@ -202,7 +193,7 @@ def test_a_cancel_keeps_the_outcomes_of_inputs_that_finished(tmp_path: Path) -> 
     time.sleep(2.0)
     stop = protocol.stop_record("cancelled", "cancelled by the test")
     store.create_if_absent(protocol.group_stop_key(GID), protocol.dump_json(stop))
-    outs = wait_all(procs, timeout=20)
+    outs = finish(procs, timeout=20)
     assert all("exits (cancelled)" in out for out in outs[1:])
     finished = {
         int(line.split()[1])
@@ -235,8 +226,8 @@ def test_a_peer_without_the_token_is_refused(tmp_path: Path) -> None:
             sock.recv(1 << 10)  # the challenge
             sock.sendall(b"GET / HTTP/1.1\r\n\r\n")
             assert sock.recv(1 << 10) == b""
-        wait_all([start_worker(tmp_path, "w0")], timeout=30)
-        assert wait_all([coordinator], timeout=30)
+        finish([start_worker(tmp_path, "w0")], timeout=30)
+        assert finish([coordinator], timeout=30)
         assert sorted(committed(store)) == [0, 1, 2]
     finally:
         if coordinator.poll() is None:
@@ -259,7 +250,7 @@ def test_a_worker_deleted_mid_input_exits_terminated_and_keeps_what_it_finished(
     finished = {int(line.split()[1]) for line in out.splitlines() if line.startswith("finished ")}
     assert finished
     assert finished - set(committed(store)) <= {max(finished)}
-    wait_all([start_worker(tmp_path, "w1"), coordinator])  # its replacement finishes
+    finish([start_worker(tmp_path, "w1"), coordinator])  # its replacement finishes
     assert sorted(committed(store)) == list(range(n))
 
 
@@ -308,7 +299,7 @@ def test_a_coordinator_replaced_while_alive_stops_committing(tmp_path: Path) -> 
     before = set(store.list(prefix))
     assert all(commits.parse_commit_key(GID, k) == (0, i) for i, k in enumerate(sorted(before)))
     third = start_coordinator(tmp_path)  # epoch 2: the workers find the highest
-    wait_all([third, worker])
+    finish([third, worker])
     assert sorted(committed(store)) == list(range(n))
     after = set(store.list(prefix))
     assert {k for k in after if k.removeprefix(prefix).startswith("0000-")} == before
@@ -339,5 +330,5 @@ def test_pods_deleted_together_keep_what_finished_and_a_new_pool_carries_on(
     kept = set(committed(store))
     assert len(finished - kept) <= 2  # at most the input each worker was running
     assert kept <= finished
-    wait_all([start_coordinator(tmp_path), start_worker(tmp_path, "w9")])
+    finish([start_coordinator(tmp_path), start_worker(tmp_path, "w9")])
     assert sorted(committed(store)) == list(range(n))

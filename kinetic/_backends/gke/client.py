@@ -295,22 +295,8 @@ class KubeClient:
         :raises ConfigError: the namespace does not exist.
         :raises BackendError: refused (exists already, invalid, forbidden) or unreachable.
         """
-        name = manifest["metadata"]["name"]
-        try:
-            await self._request(
-                "POST",
-                f"/apis/batch/v1/namespaces/{namespace}/jobs",
-                what=f"create Job {namespace}/{name}",
-                namespace=namespace,
-                body=dict(manifest),
-                timeout=timeout,
-            )
-        except BackendError as exc:
-            cause = exc.__cause__
-            if exist_ok and isinstance(cause, KubeHTTPError) and cause.status == 409:
-                return False
-            raise
-        return True
+        path = f"/apis/batch/v1/namespaces/{namespace}/jobs"
+        return await self._create(path, "Job", namespace, manifest, exist_ok, timeout)
 
     async def create_secret(
         self, namespace: str, manifest: Mapping[str, Any], *, timeout: float = DEFAULT_TIMEOUT
@@ -320,19 +306,31 @@ class KubeClient:
         :returns: False when it existed, else True.
         :raises BackendError: refused (invalid, forbidden) or unreachable.
         """
+        path = f"/api/v1/namespaces/{namespace}/secrets"
+        return await self._create(path, "Secret", namespace, manifest, True, timeout)
+
+    async def _create(
+        self,
+        path: str,
+        kind: str,
+        namespace: str,
+        manifest: Mapping[str, Any],
+        exist_ok: bool,
+        timeout: float,
+    ) -> bool:
         name = manifest["metadata"]["name"]
         try:
             await self._request(
                 "POST",
-                f"/api/v1/namespaces/{namespace}/secrets",
-                what=f"create Secret {namespace}/{name}",
+                path,
+                what=f"create {kind} {namespace}/{name}",
                 namespace=namespace,
                 body=dict(manifest),
                 timeout=timeout,
             )
         except BackendError as exc:
             cause = exc.__cause__
-            if isinstance(cause, KubeHTTPError) and cause.status == 409:
+            if exist_ok and isinstance(cause, KubeHTTPError) and cause.status == 409:
                 return False
             raise
         return True

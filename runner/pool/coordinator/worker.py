@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Final
 
 from runner import protocol
-from runner.pool.chunks import Chunks
 from runner.pool.coordinator import messages as m
 from runner.pool.coordinator import wire
 from runner.pool.coordinator.link import Dropped, Link, connect, find, stopped
@@ -33,7 +32,6 @@ from runner.pool.ops import Create, Exit, Kill, Op, Run, Sleep
 from runner.pool.options import PoolOptions
 from runner.pool.signals import EXIT_TERMINATED
 from runner.pool.worker import Worker
-from runner.protocol import PhaseError
 from runner.store import RunnerStore
 
 TERM_ACK_SECONDS: Final = 5.0
@@ -79,44 +77,28 @@ class CoordinatedWorker(Worker):
     # -- the loop ------------------------------------------------------------------------
 
     def _run(self, options: PoolOptions, *, spread_start: bool) -> int:
-        if options.reuse_process:
+        if options.reuse_process:  # refused at submission; a batch recorded otherwise
             self.write_stop(
                 "failed", "reuse_process is not supported by a coordinated pool yet", "fetch"
             )
             return protocol.EXIT_OK
-        try:
-            self.setup()
-        except BaseException as exc:  # noqa: BLE001 - every input would fail the same way
-            phase = exc.phase if isinstance(exc, PhaseError) else "fetch"
-            print(f"kinetic pool: cannot set up the batch ({phase}): {exc}", flush=True)
-            self.write_stop("failed", f"{type(exc).__name__}: {exc}", phase)
+        if not self.set_up_or_stop(options):
             return protocol.EXIT_OK
-        self.chunks = Chunks(self.store, self.group_id, options.chunk_size, self.courier)
         member = self.member = Member(options, self.group_id, self.name)
-        self.machine = member  # type: ignore[assignment]  # what run_input answers
-        courier = self.courier
+        # The member answers what the leaderless worker's machine answers (run_input's
+        # ran() and ended(), the loop's operations): the shell is shared.
+        self.machine = member  # type: ignore[assignment]
         try:
-            while True:
-                if self.termination.check():
-                    return self._terminate()
-                courier.collect()
-                op = self.next_op()
-                if isinstance(op, Exit):
-                    print(f"kinetic pool: worker {self.name} exits ({op.reason})", flush=True)
-                    self.report()
-                    return protocol.EXIT_OK
-                if isinstance(op, Run):
-                    self.run_input(op)
-                elif isinstance(op, Kill):
-                    member.ended(op.index)  # nothing runs between inputs
-                elif isinstance(op, Sleep):
-                    select.select(self.wake_fds(), [], [], op.seconds)
-                else:
-                    courier.settle()
-                    self.request(member, op)()
+            return self.loop(member)  # type: ignore[arg-type]
         finally:
             if self.link is not None:
                 self.link.close()
+
+    def terminate(self, machine: object) -> int:
+        return self._terminate()
+
+    def perform(self, machine: object, op: Op) -> None:
+        self.request(machine, op)()
 
     def wake_fds(self) -> list[int]:
         fds = [self.termination.read_fd, self.courier.fd]
