@@ -22,6 +22,7 @@ from runner import protocol, results_log
 from runner.pool.coordinator import commits, wire
 from runner.pool.coordinator import messages as m
 from runner.pool.coordinator.link import connect
+from runner.pool.coordinator.server import EXIT_DEPOSED
 from runner.pool.signals import EXIT_TERMINATED
 from runner.store import FileStore
 from tests.local.test_pool_worker import GID, REPO, double, finish, record
@@ -294,8 +295,8 @@ def test_a_coordinator_replaced_while_alive_stops_committing(tmp_path: Path) -> 
     successor = commits.CoordinatorRecord(host="127.0.0.1", port=port, started=time.time())
     store.create_if_absent(commits.coordinator_key(GID, 1), commits.encode_coordinator(successor))
     out = first.communicate(timeout=30)[0].decode()
-    assert first.returncode == 0
-    assert "epoch 1 started: this coordinator stops" in out
+    assert first.returncode == EXIT_DEPOSED  # not 0: that would complete its Job
+    assert "epoch 0 stops: epoch 1 started" in out
     before = set(store.list(prefix))
     assert all(commits.parse_commit_key(GID, k) == (0, i) for i, k in enumerate(sorted(before)))
     third = start_coordinator(tmp_path)  # epoch 2: the workers find the highest
@@ -319,7 +320,8 @@ def test_pods_deleted_together_keep_what_finished_and_a_new_pool_carries_on(
     for proc in (coordinator, *workers):
         proc.send_signal(signal.SIGTERM)
     outs = [p.communicate(timeout=30)[0].decode() for p in (coordinator, *workers)]
-    assert "kinetic coordinator: terminated" in outs[0]
+    assert "kinetic coordinator: epoch 0 terminated" in outs[0]
+    assert coordinator.returncode == EXIT_TERMINATED  # its Job replaces it
     assert all(p.returncode == EXIT_TERMINATED for p in workers), outs[1:]
     finished = {
         int(line.split()[1])

@@ -41,6 +41,7 @@ from runner.pool.coordinator import commits, core, wire
 from runner.pool.coordinator import messages as m
 from runner.pool.coordinator.ledger import Commit
 from runner.pool.options import PoolOptions
+from runner.pool.signals import EXIT_TERMINATED
 from runner.store import RunnerStore, StoreUnavailable, open_store
 
 STOP_READ_SECONDS: Final = 1.0
@@ -52,6 +53,9 @@ DRAIN_SECONDS: Final = 8.0
 grace is longer)."""
 HANDSHAKE_SECONDS: Final = 10.0
 """A connection that has not proved the token by then is closed."""
+EXIT_DEPOSED: Final = 3
+"""The exit status of a coordinator that found a successor: not 0, which would complete
+its Job (one completion) and end the successor's pod with it."""
 RESTART_READS: Final = 16
 """Commits a restarted coordinator reads at once."""
 RETRY_SECONDS: Final = 0.5
@@ -146,17 +150,17 @@ class Server:
                     await patiently("writing done", self.store.create_if_absent, key, b"{}")
                 raise _Done
         except* _Done:
-            outcome = "terminated" if self.terminated else f"epoch {self.epoch} finished"
+            outcome, status = "finished", protocol.EXIT_OK
+            if self.terminated:
+                outcome, status = "terminated", EXIT_TERMINATED
         except* Deposed as group:
-            outcome = f"{group.exceptions[0]}"
-        else:
-            outcome = f"epoch {self.epoch} finished"
+            outcome, status = f"{group.exceptions[0]}", EXIT_DEPOSED
         finally:
             server.close()
             for writer in self.writers.values():
                 writer.close()
-        print(f"kinetic coordinator: {outcome}", flush=True)
-        return protocol.EXIT_OK
+        print(f"kinetic coordinator: epoch {self.epoch} {outcome}", flush=True)
+        return status
 
     async def _read(self, key: str, what: str) -> bytes:
         try:
@@ -310,7 +314,7 @@ class Server:
             except FileNotFoundError:
                 pass
             else:
-                raise Deposed(f"epoch {self.epoch + 1} started: this coordinator stops")
+                raise Deposed(f"stops: epoch {self.epoch + 1} started")
             key = commits.commit_key(self.group_id, commit.epoch, commit.seq)
             data = commits.encode_commit(list(commit.records.values()))
             # Created, or found there (an earlier try landed and its answer was lost).
@@ -350,8 +354,9 @@ class Server:
     def terminate(self) -> None:
         """SIGTERM: its pod is being deleted (a cancel, a drained node). It serves on
         for at most :data:`DRAIN_SECONDS` while connections are open, so that workers
-        deleted with it report and see committed what they finished, then exits (a
-        successor, where the batch goes on, takes the next epoch)."""
+        deleted with it report and see committed what they finished, then exits
+        :data:`~runner.pool.signals.EXIT_TERMINATED`: not 0, so that its Job replaces it
+        where the batch goes on (the successor takes the next epoch)."""
         print("kinetic coordinator: got SIGTERM: commits what its workers report", flush=True)
         self.terminated = True
         self.finished.set()
