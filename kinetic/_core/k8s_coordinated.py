@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+from collections.abc import Mapping
 from typing import Any, Final
 
-from kinetic._core import accelerators, k8s_spec
+from kinetic._core import accelerators, k8s_spec, k8s_status
+from kinetic._core.status import JobStatus
 from runner.pool.coordinator.wire import TOKEN_ENV
 
 TOKEN_KEY: Final = "token"
@@ -62,6 +64,17 @@ def token_env(group_id: str) -> dict[str, Any]:
     """The container variable that reads the batch's token from its Secret."""
     ref = {"name": token_secret_name(group_id), "key": TOKEN_KEY}
     return {"name": TOKEN_ENV, "valueFrom": {"secretKeyRef": ref}}
+
+
+def coordinator_failure(job: Mapping[str, Any] | None) -> str | None:
+    """Why the coordinator's Job failed (its pods kept dying: the batch cannot go on,
+    whatever its workers do), or None."""
+    if job is None:
+        return None
+    report = k8s_status.job_conditions_report(job)
+    if report is None or report.status is not JobStatus.FAILED:
+        return None
+    return f"the pool's coordinator failed: {report.reason}"
 
 
 def with_token(pool_job: dict[str, Any], group_id: str) -> dict[str, Any]:

@@ -141,3 +141,43 @@ async def test_a_batch_with_no_pod_left_is_read_whole_at_once(tmp_path: Path) ->
     _commit(tmp_path, 1, 0, [3, 4, 5], "succeeded")
     events = await _follower(LocalStorage(tmp_path)).snapshot(set())
     assert sorted(index for index, _ in events.done) == list(range(TOTAL))
+
+
+class _FailedCoordinator:
+    """A cluster where the pool's workers run and its coordinator's Job failed."""
+
+    def __init__(self) -> None:
+        self.deleted: list[str] = []
+
+    async def list_objects(self, *args: object) -> dict[str, Any]:
+        running = {"metadata": {"name": "w0"}, "status": {"phase": "Running"}}
+        return {"items": [running]}
+
+    async def get_job(self, namespace: str, name: str) -> dict[str, Any] | None:
+        if not name.endswith("-coordinator"):
+            return {"status": {}}
+        failed = {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}
+        return {"status": {"conditions": [failed]}}
+
+    async def delete_jobs(self, namespace: str, selector: str) -> None:
+        self.deleted.append("jobs")
+
+    async def delete_pods(self, namespace: str, selector: str, *, grace: int = 0) -> None:
+        self.deleted.append("pods")
+
+
+@pytest.mark.anyio
+async def test_a_failed_coordinator_fails_the_batch_and_ends_its_pool(tmp_path: Path) -> None:
+    _record_batch(tmp_path)
+    _commit(tmp_path, 0, 0, [0, 1], "succeeded")
+    reader = _follower(LocalStorage(tmp_path))
+    cluster = _FailedCoordinator()
+    reader.backend.client = cluster
+    events = await reader.step(set())
+    assert sorted(i for i, _ in events.done) == [0, 1]
+    stop = await reader.read_stop()
+    assert stop is not None
+    assert stop["reason"] == "failed"
+    assert stop["detail"].startswith("the pool's coordinator failed: ")
+    assert "BackoffLimitExceeded" in stop["detail"]
+    assert cluster.deleted == ["jobs", "pods"]

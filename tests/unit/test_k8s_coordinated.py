@@ -102,3 +102,15 @@ def test_a_batch_records_the_engine_its_backend_asks_for() -> None:
     assert _engine(coordinated, pod_per_input=True, reuse=True) == protocol.ENGINE_POD_PER_INPUT
     with pytest.raises(ConfigError, match="reuse_process=True is not supported by a coordinated"):
         _engine(coordinated, pod_per_input=False, reuse=True)
+
+
+def test_a_failed_coordinator_job_is_the_batchs_failure() -> None:
+    failed = {"status": {"conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}]}}  # fmt: skip
+    reason = k8s_coordinated.coordinator_failure(failed)
+    assert reason is not None
+    assert reason.startswith("the pool's coordinator failed: ")
+    assert "BackoffLimitExceeded" in reason
+    complete = {"status": {"conditions": [{"type": "Complete", "status": "True"}]}}
+    assert k8s_coordinated.coordinator_failure(complete) is None
+    assert k8s_coordinated.coordinator_failure({"status": {}}) is None
+    assert k8s_coordinated.coordinator_failure(None) is None

@@ -51,6 +51,7 @@ as its manifest says.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import secrets
 import time
@@ -257,12 +258,18 @@ class _Follower:
             await anyio.sleep(0.5)
 
     async def look(self) -> pool_plan.ClusterView:
-        """The pool's pods (one request), and its Job when no pod is active (one more)."""
+        """The pool's pods (one request), and its Job when no pod is active (one more);
+        a coordinated pool's coordinator Job too (its failure fails the batch)."""
         client = self.backend.client
         selector = k8s_spec.group_selector(self.group_id)
         pods = (await client.list_objects("pods", self.namespace, selector)).get("items") or []
         wall = time.time()
         view = pool_plan.cluster_view(None, pods, job_known=False, wall=wall)
+        if self.coordinated:
+            name = k8s_coordinated.coordinator_job_name(self.group_id)
+            failed = k8s_coordinated.coordinator_failure(await client.get_job(self.namespace, name))
+            if failed is not None:
+                return dataclasses.replace(view, exists=True, verdict="failed", reason=failed)
         if view.active:
             return view
         job = await client.get_job(self.namespace, k8s_spec.pool_job_name(self.group_id))
