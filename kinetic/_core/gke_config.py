@@ -11,6 +11,7 @@
 | ``KINETIC_IMAGE_REGISTRY`` | where bundled images are pushed | the project's Artifact Registry ``kinetic`` |
 | ``STORAGE_EMULATOR_HOST`` | forwarded to pods when set (a GCS emulator) | unset |
 | ``KINETIC_IMAGE_BASE`` | base image (with ``python3`` and ``venv``) of built images | ``python:X.Y-slim``, the submitting Python's ``X.Y`` |
+| ``KINETIC_GKE_COORDINATOR_HOST`` | the address a coordinated pool's coordinator listens on (a one-node cluster on the host's network: ``127.0.0.1``) | its pod's |
 | ``KINETIC_GKE_POOL_ENGINE`` | ``coordinated``: batches run by a worker pool with a coordinator (in trial; ``docs/pool-protocol.md``) | ``pool`` |
 """
 
@@ -53,6 +54,8 @@ class GKEOptions:
     :ivar pool_engine: how a batch's worker pool coordinates: ``pool`` (leaderless,
         through storage; the default) or ``coordinated`` (a coordinator in the batch's
         Jobs: ``docs/pool-protocol.md``, "The coordinated pool"; in trial).
+    :ivar coordinator_host: the address a coordinated pool's coordinator listens on
+        and its workers connect to; None: its pod's.
     """
 
     pod: PodOptions = field(default_factory=PodOptions)
@@ -62,6 +65,7 @@ class GKEOptions:
     image_registry: str | None = None
     base_image: str = DEFAULT_BASE_IMAGE
     pool_engine: str = "pool"
+    coordinator_host: str | None = None
 
 
 def env_flag(env: Mapping[str, str], name: str) -> bool:
@@ -111,6 +115,7 @@ def options_from_env(env: Mapping[str, str]) -> GKEOptions:
         image_registry=env.get("KINETIC_IMAGE_REGISTRY") or None,
         base_image=env.get("KINETIC_IMAGE_BASE") or DEFAULT_BASE_IMAGE,
         pool_engine=_pool_engine(env),
+        coordinator_host=env.get("KINETIC_GKE_COORDINATOR_HOST") or None,
     )
 
 

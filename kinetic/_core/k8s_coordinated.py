@@ -85,9 +85,13 @@ def with_token(pool_job: dict[str, Any], group_id: str) -> dict[str, Any]:
     return pool_job
 
 
-def coordinator_job_manifest(template: k8s_spec.JobTemplate, *, group_id: str) -> dict[str, Any]:
+def coordinator_job_manifest(
+    template: k8s_spec.JobTemplate, *, group_id: str, host: str | None = None
+) -> dict[str, Any]:
     """The coordinator's ``batch/v1`` Job: the batch's image on a node without an
-    accelerator, none of the user's Secrets or volumes (it runs no user code).
+    accelerator, none of the user's Secrets or volumes (it runs no user code). It listens
+    on its pod's address, or on ``host`` (``KINETIC_GKE_COORDINATOR_HOST``: a one-node
+    cluster whose pods share the host's network listens on loopback).
 
     :raises ConfigError: as :func:`kinetic._core.k8s_spec.job_manifest`.
     """
@@ -107,7 +111,7 @@ def coordinator_job_manifest(template: k8s_spec.JobTemplate, *, group_id: str) -
     container["command"] = [
         template.python, "-m", "runner.pool.coordinator",
         "--storage", f"gs://{template.bucket}", "--group", group_id,
-        "--host", "$(KINETIC_POD_IP)",
+        "--host", host or "$(KINETIC_POD_IP)",
     ]  # fmt: skip
     container["env"] += [
         {"name": "KINETIC_POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},

@@ -20,6 +20,9 @@ pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 @pytest.fixture(autouse=True)
 def _coordinated(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KINETIC_GKE_POOL_ENGINE", "coordinated")
+    # The testbed's one node: its pods share this machine's network, and a server of
+    # ours listens on loopback only.
+    monkeypatch.setenv("KINETIC_GKE_COORDINATOR_HOST", "127.0.0.1")
 
 
 def _secrets(gke: GKETarget, group_id: str) -> list[str]:

@@ -59,6 +59,12 @@ def test_the_coordinator_runs_on_a_plain_node_with_the_token_and_its_address() -
         "key": "token",
     }
     assert "API_KEY" not in env
+    on_loopback = k8s_coordinated.coordinator_job_manifest(
+        _template("cpu"), group_id=GID, host="127.0.0.1"
+    )
+    command = on_loopback["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert command[-2:] == ["--host", "127.0.0.1"]
+    assert options_from_env({"KINETIC_GKE_COORDINATOR_HOST": "127.0.0.1"}).coordinator_host
 
 
 def test_a_coordinated_pools_workers_read_the_token_and_a_leaderless_pools_do_not() -> None:

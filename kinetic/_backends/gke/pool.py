@@ -230,7 +230,11 @@ class _Follower:
             token = secrets.token_hex(32)  # kept only if the Secret did not exist yet
             secret = k8s_coordinated.token_secret(self.group_id, token)
             await client.create_secret(self.namespace, secret)
-            build = partial(k8s_coordinated.coordinator_job_manifest, group_id=self.group_id)
+            build = partial(
+                k8s_coordinated.coordinator_job_manifest,
+                group_id=self.group_id,
+                host=self.backend.options.coordinator_host,
+            )
             coordinator = batch_job(self.backend, self.manifest, build)
             await client.create_job(self.namespace, coordinator, exist_ok=True)
         await client.create_job(self.namespace, self._job_manifest(), exist_ok=True)
