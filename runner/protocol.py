@@ -796,6 +796,8 @@ def batch_engine(manifest: BatchManifest) -> BatchEngine:
     ran one Job per input)."""
     gke = manifest.get("gke")
     engine = gke.get("engine") if gke is not None else None
+    if engine == ENGINE_COORDINATED:
+        return ENGINE_COORDINATED
     return ENGINE_POOL if engine == ENGINE_POOL else ENGINE_POD_PER_INPUT
 
 

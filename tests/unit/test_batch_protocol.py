@@ -113,6 +113,8 @@ def test_the_engine_and_pool_options_come_from_the_manifest() -> None:
     assert protocol.batch_engine(old) == protocol.ENGINE_POD_PER_INPUT
     pool = _manifest(options, engine=protocol.ENGINE_POOL, lease_s=12.0)
     assert protocol.batch_engine(pool) == protocol.ENGINE_POOL
+    coordinated = _manifest(options, engine=protocol.ENGINE_COORDINATED)
+    assert protocol.batch_engine(coordinated) == protocol.ENGINE_COORDINATED
     got = PoolOptions.from_manifest(pool)
     assert (got.total, got.chunk_size, got.workers, got.retries) == (10, 4, 3, 2)
     assert got.fail_fast
