@@ -29,11 +29,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import os
 import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Final, ParamSpec, TypeVar
 
 from runner import protocol
@@ -56,8 +58,6 @@ HANDSHAKE_SECONDS: Final = 10.0
 EXIT_DEPOSED: Final = 3
 """The exit status of a coordinator that found a successor: not 0, which would complete
 its Job (one completion) and end the successor's pod with it."""
-RESTART_READS: Final = 16
-"""Commits a restarted coordinator reads at once."""
 RETRY_SECONDS: Final = 0.5
 """The first wait before a storage request that failed is tried again (doubling to 8 s)."""
 
@@ -82,19 +82,6 @@ def token_from_env() -> bytes:
     return token
 
 
-async def patiently(what: str, call: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-    """``call(*args)`` in a thread, tried again while storage fails in a way that may
-    pass (the store's own retries spent)."""
-    delay = RETRY_SECONDS
-    while True:
-        try:
-            return await asyncio.to_thread(call, *args, **kwargs)
-        except StoreUnavailable as e:
-            print(f"kinetic coordinator: {what}: {e}; again in {delay:.1f} s", flush=True)
-            await asyncio.sleep(delay)
-            delay = min(8.0, delay * 2)
-
-
 class Server:
     """One coordinator's IO (see the module docstring)."""
 
@@ -110,6 +97,30 @@ class Server:
         self.terminated = False
         self.commit_due: asyncio.Queue[Commit] = asyncio.Queue()
         self.stop_to_write: list[tuple[str, str]] = []
+        # The runner's stores are used by one thread at a time (the gs:// one drives a
+        # private event loop): every call goes through this one thread, in turn.
+        self._store_thread = ThreadPoolExecutor(1, thread_name_prefix="kinetic-store")
+
+    def close(self) -> None:
+        """End the store's thread (after its call under way, if any)."""
+        self._store_thread.shutdown(wait=True)
+
+    async def patiently(
+        self, what: str, call: Callable[P, T], *args: P.args, **kwargs: P.kwargs
+    ) -> T:
+        """``call(*args)`` in the store's thread, tried again while storage fails in a
+        way that may pass (the store's own retries spent)."""
+        loop = asyncio.get_running_loop()
+        delay = RETRY_SECONDS
+        while True:
+            try:
+                return await loop.run_in_executor(
+                    self._store_thread, functools.partial(call, *args, **kwargs)
+                )
+            except StoreUnavailable as e:
+                print(f"kinetic coordinator: {what}: {e}; again in {delay:.1f} s", flush=True)
+                await asyncio.sleep(delay)
+                delay = min(8.0, delay * 2)
 
     # -- start -----------------------------------------------------------------------------
 
@@ -147,7 +158,7 @@ class Server:
                 await self._flush_writers()
                 if coordinator_done(self.core):
                     key = commits.done_key(self.group_id)
-                    await patiently("writing done", self.store.create_if_absent, key, b"{}")
+                    await self.patiently("writing done", self.store.create_if_absent, key, b"{}")
                 raise _Done
         except* _Done:
             outcome, status = "finished", protocol.EXIT_OK
@@ -164,21 +175,21 @@ class Server:
 
     async def _read(self, key: str, what: str) -> bytes:
         try:
-            data = await patiently(f"reading {what}", self.store.read, key)
+            data = await self.patiently(f"reading {what}", self.store.read, key)
         except FileNotFoundError as e:
             raise CoordinatorError(f"{what} ({key}) is missing") from e
         return data
 
     async def _take_epoch(self, host: str, port: int) -> int:
         prefix = commits.coordinator_prefix(self.group_id)
-        keys = await patiently("listing coordinators", self.store.list, prefix)
+        keys = await self.patiently("listing coordinators", self.store.list, prefix)
         epochs = [commits.parse_coordinator_key(self.group_id, k) for k in keys]
         epoch = max((e for e in epochs if e is not None), default=-1) + 1
         record = commits.CoordinatorRecord(host=host, port=port, started=time.time())
         while True:
             key = commits.coordinator_key(self.group_id, epoch)
             data = commits.encode_coordinator(record)
-            if await patiently("taking an epoch", self.store.create_if_absent, key, data):
+            if await self.patiently("taking an epoch", self.store.create_if_absent, key, data):
                 return epoch
             epoch += 1  # another coordinator of this batch took it at the same time
 
@@ -188,20 +199,13 @@ class Server:
 
         done: set[int] = set()
         prefix = commits.commits_prefix(self.group_id)
-        keys = await patiently("listing commits", self.store.list, prefix)
-        reads = asyncio.Semaphore(RESTART_READS)
-
-        async def read(key: str) -> None:
-            async with reads:
+        keys = await self.patiently("listing commits", self.store.list, prefix)
+        for key in keys:
+            if commits.parse_commit_key(self.group_id, key) is not None:
                 data = await self._read(key, "a commit")
-            done.update(index for index, _, _ in decode_burst(data))
-
-        async with asyncio.TaskGroup() as tasks:
-            for key in keys:
-                if commits.parse_commit_key(self.group_id, key) is not None:
-                    tasks.create_task(read(key))
+                done.update(index for index, _, _ in decode_burst(data))
         prefix = protocol.group_results_prefix(self.group_id)
-        own = await patiently("listing outcomes", self.store.list, prefix)
+        own = await self.patiently("listing outcomes", self.store.list, prefix)
         for key in own:
             index = protocol.parse_outcome_name(key.removeprefix(prefix))
             if index is not None:
@@ -310,7 +314,7 @@ class Server:
             # and commits no more: its last write lands within one storage request of a
             # successor's start, which readers wait out (docs/pool-protocol.md).
             try:
-                await patiently("reading a successor's record", self.store.read, successor)
+                await self.patiently("reading a successor's record", self.store.read, successor)
             except FileNotFoundError:
                 pass
             else:
@@ -318,7 +322,9 @@ class Server:
             key = commits.commit_key(self.group_id, commit.epoch, commit.seq)
             data = commits.encode_commit(list(commit.records.values()))
             # Created, or found there (an earlier try landed and its answer was lost).
-            await patiently(f"writing commit {commit.seq}", self.store.create_if_absent, key, data)
+            await self.patiently(
+                f"writing commit {commit.seq}", self.store.create_if_absent, key, data
+            )
             self._perform(coordinator.landed(commit, time.monotonic()))
 
     async def _stops(self) -> None:
@@ -328,13 +334,13 @@ class Server:
         while True:
             for reason, detail in self.stop_to_write:
                 record = protocol.stop_record(reason, detail)  # type: ignore[arg-type]
-                await patiently(
+                await self.patiently(
                     "writing the stop", self.store.create_if_absent, key, protocol.dump_json(record)
                 )
             self.stop_to_write.clear()
             if coordinator.stopped is None:
                 try:
-                    data = await patiently("reading the stop", self.store.read, key)
+                    data = await self.patiently("reading the stop", self.store.read, key)
                 except FileNotFoundError:
                     pass
                 else:
@@ -415,4 +421,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"kinetic coordinator: {e}", file=sys.stderr, flush=True)
         return 2
     finally:
+        server.close()
         store.close()
