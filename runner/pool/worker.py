@@ -24,12 +24,12 @@ outcomes, renew the lease, take over a dead worker's span, stop) is the pure
    input, a due burst), sends it by its :class:`~runner.pool.courier.Courier` (a
    helper thread: the input's end does not wait for the request under way, and the
    next input of the span starts meanwhile) and ends the input when told to. With
-   ``reuse_process`` (the user's opt-in)
-   inputs run in the worker's own process, one after another: no fork per input, but
-   an input that crashes the process ends the worker (its span is taken over), and
-   what one input leaves in the process (globals, memory) the next one sees. Upkeep
-   then runs in a helper thread while the input runs; an input cannot be ended alone
-   (a stop that ends running inputs ends the worker, after its burst is written);
+   ``reuse_process`` (the user's opt-in) inputs run in the worker's own process, one
+   after another: no fork per input, but an input that crashes the process ends the
+   worker (its span is taken over), and what one input leaves in the process (globals,
+   memory) the next one sees. Upkeep then runs in a helper thread while the input
+   runs; an input cannot be ended alone (a stop that ends running inputs ends the
+   worker, after its burst is written);
 4. exits 0 once every input has an outcome or the batch stopped. The Job is an
    Indexed Job of one completion per worker: it completes once every worker exited 0,
    and worker ``k`` (``KINETIC_WORKER_INDEX``) starts on the ``k``-th region of the
@@ -37,15 +37,14 @@ outcomes, renew the lease, take over a dead worker's span, stop) is the pure
    taken over from its first input without an outcome when its lease expires;
 5. on SIGTERM (its pod deleted: ``cancel()``, which gives the pool's pods a grace, a
    drained or preempted node) ends the input it runs, writes the outcomes it buffered
-   (and a ``fail_fast`` stop record not yet written) and exits
-   :data:`EXIT_TERMINATED`, not 0: a drained worker is replaced
-   (:class:`~runner.pool.signals.Termination`).
+   (and a ``fail_fast`` stop record not yet written) and exits :data:`EXIT_TERMINATED`,
+   not 0: a drained worker is replaced (:class:`~runner.pool.signals.Termination`).
 
-Each input's output goes to the pod's log after an input marker, and its tail into
-the outcome's header (``output``), so it outlives the pod at no extra write. The marker
-is written with the input's first output (or as it starts, for a retry): an input that
-prints nothing costs the pod's log (and the node's container runtime) no line.
-Kubernetes is never called from here.
+Each input's output goes to the pod's log after an input marker, and its tail into the
+outcome's header (``output``), so it outlives the pod at no extra write. The marker is
+written with the input's first output (or as it starts, for a retry): an input that
+prints nothing costs the pod's log no line. Kubernetes is never called from here. A
+coordinated pool's worker (:mod:`runner.pool.coordinator.worker`) shares this shell.
 """
 
 from __future__ import annotations
@@ -55,12 +54,10 @@ import hashlib
 import os
 import random
 import select
-import socket
 import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -68,21 +65,20 @@ import cloudpickle
 
 from runner import protocol
 from runner.code_files import load_function
-from runner.job import build_failure, build_success, parse_args, prepare_workspace
+from runner.job import build_failure, build_success, prepare_workspace
 from runner.pool.attempts import Attempt, Echo, Upkeep, describe, lost
 from runner.pool.chunks import Chunks
-from runner.pool.counting import REQUESTS_MARKER, CountingStore, report_cpu
+from runner.pool.counting import REQUESTS_MARKER, report_cpu
 from runner.pool.courier import Answer, Courier
 from runner.pool.machine import WorkerMachine
 from runner.pool.ops import Create, Exit, Kill, List, Op, Read, Replace, Run, Sleep, Write
 from runner.pool.options import PoolOptions
 from runner.pool.patient_store import PatientStore
-from runner.pool.pod_env import pool_workers, worker_ordinal
+from runner.pool.pod_env import pool_workers
 from runner.pool.signals import EXIT_TERMINATED, Terminated, Termination
 from runner.pool.zygote import Zygote
 from runner.protocol import PhaseError
-from runner.scratch import scratch_dir
-from runner.store import RunnerStore, open_store
+from runner.store import RunnerStore
 from runner.time_limit import InputTimeLimits, TimeLimitExceeded
 
 SETUP_PATIENCE = 120.0
@@ -484,22 +480,3 @@ class Worker:
         if self._output is None:
             self._output = tempfile.TemporaryFile()  # noqa: SIM115 - kept for every input
         return self._output
-
-
-MakeWorker = Callable[[RunnerStore, str, str, Path, int | None], Worker]
-
-
-def main(argv: Sequence[str] | None = None, make: MakeWorker = Worker) -> int:
-    """Entry point: ``python -m runner.pool --storage gs://BUCKET --group GID``;
-    ``make`` builds the worker (a coordinated pool's: :mod:`runner.pool.__main__`)."""
-    args = parse_args(sys.argv[1:] if argv is None else argv, set())
-    if not isinstance(args.get("storage"), str) or not isinstance(args.get("group"), str):
-        raise SystemExit("usage: python -m runner.pool --storage URL --group GROUP_ID")
-    name = os.environ.get("KINETIC_WORKER") or f"{socket.gethostname()}-{os.getpid()}"
-    store = CountingStore(open_store(str(args["storage"])))
-    group = str(args["group"])
-    try:
-        with scratch_dir("worker") as workdir:
-            return make(store, group, name, workdir, worker_ordinal()).run()
-    finally:
-        store.close()
