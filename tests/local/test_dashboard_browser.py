@@ -88,7 +88,6 @@ async def test_batch_and_job_pages_in_chromium(
     work = kinetic.aio.run()(dash_work.work)
     talk = kinetic.aio.run()(dash_work.talk)
     batch = await work.run_async_map(range(60), max_concurrent=2)
-    job = await talk.run_async(24)
 
     async with launch(tmp_path / "chromium") as browser:
         page = await browser.new_page()
@@ -112,6 +111,9 @@ async def test_batch_and_job_pages_in_chromium(
         await page.screenshot(ARTIFACTS / "input.png")
 
         # A single job's page: its log grows while it runs, then its result is shown.
+        # Started now: the pages before may take longer than it runs on a loaded machine
+        # (its log was then whole when its page opened, and never grew).
+        job = await talk.run_async(24)
         await page.goto(_page(dashboard, f"/jobs/{job.job_id}"))
         first = await page.wait_for("document.getElementById('log').textContent.length")
         await page.wait_for(f"document.getElementById('log').textContent.length > {first}")
