@@ -222,6 +222,9 @@ def test_a_peer_without_the_token_is_refused(tmp_path: Path) -> None:
         where = commits.decode_coordinator(store.read(commits.coordinator_key(GID, 0)))
         with pytest.raises(OSError, match="closed the connection"):
             connect(where["host"], where["port"], 0, b"not the batch's token!", m.Hello("intruder"))
+        # An address read from a record of another epoch is not taken for this one.
+        with pytest.raises(wire.WireError, match="is epoch 0's, not 5's"):
+            connect(where["host"], where["port"], 5, TOKEN, m.Hello("late"))
         # Bytes that are no frame are refused too, and the coordinator serves on.
         with socket.create_connection((where["host"], where["port"]), timeout=5) as sock:
             sock.recv(1 << 10)  # the challenge

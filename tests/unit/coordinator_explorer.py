@@ -114,6 +114,7 @@ class World:
         self.incarnations = Counter[str]()
         self.writing: tuple[int, Commit] | None = None  # the epoch that writes it
         self.zombie_writes: list[tuple[int, Commit]] = []
+        self.half_open: list[int] = []  # dropped on the worker's side, not yet noticed
         self.faults = rng.randint(0, 6)
         self.cancel_at = rng.uniform(0.5, 6.0) if rng.random() < 0.15 else None
         self.assigned_after_stop = False
@@ -252,7 +253,7 @@ class World:
 
     def fault(self) -> None:
         rng = self.rng
-        kind = rng.choice(["kill", "drop", "pause", "crash", "crash"])
+        kind = rng.choice(["kill", "drop", "half-open", "pause", "crash", "crash"])
         live = [w for w in self.workers if w.alive and not w.exited]
         if kind == "kill" and live:
             w = rng.choice(live)
@@ -263,6 +264,13 @@ class World:
             base = w.name.split("#")[0]
             self.incarnations[base] += 1
             self.workers.append(SimWorker(f"{base}#{self.incarnations[base]}"))
+        elif kind == "half-open":  # the worker sees a reset; the coordinator, later
+            open_ = [c for c in self.conns.values() if c.open]
+            if open_:
+                conn = rng.choice(open_)
+                self.drop(conn.id, tell_coordinator=False)
+                if conn.epoch == self.epoch and conn.hello_delivered:
+                    self.half_open.append(conn.id)
         elif kind == "drop":
             open_ = [c for c in self.conns.values() if c.open]
             if open_:
@@ -351,6 +359,8 @@ class World:
             choices.append(("write", None))
         if self.zombie_writes:
             choices.append(("zombie", None))
+        if self.half_open and self.coord is not None:
+            choices.append(("noticed", None))
         if self.coord is None:
             choices.append(("restart", None))
         choices.append(("time", None))
@@ -368,6 +378,10 @@ class World:
             self.worker_step(worker, which)
         elif kind == "write":
             self.write()
+        elif kind == "noticed":
+            conn_id = self.half_open.pop(0)
+            if self.conns[conn_id].epoch == self.epoch:
+                self.perform(self.coord.disconnected(conn_id, self.now))  # type: ignore[union-attr]
         elif kind == "zombie":
             commit = self.zombie_writes.pop(0)[1]
             if (commit.epoch, commit.seq) not in self.run.commits:  # else: a 412

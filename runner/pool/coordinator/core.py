@@ -146,6 +146,14 @@ class Coordinator:
         worker.conn, worker.heard_at, worker.silent = conn, now, False
         worker.released.clear()  # the hello says what it holds
         self.by_conn[conn] = worker.name
+        # What it held and does not say it holds never reached it (a span sent on a
+        # connection that died half-open, unnoticed here): it goes back to the queue.
+        said = set(hello.holding)
+        lost = [i for i in worker.holding if i not in said]
+        for index in lost:
+            worker.holding.discard(index)
+            del self.holders[index]
+        self.queue.give_back(i for i in lost if not self.ledger.has(i))
         dropped = []
         for index in hello.holding:
             if self.ledger.has(index) or self.holders.get(index, worker.name) != worker.name:

@@ -138,10 +138,11 @@ def stopped(store: RunnerStore, group_id: str) -> str | None:
 
 
 def connect(host: str, port: int, epoch: int, token: bytes, hello: m.Hello) -> Link:
-    """Connect and run the handshake.
+    """Connect to the coordinator of ``epoch`` and run the handshake.
 
     :raises OSError: the coordinator cannot be reached or did not answer in time.
-    :raises wire.WireError: the peer is not the batch's coordinator.
+    :raises wire.WireError: the peer is not the batch's coordinator of that epoch (one
+        that restarted listens elsewhere: the worker looks again).
     """
     sock = socket.create_connection((host, port), timeout=CONNECT_SECONDS)
     try:
@@ -152,6 +153,8 @@ def connect(host: str, port: int, epoch: int, token: bytes, hello: m.Hello) -> L
             raise wire.WireError("frames before the handshake ended")
         if not isinstance(challenge, wire.Challenge):
             raise wire.WireError(f"the coordinator began with {type(challenge).__name__}")
+        if challenge.epoch != epoch:
+            raise wire.WireError(f"{host}:{port} is epoch {challenge.epoch}'s, not {epoch}'s")
         nonce = wire.new_nonce()
         proof = wire.hello_proof(token, challenge.nonce, nonce, hello.worker)
         sock.sendall(wire.encode(wire.Greeting(hello, nonce, proof)))

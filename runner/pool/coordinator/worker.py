@@ -94,9 +94,6 @@ class CoordinatedWorker(Worker):
             if self.link is not None:
                 self.link.close()
 
-    def terminate(self, machine: object) -> int:
-        return self._terminate()
-
     def perform(self, machine: object, op: Op) -> None:
         self.request(machine, op)()
 
@@ -163,7 +160,7 @@ class CoordinatedWorker(Worker):
                 return lambda: self._linked(member, link)
             reason = where or stopped(self.store, self.group_id)
         except (OSError, wire.WireError) as e:
-            print(f"kinetic pool: worker {self.name} cannot reach its coordinator: {e}")
+            print(f"kinetic pool: worker {self.name} cannot reach its coordinator: {e}", flush=True)
             reason = None
             with contextlib.suppress(OSError):
                 reason = stopped(self.store, self.group_id)
@@ -177,7 +174,7 @@ class CoordinatedWorker(Worker):
         self.link = link
         member.linked_up(time.monotonic())
 
-    def _terminate(self) -> int:
+    def terminate(self, machine: object) -> int:
         """After SIGTERM: the running input was ended (no outcome); the coordinator
         hears of it, and the last outcomes are acknowledged, within a bound."""
         print(f"kinetic pool: worker {self.name} got SIGTERM", flush=True)
