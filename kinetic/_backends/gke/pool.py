@@ -390,9 +390,25 @@ class _Follower:
         before the burst that covers its input is then always seen first; and before
         claims: the claims of a listed burst are listed too."""
         book = await self._load()
+        choice = self.choice
+        assert choice is not None
         if self.coordinated:
-            await self._refresh_coordinated(book)
-            return
+            await self.commits.refresh(choice)  # before the singles: they stand over commits
+            await self._read_singles(choice, anyio.current_time())
+        else:
+            await self._refresh_spans(book, choice)
+        self._report()
+        if book.stop is None:
+            stop = await self.read_stop()
+            if stop is not None:
+                book.learn_stop(stop)
+
+    async def _refresh_spans(
+        self,
+        book: pool_plan.PoolBook,
+        choice: OutcomeChoice[tuple[protocol.OutcomeHeader, bytes]],
+    ) -> None:
+        """A leaderless pool's part of :meth:`refresh`: bursts, singles, claims."""
         bursts = protocol.group_bursts_prefix(self.group_id)
         new_bursts = [
             name
@@ -407,8 +423,6 @@ class _Follower:
                 span = protocol.parse_burst_name(name)
                 assert span is not None
                 book.learn_burst(span[0], span[1])  # durable outcomes, maybe held
-        choice = self.choice
-        assert choice is not None
         await self._read_singles(choice, listed)
         limiter = anyio.CapacityLimiter(_IO_CONCURRENCY)
 
@@ -437,22 +451,6 @@ class _Follower:
                     tg.start_soon(burst, name)
                 for start, number in stale:
                     tg.start_soon(claim, start, number)
-        self._report()
-        if book.stop is None:
-            stop = await self.read_stop()
-            if stop is not None:
-                book.learn_stop(stop)
-
-    async def _refresh_coordinated(self, book: pool_plan.PoolBook) -> None:
-        choice = self.choice
-        assert choice is not None
-        await self.commits.refresh(choice)  # before the singles: they stand over commits
-        await self._read_singles(choice, anyio.current_time())
-        self._report()
-        if book.stop is None:
-            stop = await self.read_stop()
-            if stop is not None:
-                book.learn_stop(stop)
 
     async def stop_pool(self, record: protocol.StopRecord, *, gently: bool = False) -> None:
         """Record ``record`` as the stop (unless one stands), then end the pool. A

@@ -35,11 +35,8 @@ class Dropped(ConnectionError):
 class Link:
     """An open, authenticated connection (see the module docstring)."""
 
-    def __init__(
-        self, sock: socket.socket, decoder: wire.Decoder, epoch: int, early: list[wire.Frame]
-    ) -> None:
+    def __init__(self, sock: socket.socket, decoder: wire.Decoder, early: list[wire.Frame]) -> None:
         self.sock = sock
-        self.epoch = epoch
         self._decoder = decoder
         self._heard: queue.SimpleQueue[m.ToWorker | None] = queue.SimpleQueue()
         self._wake_read, self._wake_write = os.pipe()
@@ -163,7 +160,7 @@ def connect(host: str, port: int, epoch: int, token: bytes, hello: m.Hello) -> L
             raise wire.WireError(f"the coordinator answered with {type(welcome).__name__}")
         wire.check_welcome(token, challenge, nonce, welcome)
         _settle(sock)
-        return Link(sock, decoder, challenge.epoch, early)
+        return Link(sock, decoder, early)
     except BaseException:
         sock.close()
         raise

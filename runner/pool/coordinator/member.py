@@ -86,7 +86,6 @@ class Member:
         self.exit_since: float | None = None
         self.killing = False
         self.gone: str | None = None
-        self.ran_count = 0
         self.now = 0.0
         """The monotonic clock's time at the latest :meth:`next`."""
 
@@ -153,7 +152,6 @@ class Member:
         assert self.running[0] == index
         attempt = self.running[1]
         self.running, self.killing = None, False
-        self.ran_count += 1
         failed = record["state"] != "succeeded"
         if failed and self.exit is None and self.gone is None:
             delay = self.options.rule.delay_after_types(attempt, error_types)
