@@ -16,7 +16,13 @@ import pytest
 from kinetic._storage.local import LocalStorage
 from runner import protocol, results_log
 from runner.pool.coordinator import commits
-from tests.local.test_pool_readers import _follower, _SlowBurst, _state, _write
+from tests.local.test_pool_readers import (
+    _follower,
+    _SlowBurst,
+    _state,
+    _write,
+    _write_manifest,
+)
 
 GID = "grp-00000000bbbb"
 TOTAL = 6
@@ -25,20 +31,7 @@ pytestmark = [pytest.mark.local, pytest.mark.timeout(60)]
 
 
 def _record_batch(root: Path) -> None:
-    manifest: dict[str, Any] = {
-        "format": protocol.FORMAT,
-        "group_id": GID,
-        "total": TOTAL,
-        "chunk_size": TOTAL,
-        "options": {
-            "max_concurrent": 2,
-            "retries": 0,
-            "fail_fast": False,
-            "cancel_running_on_fail": False,
-        },
-        "gke": {"engine": protocol.ENGINE_COORDINATED, "lease_s": 30.0, "namespace": "default"},
-    }
-    _write(root, protocol.group_manifest_key(GID), protocol.dump_json(manifest))
+    _write_manifest(root, TOTAL, 2, protocol.ENGINE_COORDINATED)
 
 
 def _commit(root: Path, epoch: int, seq: int, indices: range | list[int], state: str) -> str:

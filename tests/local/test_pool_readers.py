@@ -63,23 +63,28 @@ def _write(root: Path, key: str, data: bytes) -> None:
     path.write_bytes(data)
 
 
-def _record_batch(root: Path) -> None:
-    """A batch of 8 inputs on one worker at a time: claim 0 of the span [0, 8) lost its
-    lease while it ran input 3, and claim 1 took the span over from there."""
+def _write_manifest(root: Path, total: int, workers: int, engine: str) -> None:
+    """The manifest of batch ``GID``: ``total`` inputs on ``workers``, run by ``engine``."""
     manifest: dict[str, Any] = {
         "format": protocol.FORMAT,
         "group_id": GID,
-        "total": TOTAL,
-        "chunk_size": TOTAL,
+        "total": total,
+        "chunk_size": total,
         "options": {
-            "max_concurrent": 1,
+            "max_concurrent": workers,
             "retries": 0,
             "fail_fast": False,
             "cancel_running_on_fail": False,
         },
-        "gke": {"engine": protocol.ENGINE_POOL, "lease_s": 30.0, "namespace": "default"},
+        "gke": {"engine": engine, "lease_s": 30.0, "namespace": "default"},
     }
     _write(root, protocol.group_manifest_key(GID), protocol.dump_json(manifest))
+
+
+def _record_batch(root: Path) -> None:
+    """A batch of 8 inputs on one worker at a time: claim 0 of the span [0, 8) lost its
+    lease while it ran input 3, and claim 1 took the span over from there."""
+    _write_manifest(root, TOTAL, 1, protocol.ENGINE_POOL)
     for span in (Span(0, 0, "pod-a", 1.0, TOTAL, 0), Span(0, 1, "pod-b", 1e12, TOTAL, 3, 2)):
         key = protocol.group_claim_key(GID, span.start, span.number)
         _write(root, key, claim_record(span))
