@@ -12,7 +12,7 @@ import subprocess
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import anyio
@@ -54,16 +54,22 @@ def marked(x: int, bucket: str, prefix: str) -> int:
 
 
 @contextlib.contextmanager
-def marked_pool(gke: GKETarget, n: int, workers: int) -> Iterator[tuple[Any, str]]:
+def marked_pool(
+    gke: GKETarget,
+    n: int,
+    workers: int,
+    progress: Callable[[GKETarget, str], int] | None = None,
+    at: int = 60,
+) -> Iterator[tuple[Any, str]]:
     """A pool batch of ``n`` :func:`marked` inputs (and the prefix of their marks) once
-    60 outcomes are in; cleaned up after, so that a failed test leaves no pool running
-    on the testbed."""
+    ``progress`` reaches ``at`` (by default, 60 outcomes are in: :func:`covered`);
+    cleaned up after, so that a failed test leaves no pool running on the testbed."""
     prefix = f"ran/{uuid.uuid4().hex}/"
     fn = kinetic.run(**gke.run_args())(marked)
     batch = fn.run_async_map([(i, gke.bucket, prefix) for i in range(n)], max_concurrent=workers)
     try:
         deadline = time.monotonic() + 120
-        while covered(gke, batch.group_id) < 60:
+        while (progress or covered)(gke, batch.group_id) < at:
             assert time.monotonic() < deadline, "the pool made no progress"
             time.sleep(0.3)
         yield batch, prefix

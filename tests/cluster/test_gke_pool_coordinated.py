@@ -4,14 +4,12 @@ batch's token in a Secret; outcomes in group commits in fake-gcs-server."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 import kinetic
 from runner.pool.coordinator import commits
 from tests.cluster.test_gke_batch import batch_jobs, batch_pods
-from tests.cluster.test_gke_pool import kubectl, marked, runs_of, triple
+from tests.cluster.test_gke_pool import kubectl, marked_pool, runs_of, triple
 from tests.fix_cluster import GKETarget
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
@@ -29,11 +27,8 @@ def _secrets(gke: GKETarget, group_id: str) -> list[str]:
     return kubectl(gke, "get", "secrets", "-l", f"group-id={group_id}", "-o", "name").split()
 
 
-def _wait_for_commits(gke: GKETarget, group_id: str, count: int) -> None:
-    deadline = time.monotonic() + 120
-    while len(gke.object_names(commits.commits_prefix(group_id))) < count:
-        assert time.monotonic() < deadline, "the coordinated pool made no progress"
-        time.sleep(0.3)
+def _commits(gke: GKETarget, group_id: str) -> int:
+    return len(gke.object_names(commits.commits_prefix(group_id)))
 
 
 def test_a_coordinated_pool_runs_the_batch_and_leaves_nothing_behind(gke: GKETarget) -> None:
@@ -60,28 +55,18 @@ def test_a_coordinated_pool_runs_the_batch_and_leaves_nothing_behind(gke: GKETar
 
 def test_a_deleted_coordinator_is_replaced_and_nothing_runs_twice(gke: GKETarget) -> None:
     n, workers = 600, 3
-    prefix = f"ran/coordinated-{time.time_ns()}/"
-    fn = kinetic.run(**gke.run_args())(marked)
-    batch = fn.run_async_map([(i, gke.bucket, prefix) for i in range(n)], max_concurrent=workers)
-    try:
-        _wait_for_commits(gke, batch.group_id, 5)
+    with marked_pool(gke, n, workers, progress=_commits, at=5) as (batch, prefix):
         kubectl(gke, "delete", "pod", "-l", f"job-name=kinetic-{batch.group_id}-coordinator")
         assert batch.results(timeout=240, cleanup=False) == list(range(n))
         records = gke.object_names(commits.coordinator_prefix(batch.group_id))
         assert commits.coordinator_key(batch.group_id, 1) in records  # its successor
         twice = sorted(i for i, count in runs_of(gke, prefix).items() if count > 1)
         assert len(twice) <= workers, twice  # at most an input each worker was running
-    finally:
-        batch.cleanup()
 
 
 def test_cancel_lets_the_pool_end_and_keeps_what_finished(gke: GKETarget) -> None:
     n, workers = 1500, 3
-    prefix = f"ran/coordinated-{time.time_ns()}/"
-    fn = kinetic.run(**gke.run_args())(marked)
-    batch = fn.run_async_map([(i, gke.bucket, prefix) for i in range(n)], max_concurrent=workers)
-    try:
-        _wait_for_commits(gke, batch.group_id, 5)
+    with marked_pool(gke, n, workers, progress=_commits, at=5) as (batch, prefix):
         batch.cancel()
         out = batch.results(timeout=120, return_exceptions=True, cleanup=False)
         kept = {v for v in out if isinstance(v, int)}
@@ -92,5 +77,3 @@ def test_cancel_lets_the_pool_end_and_keeps_what_finished(gke: GKETarget) -> Non
         cancelled = [v for v in out if not isinstance(v, int)]
         assert all(isinstance(v, kinetic.JobCancelledError) for v in cancelled), cancelled[:3]
         assert batch_pods(gke, batch.group_id, "Running") == []
-    finally:
-        batch.cleanup()
