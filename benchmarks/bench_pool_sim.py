@@ -27,11 +27,13 @@ What runs (issue 27, item 5; issue 38)
 * **The inputs' cost**: ``--input-ms`` each, or with ``--input-skew S`` sorted by
   cost, from ``1 - S`` to ``1 + S`` times it (:func:`input_seconds`; the ideal is the
   same).
-* **The other design** (``--engine coord``): issue 38's coordinator, modelled by
-  :mod:`benchmarks.pool_coordinator_model` against the same bucket, inputs, kills and
-  pauses; its rows get ``_coord`` in their names, beside the matrix's. With
-  ``--kill-coordinator F`` its process is killed at ``F`` x the ideal and started again
-  ``--restart-s`` later (simulated), on the same port.
+* **The other design** (``--engine coord``): issue 38's coordinated pool, its own code
+  (:mod:`benchmarks.pool_coordinated_sim`: the coordinator's process and the workers'
+  sans-IO member, their protocol clocks dilated) against the same bucket, inputs, kills
+  and pauses; its rows get ``_coordinated`` in their names, beside the matrix's
+  (``_coord``: stop 48's model of the design, which this replaced). With
+  ``--kill-coordinator F`` its process is killed at ``F`` x the ideal and a new one
+  started ``--restart-s`` later (simulated): it takes the next epoch.
 * **The batch**: ``--inputs`` inputs recorded as a submission records them (the
   manifest and cloudpickled chunks of :func:`kinetic._core.inputs.chunk_size`), written
   straight to fake-gcs-server (submission is not what is measured).
@@ -149,8 +151,8 @@ class WorkerStats:
 class Chunks:
     """The input chunks a worker has read (the pod's reads: each chunk once per worker)."""
 
-    def __init__(self, store: Any, chunk_size: int, timeout: float) -> None:
-        self.store, self.chunk_size, self.timeout = store, chunk_size, timeout
+    def __init__(self, store: Any, chunk_size: int, timeout: float, kept: int = 1) -> None:
+        self.store, self.chunk_size, self.timeout, self.kept = store, chunk_size, timeout, kept
         self.items: dict[int, list[Any]] = {}
 
     def has(self, index: int) -> bool:
@@ -158,22 +160,23 @@ class Chunks:
         return index // self.chunk_size in self.items
 
     async def get(self, index: int) -> Any:
+        chunk, offset = divmod(index, self.chunk_size)
+        if chunk not in self.items:
+            await self.fetch(chunk)
+        return self.items[chunk][offset]
+
+    async def fetch(self, chunk: int) -> None:
+        """Read chunk ``chunk``; the last ``kept`` read are kept."""
         import cloudpickle
 
         from runner import protocol
 
-        chunk, offset = divmod(index, self.chunk_size)
-        if chunk not in self.items:
-            self.items = {
-                chunk: cloudpickle.loads(
-                    await _retry(
-                        self.store.read,
-                        protocol.group_inputs_key(GROUP, chunk),
-                        timeout=self.timeout,
-                    )
-                )
-            }
-        return self.items[chunk][offset]
+        key = protocol.group_inputs_key(GROUP, chunk)
+        items = cloudpickle.loads(await _retry(self.store.read, key, timeout=self.timeout))
+        self.items.pop(chunk, None)
+        self.items[chunk] = items
+        while len(self.items) > self.kept:
+            del self.items[next(iter(self.items))]
 
 
 async def _retry(fn: Any, *args: Any, timeout: float, stats: WorkerStats | None = None) -> Any:
@@ -610,7 +613,7 @@ def run_engine(cfg: dict[str, Any]) -> WorkerStats:
     if cfg["engine"] == "before":
         return before_process(cfg)
     if cfg["engine"] == "coord":
-        from benchmarks.pool_coordinator_model import workers_main
+        from benchmarks.pool_coordinated_sim import workers_main
 
         stats: WorkerStats = asyncio.run(workers_main(cfg, WorkerStats()))
         return stats
@@ -876,7 +879,7 @@ def main() -> None:
     parser.add_argument(_TREE_FLAG, help=argparse.SUPPRESS)
     parser.add_argument(
         "--engine", choices=("span", "coord"), default="span",
-        help="span: the pool's workers; coord: the coordinator's model (pool_coordinator_model)",
+        help="span: the leaderless pool's workers; coord: the coordinated pool (pool_coordinated_sim)",
     )  # fmt: skip
     parser.add_argument(
         "--kill-coordinator", type=float, default=None, metavar="F",
@@ -890,9 +893,9 @@ def main() -> None:
         child_main(json.loads(ns.child))
         return
     if ns.coordinator:
-        from benchmarks.pool_coordinator_model import coordinator_main
+        from benchmarks.pool_coordinated_sim import coordinator_main
 
-        asyncio.run(coordinator_main(json.loads(ns.coordinator)))
+        coordinator_main(json.loads(ns.coordinator))
         return
     if ns.table:
         from benchmarks._common import RESULTS
@@ -964,7 +967,7 @@ def run_all(ns: argparse.Namespace) -> None:
             else:
                 key = f"{name}_{point.workers}"
                 key += f"_skew{point.input_skew:g}" if point.input_skew else ""
-            key += "_coord" if ns.engine == "coord" else ""
+            key += "_coordinated" if ns.engine == "coord" else ""  # (_coord: the model, stop 48)
             key += f"_restart{ns.kill_coordinator:g}" if ns.kill_coordinator is not None else ""
             runs[key] = one_run(
                 point, name, storage, engine=ns.engine, inputs=point.inputs, lease_s=lease,
@@ -1111,19 +1114,23 @@ def one_run(
     children = []
     env = dict(os.environ, STORAGE_EMULATOR_HOST=limiter_url)
     coordinator = None
-    port = 0
-    config = {"bucket": bucket, "inputs": inputs, "workers": workers, "dilate": dilate}
+    token = os.urandom(16).hex()  # the batch's (its Secret's, in a cluster)
+    config = {"bucket": bucket, "dilate": dilate, "token": token}
 
-    def start_coordinator() -> tuple[subprocess.Popen[str], int]:
+    def start_coordinator() -> subprocess.Popen[str]:
         argv = [sys.executable, str(Path(__file__).resolve()), "--coordinator", json.dumps(config)]
         process = subprocess.Popen(
             argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
         )
         assert process.stdout is not None
-        return process, int(process.stdout.readline().split()[1])
+        line = process.stdout.readline().strip()
+        if line != "ready":
+            process.kill()
+            raise SystemExit(f"the coordinator's process did not start: {line!r}")
+        return process
 
-    if engine == "coord":  # its process first: the workers connect to it
-        coordinator, port = start_coordinator()
+    if engine == "coord":  # started with the workers, as its pod
+        coordinator = start_coordinator()
     for p in range(procs):
         mine = list(range(p, workers, procs))
         cfg = {
@@ -1134,7 +1141,7 @@ def one_run(
             "kill_by": ns.kill_window * ideal * dilate,
             "names": [f"sim-{w:04d}" for w in mine], "overrides": overrides, "workers": workers,
             "kills": {str(k): [kill_at[w], how[w]] for k, w in enumerate(mine) if w in how},
-            "port": port,
+            "token": token,
         }  # fmt: skip
         argv = [sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(cfg)]
         if tree is not None:
@@ -1164,9 +1171,7 @@ def one_run(
             coordinator.send_signal(signal.SIGKILL)  # a process of ours, by its pid
             coordinator.wait()
             time.sleep(ns.restart_s * dilate)
-            config["port"] = port  # its pod's address: the workers reconnect to it
-            config["epoch"] = 1
-            coordinator, _ = start_coordinator()
+            coordinator = start_coordinator()  # its Job's next pod: the next epoch
             assert coordinator.stdin is not None
             coordinator.stdin.write(f"{started}\n")
             coordinator.stdin.flush()
@@ -1270,12 +1275,14 @@ def finish(
     limiter_call(limiter_url, "/_limiter/reset?limits=off", "POST")
     hold = spec.lease_s * spec.dilate  # the readers' hold is the batch's lease (wall)
     if spec.engine == "coord":
-        from benchmarks.pool_coordinator_model import check_commits
+        from benchmarks.pool_coordinated_sim import check_commits
 
-        check = asyncio.run(check_commits(bucket, spec.inputs))
+        check = asyncio.run(
+            check_commits(bucket, spec.inputs, stats["landed"], started, spec.dilate)
+        )
     else:
         check = asyncio.run(check_outcomes(bucket, spec.inputs, hold, stats["landed"]))
-    check["durable_per_s"] = durable_per_second(stats["landed"], started, spec.dilate)
+        check["durable_per_s"] = durable_per_second(stats["landed"], started, spec.dilate)
     return summarise(spec, outs, stats, check, cpu, finished)
 
 

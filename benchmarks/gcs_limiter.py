@@ -43,7 +43,7 @@ the request is counted ``cut`` and never applied; one that drops it on the way b
 has its write applied and never hears of it (counted ``unanswered``). The time from
 arrival to answer of each request is kept as a histogram in whole milliseconds
 (``latency_ms``), and so is the time each outcome object landed (``landed``: name ->
-wall-clock time; bursts and outcomes only).
+wall-clock time; bursts, commits and outcomes only).
 
 Every request is counted by *kind* (``create`` = an upload with ``ifGenerationMatch=0``,
 ``write`` = any other upload, ``read``, ``stat``, ``list``, ``delete``) and *area* (the
@@ -119,7 +119,7 @@ class Tally:
     started: float = field(default_factory=time.monotonic)
     cpu_at_start: float = field(default_factory=time.process_time)
     last_outcome: float = 0.0
-    """Wall-clock time of the last outcome written (areas ``bursts`` and ``results``)."""
+    """Wall-clock time of the last outcome written (areas ``bursts``, ``results`` and ``commits``)."""
     requests: Counter[str] = field(default_factory=Counter)
     """``"kind area status"`` -> count."""
     refused: Counter[str] = field(default_factory=Counter)
@@ -308,7 +308,11 @@ class Limiter:
             self._note(bucket or "", name, kind)
         if self.enforcing:
             self.tally.requests[f"{kind} {area} {status}"] += 1
-            if status < 300 and kind in ("create", "write") and area in ("bursts", "results"):
+            if (
+                status < 300
+                and kind in ("create", "write")
+                and area in ("bursts", "results", "commits")
+            ):
                 self.tally.last_outcome = time.time()
                 if name is not None:
                     self.tally.landed.setdefault(name, self.tally.last_outcome)

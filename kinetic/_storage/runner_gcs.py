@@ -21,11 +21,14 @@ T = TypeVar("T")
 
 class GCSStore:
     """A :class:`runner.store.RunnerStore` on the GCS bucket ``bucket``. Missing objects
-    raise FileNotFoundError, failures that may pass StoreUnavailable, others OSError."""
+    raise FileNotFoundError, failures that may pass StoreUnavailable, others OSError.
 
-    def __init__(self, bucket: str) -> None:
+    :param storage: the client to use (its own settings), else a default one.
+    """
+
+    def __init__(self, bucket: str, storage: GCSStorage | None = None) -> None:
         self._runner = asyncio.Runner()
-        self._storage = GCSStorage(bucket)
+        self._storage = GCSStorage(bucket) if storage is None else storage
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
         try:

@@ -30,12 +30,22 @@ class Chunks:
 
     def get(self, index: int) -> tuple[tuple[Any, ...], dict[str, Any]]:
         chunk, offset = divmod(index, self.chunk_size)
+        if chunk not in self.cache:
+            self.courier.settle()  # its request may be this chunk's read ahead
         items = self.cache.get(chunk)
         if items is None:
-            self.courier.settle()
-            data = self.store.read(protocol.group_inputs_key(self.group_id, chunk))
-            items = self.cache[chunk] = cloudpickle.loads(data)
-            while len(self.cache) > CHUNKS_KEPT:
-                self.cache.popitem(last=False)
+            items = self.read(chunk)
+            self.keep(chunk, items)
         self.cache.move_to_end(chunk)
         return items[offset]
+
+    def read(self, chunk: int) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
+        """Chunk ``chunk``'s inputs, from storage (in the thread that uses the store)."""
+        return cloudpickle.loads(self.store.read(protocol.group_inputs_key(self.group_id, chunk)))  # type: ignore[no-any-return]
+
+    def keep(self, chunk: int, items: list[tuple[tuple[Any, ...], dict[str, Any]]]) -> None:
+        """Keep ``items`` as chunk ``chunk``'s (the last few chunks are kept)."""
+        self.cache[chunk] = items
+        self.cache.move_to_end(chunk)
+        while len(self.cache) > CHUNKS_KEPT:
+            self.cache.popitem(last=False)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from runner import protocol
 from runner.pool.coordinator import messages as m
 from runner.pool.coordinator.core import BEAT_SECONDS
-from runner.pool.coordinator.member import Connect, Member, Say
+from runner.pool.coordinator.member import Connect, Fetch, Member, Say
 from runner.pool.ops import Create, Exit, Kill, Run, Sleep
 from runner.pool.options import LARGE_RESULT, PoolOptions
 from runner.retry_rule import RetryRule
@@ -139,3 +139,18 @@ def test_a_coordinator_out_of_reach_is_tried_again_with_back_off() -> None:
     assert isinstance(member.next(0.3), Connect)
     member.gone_away("done")
     assert member.next(0.3) == Exit("done")
+
+
+def test_it_reads_ahead_the_chunk_its_span_needs_next_while_an_input_runs() -> None:
+    member = _linked(PoolOptions(total=30, chunk_size=10))
+    member.heard(m.Assign((8, 9, 10, 11)), 0.0)
+    assert member.next(0.0) == Run(8, 0)  # the run reads chunk 0 itself
+    assert member.next(0.0) == Fetch(1)  # while 8 runs: the chunk of 10 and 11
+    assert isinstance(member.next(0.0), Sleep)  # one slow operation at a time
+    member.fetched_chunk(1)
+    assert isinstance(member.next(0.0), Sleep)  # and each chunk once
+    member.ran(8, OK, b"v8")
+    assert _said(member, 0.1)[-1] == Run(9, 0)
+    member.heard(m.Exit("cancelled", kill=False), 0.2)
+    member.heard(m.Assign((25,)), 0.2)  # (after a stop: never handed out, never read)
+    assert not isinstance(member.next(0.2), Fetch)

@@ -10,6 +10,7 @@ machine (:mod:`runner.pool.ops`)::
     Run(index, n)     -> ran(index, record, payload, output, seconds, error_types)
     Kill(index)       -> end the running input, then ended(index)
     Create(key, data) -> an outcome object of its own (a large result): created(key)
+    Fetch(chunk)      -> read an input chunk ahead, into the chunks kept: fetched()
     Sleep(seconds)    -> wait (a message heard or an input's end may come first)
     Exit(reason)      -> exit
 
@@ -18,7 +19,9 @@ and hands it what the coordinator says (:meth:`heard`) and a dropped connection
 acknowledges it durable, and says the unacknowledged ones again on each new
 connection; it asks for its next span as it starts its span's last input; it says
 something at least every :data:`~runner.pool.coordinator.core.BEAT_SECONDS` while it
-holds or runs inputs, or has outcomes not acknowledged.
+holds or runs inputs, or has outcomes not acknowledged. While an input runs it reads
+ahead the input chunks its span needs next (the span's inputs are anywhere in the
+batch: without it, a span's first input would wait for its chunk).
 """
 
 from __future__ import annotations
@@ -54,7 +57,14 @@ class Say:
     message: m.ToCoordinator
 
 
-MemberOp = Connect | Say | Run | Kill | Create | Sleep | Exit
+@dataclass(frozen=True)
+class Fetch:
+    """Read input chunk ``chunk`` ahead (the shell keeps it for the inputs that need it)."""
+
+    chunk: int
+
+
+MemberOp = Connect | Say | Run | Kill | Create | Fetch | Sleep | Exit
 
 
 class Member:
@@ -76,6 +86,10 @@ class Member:
         self.creating: dict[str, m.Outcome] = {}  # own objects to write, then say
         self.objects: dict[str, bytes] = {}
         self.pending_create: str | None = None
+        self.chunk_size = options.chunk_size
+        self.wanted: deque[int] = deque()  # chunks of inputs handed out, in their order
+        self.fetched: set[int] = set()  # read, or being read (by a Fetch or a Run)
+        self.fetching = False
         self.linked = False
         self.connecting = False
         self.reconnect_at = 0.0
@@ -97,6 +111,10 @@ class Member:
             if self.exit is None:
                 self.rest.extend(i for i in message.indices if i not in self.rest)
                 self.asked = False
+                for index in message.indices:
+                    chunk = index // self.chunk_size
+                    if chunk not in self.fetched and (not self.wanted or self.wanted[-1] != chunk):
+                        self.wanted.append(chunk)
         elif isinstance(message, m.Drop):
             dropped = set(message.indices)
             self.rest = deque(i for i in self.rest if i not in dropped)
@@ -177,6 +195,11 @@ class Member:
         assert self.running[0] == index
         self.running, self.killing = None, False
 
+    def fetched_chunk(self, chunk: int) -> None:
+        """The chunk asked for by :class:`Fetch` was read (or the read failed: the input
+        that needs it reads it then)."""
+        self.fetching = False
+
     def created(self, key: str) -> None:
         """An outcome object of its own was written (or found: an earlier try's)."""
         self.pending_create = None
@@ -195,7 +218,8 @@ class Member:
     def next(self, mono: float) -> MemberOp:
         """The next operation (see the module docstring)."""
         self.now = mono
-        slow_op_out = self.connecting or self.pending_create is not None  # one at a time
+        # One slow operation at a time.
+        slow_op_out = self.connecting or self.pending_create is not None or self.fetching
         if not slow_op_out and self.creating:
             key = next(iter(self.creating))
             self.pending_create = key
@@ -228,6 +252,7 @@ class Member:
             if self.retry is None and self.rest:
                 index = self.rest.popleft()
                 self.running = (index, 0)
+                self.fetched.add(index // self.chunk_size)  # the run reads it if need be
                 if not self.rest and self.linked and not self.asked:
                     self.asked = True
                     self.outbox.append(m.More())
@@ -238,7 +263,19 @@ class Member:
         busy = self.running is not None or self.rest or self.unacked or self.retry is not None
         if self.linked and busy and mono - self.said_at >= BEAT_SECONDS:
             return self._say(m.Beat(), mono)
+        if not stopping and not slow_op_out and (chunk := self._to_fetch()) is not None:
+            self.fetched.add(chunk)
+            self.fetching = True
+            return Fetch(chunk)
         return Sleep(self._wait(mono, busy=bool(busy)))
+
+    def _to_fetch(self) -> int | None:
+        """The next chunk a held input needs and nobody read yet."""
+        while self.wanted:
+            chunk = self.wanted.popleft()
+            if chunk not in self.fetched:
+                return chunk
+        return None
 
     def _kills(self) -> bool:
         if self.gone is not None:

@@ -85,8 +85,13 @@ def token_from_env() -> bytes:
 class Server:
     """One coordinator's IO (see the module docstring)."""
 
-    def __init__(self, store: RunnerStore, group_id: str, token: bytes) -> None:
+    def __init__(
+        self, store: RunnerStore, group_id: str, token: bytes, *, timescale: float = 1.0
+    ) -> None:
         self.store, self.group_id, self.token = store, group_id, token
+        self.timescale = timescale
+        """Wall seconds per second of the protocol's clock: 1, but for a simulation that
+        runs slower than real time (``benchmarks/bench_pool_sim.py``)."""
         self.core: core.Coordinator | None = None
         self.epoch = 0
         self.writers: dict[int, asyncio.StreamWriter] = {}
@@ -101,6 +106,11 @@ class Server:
         # private event loop): every call goes through this one thread, in turn.
         self._store_thread = ThreadPoolExecutor(1, thread_name_prefix="kinetic-store")
 
+    def now(self) -> float:
+        """The protocol's clock (:class:`~runner.pool.coordinator.core.Coordinator`'s): the
+        monotonic clock's seconds, divided by :attr:`timescale`."""
+        return time.monotonic() / self.timescale
+
     def close(self) -> None:
         """End the store's thread (after its call under way, if any)."""
         self._store_thread.shutdown(wait=True)
@@ -111,7 +121,7 @@ class Server:
         """``call(*args)`` in the store's thread, tried again while storage fails in a
         way that may pass (the store's own retries spent)."""
         loop = asyncio.get_running_loop()
-        delay = RETRY_SECONDS
+        delay = RETRY_SECONDS * self.timescale
         while True:
             try:
                 return await loop.run_in_executor(
@@ -120,7 +130,7 @@ class Server:
             except StoreUnavailable as e:
                 print(f"kinetic coordinator: {what}: {e}; again in {delay:.1f} s", flush=True)
                 await asyncio.sleep(delay)
-                delay = min(8.0, delay * 2)
+                delay = min(8.0 * self.timescale, delay * 2)
 
     # -- start -----------------------------------------------------------------------------
 
@@ -141,7 +151,7 @@ class Server:
                 durable=durable,
                 fail_fast=options.fail_fast,
                 kill_on_fail=options.cancel_running_on_fail,
-                now=time.monotonic(),
+                now=self.now(),
             )
             print(
                 f"kinetic coordinator: epoch {self.epoch} on {advertise}:{bound}, "
@@ -219,7 +229,7 @@ class Server:
         self.next_conn += 1
         decoder = wire.Decoder()
         try:
-            async with asyncio.timeout(HANDSHAKE_SECONDS):
+            async with asyncio.timeout(HANDSHAKE_SECONDS * self.timescale):
                 greeting = await self._handshake(reader, writer, decoder)
         except (TimeoutError, wire.WireError, ConnectionError, asyncio.IncompleteReadError) as e:
             print(f"kinetic coordinator: a connection refused: {e}", flush=True)
@@ -230,20 +240,20 @@ class Server:
             writer.close()
             return
         self.writers[conn] = writer
-        self._perform(coordinator.connected(conn, greeting.hello, time.monotonic()))
+        self._perform(coordinator.connected(conn, greeting.hello, self.now()))
         try:
             while data := await reader.read(1 << 16):
                 for frame in decoder.feed(data):
                     if not isinstance(frame, (m.Outcome, m.More, m.Beat)):
                         raise wire.WireError(f"a worker sent {type(frame).__name__}")
-                    self._perform(coordinator.received(conn, frame, time.monotonic()))
+                    self._perform(coordinator.received(conn, frame, self.now()))
                 await writer.drain()
         except (wire.WireError, ConnectionError) as e:
             print(f"kinetic coordinator: connection {conn} dropped: {e}", flush=True)
         finally:
             writer.close()
             if self.writers.pop(conn, None) is not None:
-                self._perform(coordinator.disconnected(conn, time.monotonic()))
+                self._perform(coordinator.disconnected(conn, self.now()))
 
     async def _handshake(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, decoder: wire.Decoder
@@ -296,12 +306,13 @@ class Server:
         assert coordinator is not None
         while True:
             due = coordinator.next_tick()
-            wait = 1.0 if due is None else max(0.0, min(1.0, due - time.monotonic()))
+            wait = 1.0 if due is None else max(0.0, min(1.0, due - self.now()))
+            wait *= self.timescale
             self.wake.clear()
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(wait):  # not wait_for: 3.11's can swallow a cancel
                     await self.wake.wait()
-            self._perform(coordinator.tick(time.monotonic()))
+            self._perform(coordinator.tick(self.now()))
             self.wake.clear()
 
     async def _commits(self) -> None:
@@ -325,7 +336,7 @@ class Server:
             await self.patiently(
                 f"writing commit {commit.seq}", self.store.create_if_absent, key, data
             )
-            self._perform(coordinator.landed(commit, time.monotonic()))
+            self._perform(coordinator.landed(commit, self.now()))
 
     async def _stops(self) -> None:
         coordinator = self.core
@@ -346,10 +357,10 @@ class Server:
                 else:
                     stop = protocol.load_json(data)
                     self._perform(
-                        coordinator.stop(str(stop.get("reason", "cancelled")), time.monotonic())
+                        coordinator.stop(str(stop.get("reason", "cancelled")), self.now())
                     )
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(STOP_READ_SECONDS):
+                async with asyncio.timeout(STOP_READ_SECONDS * self.timescale):
                     await self._stop_wanted()
 
     async def _stop_wanted(self) -> None:
@@ -371,7 +382,7 @@ class Server:
         coordinator = self.core
         assert coordinator is not None
         with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(DRAIN_SECONDS):
+            async with asyncio.timeout(DRAIN_SECONDS * self.timescale):
                 while self.writers or not coordinator.ledger.settled():
                     self.wake.clear()
                     await self.wake.wait()

@@ -26,7 +26,7 @@ from runner import protocol
 from runner.pool.coordinator import messages as m
 from runner.pool.coordinator import wire
 from runner.pool.coordinator.link import Dropped, Link, connect, find, stopped
-from runner.pool.coordinator.member import Connect, Member, Say
+from runner.pool.coordinator.member import Connect, Fetch, Member, Say
 from runner.pool.courier import Answer
 from runner.pool.ops import Create, Exit, Kill, Op, Run, Sleep
 from runner.pool.options import PoolOptions
@@ -149,6 +149,19 @@ class CoordinatedWorker(Worker):
             return lambda: member.created(op.key)
         if isinstance(op, Connect):
             return self._connect(member, op.hello)
+        if isinstance(op, Fetch):
+            chunks = self.chunks
+            try:
+                items = chunks.read(op.chunk)
+            except Exception as e:  # noqa: BLE001 - the input that needs it reads it then, and says why
+                print(f"kinetic pool: worker {self.name}: reading ahead: {e}", flush=True)
+                return lambda: member.fetched_chunk(op.chunk)
+
+            def keep() -> None:
+                chunks.keep(op.chunk, items)
+                member.fetched_chunk(op.chunk)
+
+            return keep
         raise TypeError(f"not an operation of a coordinated worker: {op!r}")
 
     def _connect(self, member: Member, hello: m.Hello) -> Answer:
