@@ -13,16 +13,36 @@ from runner.pool.coordinator.queue import SpanQueue
 
 def test_spans_shrink_as_the_batch_drains_and_follow_the_pace() -> None:
     queue = SpanQueue(1000, 10, cap_seconds=2.0)
-    sizes = []
-    while span := queue.take(lambda i: True):
-        sizes.append(len(span))
+    sizes: list[int] = []  # the most the next span may hold (a region's end may cut it)
+    seen: list[int] = []
+    while True:
+        sizes.append(queue.size())
+        span = queue.take(lambda i: True, f"w{len(sizes) % 10}")
+        if not span:
+            break
+        assert len(span) <= sizes[-1]
+        seen += span
     assert sizes[0] == 50  # ceil(1000 / (2 x 10))
     assert sizes == sorted(sizes, reverse=True)
-    assert sizes[-1] == 1
-    assert sum(sizes) == 1000
+    assert sizes[-2] == 1
+    assert sorted(seen) == list(range(1000))  # each input once
     slow = SpanQueue(1000, 10, cap_seconds=2.0)
     slow.heard(0.5)
     assert len(slow.take(lambda i: True)) == 4  # two seconds of work at 0.5 s an input
+
+
+def test_a_worker_keeps_to_its_region_then_takes_from_the_back_of_the_fullest() -> None:
+    queue = SpanQueue(400, 4, cap_seconds=100.0)  # regions of 100 inputs
+    assert queue.take(lambda i: True, "a") == list(range(50))
+    assert queue.take(lambda i: True, "b")[0] == 100  # the next region nobody took
+    spans = [queue.take(lambda i: True, "a")]
+    while spans[-1][-1] < 100:
+        spans.append(queue.take(lambda i: True, "a"))
+    assert [i for span in spans[:-1] for i in span] == list(range(50, 100))  # contiguous
+    stolen = spans[-1]  # region 0 done: from the back of the fullest (2, untouched)
+    assert stolen == list(range(stolen[0], 300))
+    assert len(stolen) <= 50  # at most half of what it had left
+    assert queue.take(lambda i: True, "c")[0] == 200  # its owner starts at its front
 
 
 def test_inputs_handed_back_go_out_first_and_skip_those_done_meanwhile() -> None:

@@ -285,7 +285,9 @@ class Coordinator:
     def _hand_out(self, worker: _Worker, now: float) -> list[Action]:
         if self.in_grace or worker.conn is None:
             return []
-        span = self.queue.take(lambda i: not self.ledger.has(i) and i not in self.holders)
+        span = self.queue.take(
+            lambda i: not self.ledger.has(i) and i not in self.holders, worker.name
+        )
         if not span:
             worker.wants = True  # handed a span when a dead worker's inputs come back
             return []

@@ -5,10 +5,19 @@ the first spans are long (few requests) and the last ones short (the tail does n
 wait on one worker), and at most :attr:`SpanQueue.cap_seconds` of work at the pace
 heard so far (a slow input makes spans short before the tail). Inputs handed back (their
 worker died or went silent) are handed out again first, in index order.
+
+Where a span's inputs come from keeps a worker in few input chunks (each chunk a
+worker touches is one more storage read): the batch is cut into one region per
+worker, a worker takes its spans from the front of its own region (the first region
+nobody took, as it first asks), and once that is done, from the back of the region
+with the most inputs left, at most half of them (its owner goes on from the front).
+Handed out from one front instead, the spans of a 1,000-worker pool each fell in
+another chunk: 7 chunk reads a worker, a storm of them at the read limit near the end.
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -31,8 +40,15 @@ class SpanQueue:
         self.total = total
         self.workers = workers
         self.cap_seconds = cap_seconds
-        self.fresh = 0
-        """The first input never handed out."""
+        bounds = [total * k // workers for k in range(workers + 1)]
+        self.regions = [[bounds[k], bounds[k + 1]] for k in range(workers)]
+        """Each region's inputs never handed out: ``[first, end)``."""
+        self.owners: dict[str, int] = {}
+        """Which region is whose (by the order of their first asks)."""
+        self.fresh_left = total
+        """Inputs never handed out (in every region together)."""
+        self._biggest = [(lo - hi, k) for k, (lo, hi) in enumerate(self.regions)]
+        heapq.heapify(self._biggest)  # (-inputs left, region); stale entries skipped
         self.returned: deque[int] = deque()
         """Inputs handed back, to hand out again before fresh ones."""
         self.pace: float | None = None
@@ -40,7 +56,7 @@ class SpanQueue:
 
     def left(self) -> int:
         """Inputs to hand out (some handed back may have an outcome meanwhile)."""
-        return self.total - self.fresh + len(self.returned)
+        return self.fresh_left + len(self.returned)
 
     def size(self) -> int:
         """How many inputs the next span holds at most."""
@@ -49,21 +65,48 @@ class SpanQueue:
             size = min(size, max(1, int(self.cap_seconds / self.pace)))
         return size
 
-    def take(self, wanted: Callable[[int], bool]) -> list[int]:
-        """The next span: inputs handed back first, then the next fresh ones; ``[]``
-        when none is left. ``wanted(i)`` says whether input ``i``, handed back, still
-        needs running (one handed back may have an outcome or a holder meanwhile)."""
+    def take(self, wanted: Callable[[int], bool], worker: str = "") -> list[int]:
+        """The next span for ``worker``: inputs handed back first, then fresh ones (see
+        the module docstring); ``[]`` when none is left. ``wanted(i)`` says whether
+        input ``i``, handed back, still needs running (one handed back may have an
+        outcome or a holder meanwhile)."""
         size = self.size()
         span: list[int] = []
         while self.returned and len(span) < size:
             index = self.returned.popleft()
             if wanted(index):
                 span.append(index)
-        if not span and self.fresh < self.total:
-            end = min(self.total, self.fresh + size)
-            span = list(range(self.fresh, end))
-            self.fresh = end
+        if not span and self.fresh_left:
+            span = self._fresh(worker, size)
         return span
+
+    def _fresh(self, worker: str, size: int) -> list[int]:
+        region = self.owners.get(worker)
+        if region is None and len(self.owners) < len(self.regions):
+            region = self.owners[worker] = len(self.owners)
+        if region is not None and self._count(region):
+            first, end = self.regions[region]
+            end = min(end, first + size)
+            self.regions[region][0] = end
+        else:
+            region = self._most_left()
+            first, end = self.regions[region]
+            first = max(first, end - min(size, math.ceil((end - first) / 2)))
+            self.regions[region][1] = first
+        self.fresh_left -= end - first
+        heapq.heappush(self._biggest, (-self._count(region), region))
+        return list(range(first, end))
+
+    def _count(self, region: int) -> int:
+        first, end = self.regions[region]
+        return end - first
+
+    def _most_left(self) -> int:
+        while True:
+            negative, region = self._biggest[0]
+            if -negative == self._count(region):
+                return region
+            heapq.heappop(self._biggest)  # stale: the region was taken from since
 
     def give_back(self, indices: Iterable[int]) -> None:
         """Hand ``indices`` out again (their worker is gone), before any fresh input."""
@@ -82,5 +125,7 @@ class SpanQueue:
     def restart(self, undone: Iterable[int]) -> None:
         """A restarted coordinator's queue: every input in ``undone`` is to hand out
         again, nothing is fresh."""
-        self.fresh = self.total
+        self.regions = [[end, end] for _, end in self.regions]
+        self.fresh_left = 0
+        self._biggest = []
         self.returned = deque(sorted(set(undone)))
