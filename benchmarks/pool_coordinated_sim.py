@@ -265,7 +265,7 @@ async def drive(member: Any, store: Any, chunks: Chunks, state: dict[str, Any]) 
                 elif what == "gone":
                     member.gone_away(value)
                 else:
-                    member.unreachable(now())
+                    member.unreachable(now(), random.random())
             if fetching is not None and fetching[1].done():
                 member.fetched_chunk(fetching[0])
                 fetching = None
@@ -281,7 +281,7 @@ async def drive(member: Any, store: Any, chunks: Chunks, state: dict[str, Any]) 
                 if link.dropped and not link.frames:
                     link.close()
                     link = None
-                    member.disconnected(now())
+                    member.disconnected(now(), random.random())
             op = member.next(now())
             stats.ops[type(op).__name__] += 1
             since = time.monotonic()
@@ -290,7 +290,7 @@ async def drive(member: Any, store: Any, chunks: Chunks, state: dict[str, Any]) 
                     if link is not None:
                         link.close()
                         link = None
-                    member.disconnected(now())
+                    member.disconnected(now(), random.random())
             elif isinstance(op, Connect):
                 connecting = asyncio.ensure_future(reach(store, op.hello, token, state))
             elif isinstance(op, pm.Run):

@@ -158,3 +158,23 @@ def test_a_silent_worker_loses_its_span_and_is_told_when_back() -> None:
     (told,) = coord.received(0, m.Beat(), 3.2)
     assert told == core.Send(0, m.Drop(span_a[:4]))
     assert coord.holders[span_a[4]] == "a"  # still free: a keeps it
+
+
+def test_a_restarted_coordinator_hands_out_once_every_worker_is_back() -> None:
+    coord = core.Coordinator(10, 2, epoch=1, durable=[0, 1], now=0.0)
+    # In its grace: what a worker not back yet holds must not go to another.
+    assert coord.connected(0, m.Hello("a", (2, 3), wants=False), 0.1) == []
+    (give_b,) = coord.connected(1, m.Hello("b", (4,), wants=True), 0.2)  # all back: at once
+    assert isinstance(give_b, core.Send)
+    assert isinstance(give_b.message, m.Assign)
+    assert not {0, 1, 2, 3, 4} & set(give_b.message.indices)  # done, or held
+
+
+def test_a_restarted_coordinator_waits_for_a_worker_that_is_not_back_at_most_its_grace() -> None:
+    coord = core.Coordinator(10, 2, epoch=1, now=0.0)
+    assert coord.connected(0, m.Hello("a"), 0.1) == []
+    assert coord.next_tick() == core.RESTART_GRACE_SECONDS
+    assert coord.tick(core.RESTART_GRACE_SECONDS - 0.01) == []
+    (give_a,) = coord.tick(core.RESTART_GRACE_SECONDS)
+    assert isinstance(give_a, core.Send)
+    assert isinstance(give_a.message, m.Assign)

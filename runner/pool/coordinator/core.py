@@ -24,7 +24,8 @@ and commits whose answer is lost):
    connection, so what a live worker ran is never lost.
 
 Knobs: :data:`COMMIT_SECONDS`, :data:`SPAN_CAP_SECONDS`, :data:`SILENCE_SECONDS` (and the
-workers' :data:`BEAT_SECONDS`); a restarted coordinator waits :data:`RESTART_GRACE_SECONDS`.
+workers' :data:`BEAT_SECONDS`); a restarted coordinator waits for its workers, at most
+:data:`RESTART_GRACE_SECONDS`.
 """
 
 from __future__ import annotations
@@ -45,9 +46,11 @@ BEAT_SECONDS: Final = 1.0
 """A worker says something at least this often."""
 SILENCE_SECONDS: Final = 3.0
 """A worker silent this long is presumed dead: its inputs are handed out again."""
-RESTART_GRACE_SECONDS: Final = 1.0
-"""A restarted coordinator hands nothing out for this long: its workers reconnect and
-say what they hold."""
+RESTART_GRACE_SECONDS: Final = 5.0
+"""A restarted coordinator hands nothing out until every worker of the pool has
+reconnected and said what it holds, or for this long at most (a worker looks for its
+coordinator again within :data:`runner.pool.coordinator.member.RECONNECT_MAX_S`): what
+it hands out before, a worker not back yet may be running."""
 
 
 @dataclass(frozen=True)
@@ -115,6 +118,7 @@ class Coordinator:
         now: float = 0.0,
     ) -> None:
         self.total = total
+        self.pool_size = workers
         self.epoch = epoch
         self.fail_fast = fail_fast
         self.kill_on_fail = kill_on_fail
@@ -166,6 +170,9 @@ class Coordinator:
         worker.wants = hello.wants
         if self.stopped is not None or self.finished:
             actions.append(Send(conn, self._exit()))
+        elif self.in_grace and self._all_back():
+            self.in_grace = False
+            actions += self._serve_waiting(now)
         elif worker.wants:
             actions += self._hand_out(worker, now)
         return actions
@@ -212,10 +219,7 @@ class Coordinator:
                 actions += self._release(worker, now)
         if self.in_grace and now >= self.ready_at:
             self.in_grace = False
-        if not self.in_grace and self.stopped is None and not self.finished:
-            for worker in self.workers.values():
-                if worker.wants and worker.conn is not None and not worker.silent:
-                    actions += self._hand_out(worker, now)
+        actions += self._serve_waiting(now)
         if now >= self.commit_at:
             commit = self.ledger.cut()
             if commit is not None:
@@ -280,6 +284,19 @@ class Coordinator:
         if first and outcome.failed and self.fail_fast and self.stopped is None:
             actions.append(WriteStop("fail_fast", f"input {outcome.index} failed"))
             actions += self.stop("fail_fast", now)
+        return actions
+
+    def _all_back(self) -> bool:
+        """Whether as many workers are connected as the pool has."""
+        return sum(1 for w in self.workers.values() if w.conn is not None) >= self.pool_size
+
+    def _serve_waiting(self, now: float) -> list[Action]:
+        """A span for each connected worker that waits for one."""
+        actions: list[Action] = []
+        if not self.in_grace and self.stopped is None and not self.finished:
+            for worker in self.workers.values():
+                if worker.wants and worker.conn is not None and not worker.silent:
+                    actions += self._hand_out(worker, now)
         return actions
 
     def _hand_out(self, worker: _Worker, now: float) -> list[Action]:

@@ -138,10 +138,13 @@ class Member:
         self.outbox = deque(self.unacked[i] for i in sorted(self.unacked))
         self.asked = not self.rest  # the hello said it wants a span
 
-    def unreachable(self, mono: float) -> None:
-        """The coordinator could not be reached (not started yet, restarting)."""
+    def unreachable(self, mono: float, pick: float = 1.0) -> None:
+        """The coordinator could not be reached (not started yet, restarting): tried
+        again after a back-off, its ``pick`` (a random number in [0, 1)) from half of it
+        to all of it, so that a pool whose coordinator died does not look for the next
+        one in step (each look is a listing and a read)."""
         self.connecting = False
-        self.reconnect_at = mono + self.reconnect_wait
+        self.reconnect_at = mono + self.reconnect_wait * (0.5 + pick / 2)
         self.reconnect_wait = min(RECONNECT_MAX_S, self.reconnect_wait * 2)
 
     def gone_away(self, reason: str) -> None:
@@ -151,10 +154,12 @@ class Member:
         self.rest.clear()
         self.retry = None
 
-    def disconnected(self, mono: float) -> None:
+    def disconnected(self, mono: float, pick: float = 0.0) -> None:
+        """The connection dropped: connected again after ``pick`` (a random number in
+        [0, 1)) of the first back-off."""
         self.linked = False
         self.outbox.clear()  # said again on the next connection, if it matters
-        self.reconnect_at = mono
+        self.reconnect_at = mono + RECONNECT_FIRST_S * pick
 
     def ran(
         self,

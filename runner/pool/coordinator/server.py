@@ -9,9 +9,9 @@ It
 2. takes its epoch: creates ``coordinator/{epoch}.json`` (where it listens), the
    epoch after the highest listed; of two that start at once, one gets each;
 3. after a restart (epoch > 0) reads every commit, and lists the inputs' objects of
-   their own: those inputs are done; it hands nothing out for
-   :data:`~runner.pool.coordinator.core.RESTART_GRACE_SECONDS` while its workers
-   reconnect and say what they hold;
+   their own: those inputs are done; it hands nothing out until its workers have
+   reconnected and said what they hold (at most
+   :data:`~runner.pool.coordinator.core.RESTART_GRACE_SECONDS`);
 4. serves the workers (:mod:`.wire`: a connection whose peer does not prove the batch's
    token is closed before anything is said on it), writes each commit create-if-absent
    until storage answers (a commit found there is an earlier try's that landed), reads

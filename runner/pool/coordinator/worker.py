@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import select
 import time
 from pathlib import Path
@@ -126,7 +127,7 @@ class CoordinatedWorker(Worker):
 
     def _say(self, member: Member, message: m.ToCoordinator) -> None:
         if self.link is None:
-            member.disconnected(time.monotonic())
+            member.disconnected(time.monotonic(), random.random())
             return
         try:
             self.link.send(message)
@@ -138,7 +139,7 @@ class CoordinatedWorker(Worker):
         if self.link is not None:
             self.link.close()
             self.link = None
-        member.disconnected(time.monotonic())
+        member.disconnected(time.monotonic(), random.random())
 
     # -- the slow operations (the courier's while an input runs) -------------------------
 
@@ -179,7 +180,7 @@ class CoordinatedWorker(Worker):
                 reason = stopped(self.store, self.group_id)
         if reason is not None:
             return lambda: member.gone_away(reason)
-        return lambda: member.unreachable(time.monotonic())
+        return lambda: member.unreachable(time.monotonic(), random.random())
 
     def _linked(self, member: Member, link: Link) -> None:
         if self.link is not None:
