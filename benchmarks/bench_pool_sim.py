@@ -147,6 +147,18 @@ class WorkerStats:
     operation between inputs (its kind), a sleep, reading an input chunk, or waiting
     after an input's end for the upkeep operation under way ("upkeep overhang")."""
 
+    def killed_one(self, how: str, start_at: float) -> None:
+        """A worker was killed (``how``), now."""
+        self.killed += 1
+        self.kills[how] += 1
+        self.killed_at.append(time.time() - start_at)
+        self.exits["killed"] += 1
+
+    def exited(self, reason: str, start_at: float) -> None:
+        """A worker exited by itself (``reason``), now."""
+        self.exits[reason] += 1
+        self.last_exit = max(self.last_exit, time.time() - start_at)
+
 
 class Chunks:
     """The input chunks a worker has read (the pod's reads: each chunk once per worker)."""
@@ -438,10 +450,6 @@ def dilated_client(dilate: float) -> dict[str, float]:
 
 async def span_process(cfg: dict[str, Any]) -> WorkerStats:
     """Run this process's workers (the span/burst engine) from the start signal on."""
-    from kinetic._exceptions import ObjectNotFoundError
-    from kinetic._storage.base import DEFAULT_TIMEOUT
-    from kinetic._storage.gcs import GCSStorage
-    from runner import protocol
     from runner.pool import machine as pool_machine
     from runner.pool import options as pool_options
     from runner.pool.machine import WorkerMachine
@@ -450,12 +458,7 @@ async def span_process(cfg: dict[str, Any]) -> WorkerStats:
     stats = WorkerStats()
     names = cfg["names"]
     dilate = cfg["dilate"]
-    stores = [GCSStorage(cfg["bucket"], **dilated_client(dilate)) for _ in names]
-    timeout = DEFAULT_TIMEOUT * dilate
-    kills = {int(k): (float(t), str(how)) for k, (t, how) in cfg["kills"].items()}
-    print("ready", flush=True)
-    start_at = float(sys.stdin.readline())
-    await asyncio.sleep(max(0.0, start_at - time.time()))
+    stores, timeout, kills, start_at = await process_start(cfg)
 
     async def one(i: int, name: str) -> None:
         store = stores[i]
@@ -478,14 +481,7 @@ async def span_process(cfg: dict[str, Any]) -> WorkerStats:
                 claims_per_s=pool_options.CLAIMS_PER_S / dilate,
             )
             await asyncio.sleep(sized.start_wait(ordinal, random.random()))
-        manifest = protocol.load_manifest(
-            await _retry(
-                store.read, protocol.group_manifest_key(GROUP), timeout=timeout, stats=stats
-            )
-        )
-        with contextlib.suppress(ObjectNotFoundError):
-            await _retry(store.read, protocol.group_stop_key(GROUP), timeout=timeout, stats=stats)
-        await _retry(store.read, protocol.group_payload_key(GROUP), timeout=timeout, stats=stats)
+        manifest = await read_batch(store, stats, timeout)
         options = PoolOptions.from_manifest(manifest)  # its lease_s is dilated already
         options = replace(
             options,
@@ -530,17 +526,52 @@ async def span_process(cfg: dict[str, Any]) -> WorkerStats:
                 await asyncio.wait([work], timeout=random.uniform(0.0, cfg["latency_hi_s"]))
             if not work.done():
                 work.cancel()  # a pod killed mid-span: nothing more is written
-                stats.killed += 1
-                stats.kills[how] += 1
-                stats.killed_at.append(time.time() - start_at)
-                stats.exits["killed"] += 1
+                stats.killed_one(how, start_at)
                 return
-        reason = await work
-        stats.exits[reason] += 1
-        stats.last_exit = max(stats.last_exit, time.time() - start_at)
+        stats.exited(await work, start_at)
 
+    return await every_worker(one, names, stats, stores)
+
+
+async def process_start(
+    cfg: dict[str, Any],
+) -> tuple[list[Any], float, dict[int, tuple[float, str]], float]:
+    """A process of workers, set up: a storage client per worker (one per pod), a
+    storage operation's timeout, the kills by worker (when, how), and the start time,
+    once the parent said it (after ``ready``) and it came."""
+    from kinetic._storage.base import DEFAULT_TIMEOUT
+    from kinetic._storage.gcs import GCSStorage
+
+    dilate = cfg["dilate"]
+    stores = [GCSStorage(cfg["bucket"], **dilated_client(dilate)) for _ in cfg["names"]]
+    kills = {int(k): (float(t), str(how)) for k, (t, how) in cfg["kills"].items()}
+    print("ready", flush=True)
+    start_at = float(sys.stdin.readline())
+    await asyncio.sleep(max(0.0, start_at - time.time()))
+    return stores, DEFAULT_TIMEOUT * dilate, kills, start_at
+
+
+async def read_batch(store: Any, stats: WorkerStats, timeout: float) -> Any:
+    """A pod's first reads (:meth:`runner.pool.worker.Worker._start`): the manifest
+    (returned), the stop record and the function."""
+    from kinetic._exceptions import ObjectNotFoundError
+    from runner import protocol
+
+    manifest = protocol.load_manifest(
+        await _retry(store.read, protocol.group_manifest_key(GROUP), timeout=timeout, stats=stats)
+    )
+    with contextlib.suppress(ObjectNotFoundError):
+        await _retry(store.read, protocol.group_stop_key(GROUP), timeout=timeout, stats=stats)
+    await _retry(store.read, protocol.group_payload_key(GROUP), timeout=timeout, stats=stats)
+    return manifest
+
+
+async def every_worker(
+    one: Any, names: list[str], stats: WorkerStats, stores: list[Any]
+) -> WorkerStats:
+    """Run ``one(i, name)`` for each of this process's workers; stopped at the run's cap
+    (SIGTERM), what was seen is reported all the same."""
     everyone = asyncio.gather(*(one(i, n) for i, n in enumerate(names)))
-    # Stopped at the run's cap (SIGTERM): what was seen is reported all the same.
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, everyone.cancel)
     try:
         await everyone
@@ -813,8 +844,23 @@ async def check_outcomes(
             if chosen_at > visible:
                 disagree += 1
                 break
+    objects = {"bursts": len(bursts), "singles": len(singles), "all": len(keys)}
+    return checked(objects, records, n, disagree, states, wrong)
+
+
+def checked(
+    objects: dict[str, int],
+    records: dict[int, list[Any]],
+    n: int,
+    disagree: int,
+    states: Counter[str],
+    wrong: int,
+) -> dict[str, Any]:
+    """A run's check, from the records of each input read back (``records``: index ->
+    its records), the inputs readers may disagree on, the standing records' states and
+    the wrong values among them."""
     return {
-        "objects": {"bursts": len(bursts), "singles": len(singles), "all": len(keys)},
+        "objects": objects,
         "outcomes": sum(len(found) for found in records.values()),
         "lost": sum(1 for i in range(n) if i not in records),
         "duplicated": sum(1 for found in records.values() if len(found) > 1),

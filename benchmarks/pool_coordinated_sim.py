@@ -45,8 +45,12 @@ from benchmarks.bench_pool_sim import (
     Chunks,
     WorkerStats,
     _retry,
+    checked,
     dilated_client,
+    every_worker,
     input_seconds,
+    process_start,
+    read_batch,
 )
 
 CONNECT_S = 5.0
@@ -357,10 +361,6 @@ async def drive(member: Any, store: Any, chunks: Chunks, state: dict[str, Any]) 
 async def workers_main(cfg: dict[str, Any], stats: WorkerStats) -> WorkerStats:
     """This process's workers from the start signal on (``cfg`` as the parent makes it
     for every engine, with the batch's token)."""
-    from kinetic._exceptions import ObjectNotFoundError
-    from kinetic._storage.base import DEFAULT_TIMEOUT
-    from kinetic._storage.gcs import GCSStorage
-    from runner import protocol
     from runner.pool import options as pool_options
     from runner.pool.chunks import CHUNKS_KEPT
     from runner.pool.coordinator.member import Member
@@ -369,17 +369,12 @@ async def workers_main(cfg: dict[str, Any], stats: WorkerStats) -> WorkerStats:
     names = cfg["names"]
     dilate = cfg["dilate"]
     token = bytes.fromhex(cfg["token"])
-    stores = [GCSStorage(cfg["bucket"], **dilated_client(dilate)) for _ in names]
-    timeout = DEFAULT_TIMEOUT * dilate
-    kills = {int(k): (float(t), str(how)) for k, (t, how) in cfg["kills"].items()}
     sized = replace(
         PoolOptions.of_pool_size(cfg["workers"]),
         span_s=pool_options.SPAN_SECONDS * dilate,
         claims_per_s=pool_options.CLAIMS_PER_S / dilate,
     )
-    print("ready", flush=True)
-    start_at = float(sys.stdin.readline())
-    await asyncio.sleep(max(0.0, start_at - time.time()))
+    stores, timeout, kills, start_at = await process_start(cfg)
 
     async def one(i: int, name: str) -> None:
         store = stores[i]
@@ -394,15 +389,7 @@ async def workers_main(cfg: dict[str, Any], stats: WorkerStats) -> WorkerStats:
         # The pod's start (runner.pool.worker.Worker._start): its share of the start
         # spread, then the manifest, the stop record and the function.
         await asyncio.sleep(sized.start_wait(ordinal, random.random()))
-        manifest = protocol.load_manifest(
-            await _retry(
-                store.read, protocol.group_manifest_key(GROUP), timeout=timeout, stats=stats
-            )
-        )
-        with contextlib.suppress(ObjectNotFoundError):
-            await _retry(store.read, protocol.group_stop_key(GROUP), timeout=timeout, stats=stats)
-        await _retry(store.read, protocol.group_payload_key(GROUP), timeout=timeout, stats=stats)
-        options = PoolOptions.from_manifest(manifest)
+        options = PoolOptions.from_manifest(await read_batch(store, stats, timeout))
         member = Member(options, GROUP, name)
         chunks = Chunks(store, options.chunk_size, timeout, kept=CHUNKS_KEPT)
         work = asyncio.ensure_future(drive(member, store, chunks, state))
@@ -412,25 +399,11 @@ async def workers_main(cfg: dict[str, Any], stats: WorkerStats) -> WorkerStats:
                 work.cancel()  # a pod killed: nothing more is said, its connection cut
                 with contextlib.suppress(asyncio.CancelledError):
                     await work
-                stats.killed += 1
-                stats.kills[kills[i][1]] += 1
-                stats.killed_at.append(time.time() - start_at)
-                stats.exits["killed"] += 1
+                stats.killed_one(kills[i][1], start_at)
                 return
-        reason = await work
-        stats.exits[reason] += 1
-        stats.last_exit = max(stats.last_exit, time.time() - start_at)
+        stats.exited(await work, start_at)
 
-    everyone = asyncio.gather(*(one(i, n) for i, n in enumerate(names)))
-    # Stopped at the run's cap (SIGTERM): what was seen is reported all the same.
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, everyone.cancel)
-    try:
-        await everyone
-    except asyncio.CancelledError:
-        stats.exits["stopped at the cap"] += len(names) - sum(stats.exits.values())
-    finally:
-        await asyncio.gather(*(s.aclose() for s in stores))
-    return stats
+    return await every_worker(one, names, stats, stores)
 
 
 async def check_commits(
@@ -475,13 +448,7 @@ async def check_commits(
     counts: Counter[int] = Counter(
         int(max(0.0, at - started) / dilate) for at in first.values() if at != float("inf")
     )
-    return {
-        "objects": {"commits": len(keys), "singles": len(others), "all": len(keys) + len(others)},
-        "outcomes": sum(len(found) for found in records.values()),
-        "lost": sum(1 for i in range(n) if i not in records),
-        "duplicated": sum(1 for found in records.values() if len(found) > 1),
-        "readers_may_disagree": disagree,
-        "states": dict(states),
-        "wrong_values": wrong,
-        "durable_per_s": [counts.get(s, 0) for s in range(max(counts, default=-1) + 1)],
-    }
+    objects = {"commits": len(keys), "singles": len(others), "all": len(keys) + len(others)}
+    check = checked(objects, records, n, disagree, states, wrong)
+    check["durable_per_s"] = [counts.get(s, 0) for s in range(max(counts, default=-1) + 1)]
+    return check
