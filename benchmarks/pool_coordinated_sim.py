@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import random
 import signal
 import sys
@@ -90,7 +91,7 @@ def coordinator_main(cfg: dict[str, Any]) -> None:
         },
         "cpu_s": time.process_time(),
     }
-    print("result " + __import__("json").dumps(out), flush=True)
+    print("result " + json.dumps(out), flush=True)
 
 
 class Link:
