@@ -154,6 +154,7 @@ async def reach(store: Any, hello: Any, token: bytes, state: dict[str, Any]) -> 
     from kinetic._exceptions import ObjectNotFoundError
     from runner import protocol
     from runner.pool.coordinator import commits, wire
+    from runner.pool.coordinator.server import first_frame
 
     stats, timeout, dilate = state["stats"], state["timeout"], state["dilate"]
 
@@ -196,13 +197,13 @@ async def reach(store: Any, hello: Any, token: bytes, state: dict[str, Any]) -> 
         try:
             decoder = wire.Decoder()
             async with asyncio.timeout(CONNECT_S * dilate):
-                challenge, early = await _first(reader, decoder)
+                challenge, early = await first_frame(reader, decoder)
                 if early or not isinstance(challenge, wire.Challenge) or challenge.epoch != epoch:
                     raise wire.WireError(f"not epoch {epoch}'s coordinator")
                 nonce = wire.new_nonce()
                 proof = wire.hello_proof(token, challenge.nonce, nonce, hello.worker)
                 writer.write(wire.encode(wire.Greeting(hello, nonce, proof)))
-                welcome, early = await _first(reader, decoder)
+                welcome, early = await first_frame(reader, decoder)
                 if not isinstance(welcome, wire.Welcome):
                     raise wire.WireError(f"answered with {type(welcome).__name__}")
                 wire.check_welcome(token, challenge, nonce, welcome)
@@ -214,16 +215,6 @@ async def reach(store: Any, hello: Any, token: bytes, state: dict[str, Any]) -> 
         stats.ops["unreachable"] += 1
         reason = await stopped()
         return ("gone", reason) if reason else ("unreachable", None)
-
-
-async def _first(reader: asyncio.StreamReader, decoder: Any) -> tuple[Any, list[Any]]:
-    while True:
-        data = await reader.read(1 << 16)
-        if not data:
-            raise ConnectionError("closed in the handshake")
-        frames = decoder.feed(data)
-        if frames:
-            return frames[0], frames[1:]
 
 
 async def drive(member: Any, store: Any, chunks: Chunks, state: dict[str, Any]) -> str:

@@ -261,14 +261,7 @@ class Server:
         challenge = wire.Challenge(wire.new_nonce(), self.epoch)
         writer.write(wire.encode(challenge))
         await writer.drain()
-        while True:
-            data = await reader.read(1 << 16)
-            if not data:
-                raise ConnectionError("closed during the handshake")
-            frames = decoder.feed(data)
-            if frames:
-                break
-        greeting = frames[0]
+        greeting, early = await first_frame(reader, decoder)
         if not isinstance(greeting, wire.Greeting):
             raise wire.WireError(f"the first frame is a {type(greeting).__name__}")
         wire.check_greeting(self.token, challenge, greeting)
@@ -277,7 +270,7 @@ class Server:
                 wire.Welcome(wire.welcome_proof(self.token, challenge.nonce, greeting.nonce))
             )
         )
-        if frames[1:]:
+        if early:
             raise wire.WireError("frames before the welcome")
         return greeting
 
@@ -392,6 +385,22 @@ class Server:
             with contextlib.suppress(ConnectionError):
                 async with asyncio.timeout(5.0):
                     await writer.drain()
+
+
+async def first_frame(
+    reader: asyncio.StreamReader, decoder: wire.Decoder
+) -> tuple[wire.Frame, list[wire.Frame]]:
+    """The next frame of a handshake, and any that came with it.
+
+    :raises ConnectionError: the peer closed the connection first.
+    """
+    while True:
+        data = await reader.read(1 << 16)
+        if not data:
+            raise ConnectionError("closed during the handshake")
+        frames = decoder.feed(data)
+        if frames:
+            return frames[0], frames[1:]
 
 
 def coordinator_done(coordinator: core.Coordinator | None) -> bool:
