@@ -551,9 +551,10 @@ async def process_start(
     return stores, DEFAULT_TIMEOUT * dilate, kills, start_at
 
 
-async def read_batch(store: Any, stats: WorkerStats, timeout: float) -> Any:
+async def read_batch(store: Any, stats: WorkerStats, timeout: float, *, stop: bool = True) -> Any:
     """A pod's first reads (:meth:`runner.pool.worker.Worker._start`): the manifest
-    (returned), the stop record and the function."""
+    (returned), the stop record (unless ``stop`` is False: a coordinated worker linked
+    to its coordinator hears of a stop from it) and the function."""
     from kinetic._exceptions import ObjectNotFoundError
     from runner import protocol
 
@@ -561,7 +562,8 @@ async def read_batch(store: Any, stats: WorkerStats, timeout: float) -> Any:
         await _retry(store.read, protocol.group_manifest_key(GROUP), timeout=timeout, stats=stats)
     )
     with contextlib.suppress(ObjectNotFoundError):
-        await _retry(store.read, protocol.group_stop_key(GROUP), timeout=timeout, stats=stats)
+        if stop:
+            await _retry(store.read, protocol.group_stop_key(GROUP), timeout=timeout, stats=stats)
     await _retry(store.read, protocol.group_payload_key(GROUP), timeout=timeout, stats=stats)
     return manifest
 

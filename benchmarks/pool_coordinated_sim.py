@@ -67,8 +67,13 @@ def coordinator_main(cfg: dict[str, Any]) -> None:
     from runner.pool.coordinator.server import Server
 
     dilate = cfg["dilate"]
-    store = GCSStore(cfg["bucket"], GCSStorage(cfg["bucket"], **dilated_client(dilate)))
-    server = Server(store, GROUP, bytes.fromhex(cfg["token"]), timescale=dilate)
+
+    def open_store() -> GCSStore:
+        return GCSStore(cfg["bucket"], GCSStorage(cfg["bucket"], **dilated_client(dilate)))
+
+    store = open_store()
+    token = bytes.fromhex(cfg["token"])
+    server = Server(store, GROUP, token, timescale=dilate, readers=open_store)
     print("ready", flush=True)
     start_at = float(sys.stdin.readline())
     time.sleep(max(0.0, start_at - time.time()))
@@ -88,6 +93,8 @@ def coordinator_main(cfg: dict[str, Any]) -> None:
             "status": status,
             "epoch": server.epoch,
             "commits": core.ledger.next_seq if core is not None else 0,
+            "shelf_reads": server.shelf.reads if server.shelf is not None else 0,
+            "shelf_served": server.shelf.served if server.shelf is not None else 0,
         },
         "cpu_s": time.process_time(),
     }
@@ -107,6 +114,7 @@ class Link:
     ) -> None:
         self.reader, self.writer, self.decoder = reader, writer, decoder
         self.frames: deque[Any] = deque(early)
+        self.reads: dict[str, asyncio.Future[bytes | None]] = {}
         self.dropped = False
         self.heard = asyncio.Event()
         if early:
@@ -114,16 +122,42 @@ class Link:
         self._task = asyncio.ensure_future(self._read())
 
     async def _read(self) -> None:
+        from runner.pool.coordinator import messages as m
         from runner.pool.coordinator import wire
 
         try:
             while data := await self.reader.read(1 << 16):
-                self.frames.extend(self.decoder.feed(data))
+                for frame in self.decoder.feed(data):
+                    if isinstance(frame, m.Data):
+                        answer = self.reads.pop(frame.key, None)
+                        if answer is not None and not answer.done():
+                            answer.set_result(frame.data)
+                    else:
+                        self.frames.append(frame)
                 self.heard.set()
         except (OSError, wire.WireError):
             pass
         self.dropped = True
+        for answer in self.reads.values():
+            if not answer.done():
+                answer.set_result(None)  # read from storage instead
+        self.reads.clear()
         self.heard.set()
+
+    async def read(self, key: str, timeout: float) -> bytes | None:
+        """The batch's object ``key`` from the coordinator's shelf (the pod's
+        :meth:`runner.pool.coordinator.link.Link.read`); None: read it from storage."""
+        from runner.pool.coordinator import messages as m
+
+        answer = self.reads.get(key)
+        if answer is None:
+            if not self.send(m.Read(key)):
+                return None
+            answer = self.reads[key] = asyncio.get_running_loop().create_future()
+        try:
+            return await asyncio.wait_for(asyncio.shield(answer), timeout)
+        except TimeoutError:
+            return None
 
     def take(self) -> list[Any]:
         out = list(self.frames)
@@ -148,9 +182,30 @@ class Link:
             self.writer.close()
 
 
-async def reach(store: Any, hello: Any, token: bytes, state: dict[str, Any]) -> tuple[str, Any]:
+class Served:
+    """The pod's :class:`runner.pool.coordinator.served.ServedStore`: reads asked of the
+    coordinator's shelf while the worker is linked (``state["link"]``), else storage's."""
+
+    def __init__(self, store: Any, state: dict[str, Any]) -> None:
+        self.store, self.state = store, state
+
+    async def read(self, key: str, *, timeout: float) -> bytes:
+        link = self.state.get("link")
+        if link is not None:
+            data = await link.read(key, timeout)
+            if data is not None:
+                self.state["stats"].ops["served"] += 1
+                return data
+        return await self.store.read(key, timeout=timeout)  # type: ignore[no-any-return]
+
+
+async def reach(
+    store: Any, hello: Any, token: bytes, state: dict[str, Any], *, first: bool = False
+) -> tuple[str, Any]:
     """Find the coordinator and connect (the pod's ``_connect``): ``("linked", Link)``,
-    ``("gone", reason)`` (the batch is done or stopped) or ``("unreachable", None)``."""
+    ``("gone", reason)`` (the batch is done or stopped) or ``("unreachable", None)``.
+    ``first``: the pod's look before it sets up (epoch 0's record, one read; no
+    listing, and no stop read when it is not there)."""
     from kinetic._exceptions import ObjectNotFoundError
     from runner import protocol
     from runner.pool.coordinator import commits, wire
@@ -178,17 +233,20 @@ async def reach(store: Any, hello: Any, token: bytes, state: dict[str, Any]) -> 
             stats.op_ms[round((time.monotonic() - sent) * 1000 / dilate)] += 1
 
     try:
-        listed = await timed(
-            _retry(keys, commits.coordinator_prefix(GROUP), timeout=timeout, stats=stats)
-        )
-        if commits.done_key(GROUP) in listed:
-            return "gone", "done"
-        epochs = [(commits.parse_coordinator_key(GROUP, k), k) for k in listed]
-        found = [(e, k) for e, k in epochs if e is not None]
-        if not found:
-            reason = await stopped()
-            return ("gone", reason) if reason else ("unreachable", None)
-        epoch, key = max(found)
+        if first:
+            epoch, key = 0, commits.coordinator_key(GROUP, 0)
+        else:
+            listed = await timed(
+                _retry(keys, commits.coordinator_prefix(GROUP), timeout=timeout, stats=stats)
+            )
+            if commits.done_key(GROUP) in listed:
+                return "gone", "done"
+            epochs = [(commits.parse_coordinator_key(GROUP, k), k) for k in listed]
+            found = [(e, k) for e, k in epochs if e is not None]
+            if not found:
+                reason = await stopped()
+                return ("gone", reason) if reason else ("unreachable", None)
+            epoch, key = max(found)
         record = commits.decode_coordinator(
             await timed(_retry(store.read, key, timeout=timeout, stats=stats))
         )
@@ -211,8 +269,12 @@ async def reach(store: Any, hello: Any, token: bytes, state: dict[str, Any]) -> 
             writer.transport.abort()
             raise
         return "linked", Link(reader, writer, decoder, early)
+    except ObjectNotFoundError:  # a first look: no coordinator yet
+        return "absent", None
     except (OSError, TimeoutError, wire.WireError, ValueError):
         stats.ops["unreachable"] += 1
+        if first:
+            return "unreachable", None
         reason = await stopped()
         return ("gone", reason) if reason else ("unreachable", None)
 
@@ -228,7 +290,9 @@ async def drive(member: Any, store: Any, chunks: Chunks, state: dict[str, Any]) 
     from runner.pool.coordinator.member import Connect, Fetch, Say
 
     stats, dilate, token = state["stats"], state["dilate"], state["token"]
-    link: Link | None = None
+    link: Link | None = state.get("link")  # connected before setting up
+    if link is not None:
+        member.linked_up(time.monotonic() / dilate, asked=False)
     connecting: asyncio.Task[tuple[str, Any]] | None = None
     fetching: tuple[int, asyncio.Task[None]] | None = None  # a chunk read ahead
     running: tuple[int, asyncio.Task[None], float, Any] | None = None
@@ -256,7 +320,7 @@ async def drive(member: Any, store: Any, chunks: Chunks, state: dict[str, Any]) 
                 if what == "linked":
                     if link is not None:
                         link.close()
-                    link = value
+                    link = state["link"] = value
                     member.linked_up(now())
                 elif what == "gone":
                     member.gone_away(value)
@@ -276,7 +340,7 @@ async def drive(member: Any, store: Any, chunks: Chunks, state: dict[str, Any]) 
                     member.heard(message, now())
                 if link.dropped and not link.frames:
                     link.close()
-                    link = None
+                    link = state["link"] = None
                     member.disconnected(now(), random.random())
             op = member.next(now())
             stats.ops[type(op).__name__] += 1
@@ -285,7 +349,7 @@ async def drive(member: Any, store: Any, chunks: Chunks, state: dict[str, Any]) 
                 if link is None or not link.send(op.message):
                     if link is not None:
                         link.close()
-                        link = None
+                        link = state["link"] = None
                     member.disconnected(now(), random.random())
             elif isinstance(op, Connect):
                 connecting = asyncio.ensure_future(reach(store, op.hello, token, state))
@@ -355,7 +419,9 @@ async def workers_main(cfg: dict[str, Any], stats: WorkerStats) -> WorkerStats:
     for every engine, with the batch's token)."""
     from runner.pool import options as pool_options
     from runner.pool.chunks import CHUNKS_KEPT
-    from runner.pool.coordinator.member import Member
+    from runner.pool.coordinator import messages as m
+    from runner.pool.coordinator.member import RECONNECT_FIRST_S, Member
+    from runner.pool.coordinator.worker import FIRST_LOOKS, START_PER_S
     from runner.pool.options import PoolOptions
 
     names = cfg["names"]
@@ -378,12 +444,30 @@ async def workers_main(cfg: dict[str, Any], stats: WorkerStats) -> WorkerStats:
         if i in kills and kills[i][1] == "pause":  # frozen a lease and more, then resumes
             state["pause"] = (start_at + kills[i][0], cfg["lease_s"] * random.uniform(1.1, 1.5))
         ordinal = int(name.removeprefix("sim-"))
-        # The pod's start (runner.pool.worker.Worker._start): its share of the start
-        # spread, then the manifest, the stop record and the function.
-        await asyncio.sleep(sized.start_wait(ordinal, random.random()))
-        options = PoolOptions.from_manifest(await read_batch(store, stats, timeout))
+        # The pod's start (CoordinatedWorker.before_reads): its share of the start
+        # spread, then its coordinator (epoch 0's record; a full look if that one is
+        # gone), then the manifest and the function, from the coordinator's shelf.
+        await asyncio.sleep(sized.start_wait(ordinal, random.random(), rate=START_PER_S / dilate))
+        hello = m.Hello(name, (), wants=False)
+        wait, looks, first = RECONNECT_FIRST_S, 1, True
+        while True:
+            what, value = await reach(store, hello, token, state, first=first)
+            if what == "linked":
+                state["link"] = value
+            elif what == "unreachable" and first:
+                first = False  # epoch 0's is gone: a full look
+                continue
+            elif what == "absent" and looks < FIRST_LOOKS:
+                await asyncio.sleep(wait * (0.5 + random.random() / 2) * dilate)
+                wait, looks = wait * 2, looks + 1
+                continue
+            break
+        served = Served(store, state)
+        options = PoolOptions.from_manifest(
+            await read_batch(served, stats, timeout, stop=state.get("link") is None)
+        )
         member = Member(options, GROUP, name)
-        chunks = Chunks(store, options.chunk_size, timeout, kept=CHUNKS_KEPT)
+        chunks = Chunks(served, options.chunk_size, timeout, kept=CHUNKS_KEPT)
         work = asyncio.ensure_future(drive(member, store, chunks, state))
         if i in kills and kills[i][1] != "pause":
             await asyncio.wait([work], timeout=max(0.0, start_at + kills[i][0] - time.time()))

@@ -115,7 +115,7 @@ class PoolOptions:
         :meth:`start_wait`, not for claiming."""
         return cls(total=0, chunk_size=1, workers=max(1, workers))
 
-    def start_wait(self, ordinal: int | None, pick: float) -> float:
+    def start_wait(self, ordinal: int | None, pick: float, rate: float | None = None) -> float:
         """How long a worker waits after its pod starts before its first storage request
         (the batch's manifest, stop record, function and context, then its first claim).
 
@@ -132,11 +132,14 @@ class PoolOptions:
 
         :param ordinal: the worker's completion index, or None.
         :param pick: a random number in [0, 1).
+        :param rate: workers a second the start admits; default ``2 x claims_per_s``
+            (a coordinated pool's start costs a worker one read:
+            :data:`runner.pool.coordinator.worker.START_PER_S`).
         """
         if not self.spread_start:
             return 0.0
         slot = pick if ordinal is None else (ordinal % self.workers + pick) / self.workers
-        return slot * self.workers / (2 * self.claims_per_s)
+        return slot * self.workers / (2 * self.claims_per_s if rate is None else rate)
 
     @property
     def first_span(self) -> int:

@@ -184,14 +184,14 @@ class Worker:
     def _start(self) -> int:
         workers = pool_workers()
         if workers is not None:  # the start spread, before the batch's reads
-            time.sleep(PoolOptions.of_pool_size(workers).start_wait(self.ordinal, random.random()))
+            time.sleep(self.start_wait(PoolOptions.of_pool_size(workers)))
+        self.before_reads()
         self._manifest = protocol.load_manifest(
             self.store.read(protocol.group_manifest_key(self.group_id))
         )
         options = PoolOptions.from_manifest(self.manifest)
-        with contextlib.suppress(FileNotFoundError):
-            self.store.read(protocol.group_stop_key(self.group_id))
-            return protocol.EXIT_OK  # stopped before this worker started
+        if self.stopped_before_start():
+            return protocol.EXIT_OK
         try:
             return self._run(options, spread_start=workers is None)
         finally:
@@ -199,6 +199,21 @@ class Worker:
             if self.zygote is not None:
                 self.zygote.close()  # and an input still running (after a failure) ends
             report_cpu()
+
+    def start_wait(self, sized: PoolOptions) -> float:
+        """Seconds to wait before the batch's reads (:meth:`PoolOptions.start_wait`)."""
+        return sized.start_wait(self.ordinal, random.random())
+
+    def before_reads(self) -> None:
+        """Called before the batch's reads (a coordinated worker connects first)."""
+
+    def stopped_before_start(self) -> bool:
+        """Whether the batch stopped before this worker started (its stop record)."""
+        try:
+            self.store.read(protocol.group_stop_key(self.group_id))
+        except FileNotFoundError:
+            return False
+        return True
 
     def set_up_or_stop(self, options: PoolOptions) -> bool:
         """Set up (:meth:`setup`, the chunks); a failure is no input's fault and would

@@ -5,6 +5,7 @@ a coordinator (``python -m runner.pool.coordinator``) on loopback and workers
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -23,6 +24,7 @@ from runner.pool.coordinator import commits, wire
 from runner.pool.coordinator import messages as m
 from runner.pool.coordinator.link import connect
 from runner.pool.coordinator.server import EXIT_DEPOSED
+from runner.pool.counting import REQUESTS_MARKER
 from runner.pool.signals import EXIT_TERMINATED
 from runner.store import FileStore
 from tests.local.test_pool_worker import GID, REPO, double, finish, record
@@ -136,6 +138,26 @@ def test_a_coordinator_hands_out_the_inputs_and_commits_each_once(tmp_path: Path
         commits.done_key(GID),
     ]
     assert "epoch 0 finished" in outs[0]
+
+
+def test_workers_read_the_batch_from_their_coordinator(tmp_path: Path) -> None:
+    n = 60
+    store = record(tmp_path, double, [((i,), {}) for i in range(n)])  # 15 chunks
+    coordinator = start_coordinator(tmp_path)
+    deadline = time.monotonic() + 30
+    while not store.list(commits.coordinator_prefix(GID)):
+        assert time.monotonic() < deadline, "the coordinator never took its epoch"
+        time.sleep(0.05)
+    procs = [start_worker(tmp_path, f"w{k}") for k in range(3)]
+    outs = finish([coordinator, *procs])
+    found = committed(store)
+    assert sorted(found) == list(range(n))
+    assert all(payload["result"] == 2 * i for i, (_, payload) in found.items())
+    for out in outs[1:]:
+        (line,) = (x for x in out.splitlines() if x.startswith(REQUESTS_MARKER))
+        # Epoch 0's record, one read: the manifest, the function and every input chunk
+        # came from the coordinator's shelf, and the stop from the coordinator.
+        assert json.loads(line.removeprefix(REQUESTS_MARKER)) == {"read": 1}, out
 
 
 def test_a_large_result_is_an_object_of_its_own(tmp_path: Path) -> None:

@@ -23,6 +23,10 @@ FRAMES: list[wire.Frame] = [
     m.Drop((9,)),
     m.Ack(()),
     m.Exit("cancelled", kill=True),
+    m.Read("_groups/g/inputs/000003.pkl"),
+    m.Data("_groups/g/fn.pkl", b"\x80\x05 the function"),
+    m.Data("_groups/g/inputs/000003.pkl", b""),
+    m.Data("elsewhere", None),
 ]
 
 

@@ -1,10 +1,11 @@
 """A coordinated pool worker's connection to its coordinator.
 
 :func:`connect` finds the coordinator (the highest epoch's record in storage), connects
-and runs the handshake (:mod:`.wire`); a :class:`Link` then sends from the worker's
-main thread (small frames, a blocking ``sendall`` with a timeout) and reads in a
-helper thread, which queues what it hears and makes :attr:`Link.fd` readable: the
-worker's waits watch it, so a stop is acted on at once.
+and runs the handshake (:mod:`.wire`); a :class:`Link` then sends (small frames, a
+blocking ``sendall`` with a timeout, one thread at a time) and reads in a helper
+thread, which queues what it hears and makes :attr:`Link.fd` readable: the worker's
+waits watch it, so a stop is acted on at once. :meth:`Link.read` asks the coordinator
+for one of the batch's objects (:mod:`.shelf`) and waits for its answer.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import queue
 import socket
 import struct
 import threading
+from concurrent.futures import Future
 from typing import Final
 
 from runner import protocol
@@ -26,6 +28,9 @@ CONNECT_SECONDS: Final = 5.0
 """A connection, and the handshake after it, take at most this long each."""
 SEND_SECONDS: Final = 10.0
 """A send that blocks this long (the coordinator stalled) drops the connection."""
+READ_SECONDS: Final = 20.0
+"""How long :meth:`Link.read` waits for the coordinator's answer (it may be reading the
+object from a slow bucket) before the worker reads it from storage itself."""
 
 
 class Dropped(ConnectionError):
@@ -39,6 +44,10 @@ class Link:
         self.sock = sock
         self._decoder = decoder
         self._heard: queue.SimpleQueue[m.ToWorker | None] = queue.SimpleQueue()
+        self._send_lock = threading.Lock()
+        self._reads: dict[str, Future[bytes | None]] = {}
+        self._reads_lock = threading.Lock()
+        self._dropped = False
         self._wake_read, self._wake_write = os.pipe()
         self._queue(early)  # what came with the welcome
         self._thread = threading.Thread(target=self._read, name="kinetic-link", daemon=True)
@@ -49,12 +58,34 @@ class Link:
         """Readable while something heard waits to be taken (:meth:`take`)."""
         return self._wake_read
 
-    def send(self, message: m.ToCoordinator) -> None:
+    def send(self, message: m.ToCoordinator | m.Read) -> None:
         """:raises Dropped: the connection is gone."""
         try:
-            self.sock.sendall(wire.encode(message))
+            with self._send_lock:
+                self.sock.sendall(wire.encode(message))
         except OSError as e:
             raise Dropped(f"sending to the coordinator: {e}") from e
+
+    def read(self, key: str, timeout: float = READ_SECONDS) -> bytes | None:
+        """The batch's object ``key`` from the coordinator, or None when it does not
+        serve it (the caller reads it from storage). Any thread may call it; two reads
+        of one key share the answer.
+
+        :raises Dropped: the connection dropped, or no answer came within ``timeout``.
+        """
+        with self._reads_lock:
+            if self._dropped:
+                raise Dropped("the coordinator closed the connection")
+            answer = self._reads.get(key)
+            asking = answer is None
+            if answer is None:
+                answer = self._reads[key] = Future()
+        if asking:
+            self.send(m.Read(key))
+        try:
+            return answer.result(timeout)
+        except TimeoutError:
+            raise Dropped(f"no answer for {key} in {timeout:.0f} s") from None
 
     def take(self) -> list[m.ToWorker]:
         """What was heard since the last call.
@@ -80,6 +111,12 @@ class Link:
     def _queue(self, frames: list[wire.Frame]) -> None:
         """:raises wire.WireError: a frame the coordinator never sends after the handshake."""
         for frame in frames:
+            if isinstance(frame, m.Data):
+                with self._reads_lock:
+                    answer = self._reads.pop(frame.key, None)
+                if answer is not None:
+                    answer.set_result(frame.data)
+                continue
             if not isinstance(frame, (m.Assign, m.Drop, m.Ack, m.Exit)):
                 raise wire.WireError(f"the coordinator sent {type(frame).__name__}")
             self._heard.put(frame)
@@ -99,17 +136,34 @@ class Link:
                 self._queue(self._decoder.feed(data))
         except (OSError, wire.WireError) as e:
             print(f"kinetic pool: the link to the coordinator dropped: {e}", flush=True)
+        with self._reads_lock:
+            self._dropped = True
+            waiting, self._reads = list(self._reads.values()), {}
+        for answer in waiting:
+            answer.set_exception(Dropped("the coordinator closed the connection"))
         self._heard.put(None)
         with contextlib.suppress(OSError):
             os.write(self._wake_write, b"x")
 
 
-def find(store: RunnerStore, group_id: str) -> tuple[int, commits.CoordinatorRecord] | str | None:
+def find(
+    store: RunnerStore, group_id: str, *, first: bool = False
+) -> tuple[int, commits.CoordinatorRecord] | str | None:
     """Where the coordinator listens (its epoch and record); else ``"done"`` or the
     stop's reason when the batch ended; None when no coordinator has started yet.
 
+    :param first: a worker's first look: epoch 0's record, one read (no listing); the
+        caller looks again in full if that coordinator cannot be reached (it restarted).
     :raises OSError: storage failed.
     """
+    if first:
+        key = commits.coordinator_key(group_id, 0)
+        try:
+            return 0, commits.decode_coordinator(store.read(key))
+        except FileNotFoundError:
+            return None
+        except ValueError as e:
+            raise OSError(f"the coordinator's record {key} is damaged: {e}") from e
     prefix = commits.coordinator_prefix(group_id)
     keys = store.list(prefix)
     if commits.done_key(group_id) in keys:

@@ -129,14 +129,18 @@ class Member:
             self.rest.clear()
             self.retry = None
 
-    def linked_up(self, mono: float) -> None:
+    def linked_up(self, mono: float, *, asked: bool = True) -> None:
         """The connection is up (the handshake passed): what was not acknowledged is said
-        again, and the ask for a span if one is wanted."""
+        again, and the ask for a span if one is wanted.
+
+        :param asked: whether its hello asked for a span if one was wanted: False for
+            the connection the worker made before it set up (its hello asked nothing).
+        """
         self.linked, self.connecting = True, False
         self.reconnect_wait = RECONNECT_FIRST_S
         self.said_at = mono
         self.outbox = deque(self.unacked[i] for i in sorted(self.unacked))
-        self.asked = not self.rest  # the hello said it wants a span
+        self.asked = asked and not self.rest  # the hello said it wants a span
 
     def unreachable(self, mono: float, pick: float = 1.0) -> None:
         """The coordinator could not be reached (not started yet, restarting): tried

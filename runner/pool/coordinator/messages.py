@@ -78,5 +78,25 @@ class Exit:
     kill: bool = False
 
 
+@dataclass(frozen=True)
+class Read:
+    """Send the batch's object ``key``: its manifest, function, context archive or an
+    input chunk, objects that never change (:mod:`runner.pool.coordinator.shelf`)."""
+
+    key: str
+
+
+@dataclass(frozen=True)
+class Data:
+    """The answer to :class:`Read`: object ``key``'s bytes, or None when the
+    coordinator does not serve it (not one of the batch's objects that never change,
+    too large, or storage failed): the worker reads it from storage itself."""
+
+    key: str
+    data: bytes | None
+
+
 ToCoordinator = Hello | Outcome | More | Beat
 ToWorker = Assign | Drop | Ack | Exit
+"""The messages of the protocol. :class:`Read` and :class:`Data` travel on the same
+connections but are the shelf's, not the protocol's: neither end's state depends on them."""

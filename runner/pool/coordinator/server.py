@@ -13,7 +13,8 @@ It
    reconnected and said what they hold (at most
    :data:`~runner.pool.coordinator.core.RESTART_GRACE_SECONDS`);
 4. serves the workers (:mod:`.wire`: a connection whose peer does not prove the batch's
-   token is closed before anything is said on it), writes each commit create-if-absent
+   token is closed before anything is said on it), and the batch's objects that never
+   change to them (:mod:`.shelf`: the manifest, function, context, input chunks), writes each commit create-if-absent
    until storage answers (a commit found there is an earlier try's that landed), reads
    ``stop.json`` every :data:`STOP_READ_SECONDS` (one read, whatever the pool's size),
    and writes it on a ``fail_fast`` failure;
@@ -42,6 +43,7 @@ from runner import protocol
 from runner.pool.coordinator import commits, core, wire
 from runner.pool.coordinator import messages as m
 from runner.pool.coordinator.ledger import Commit
+from runner.pool.coordinator.shelf import Readers, Shelf, servable_keys
 from runner.pool.options import PoolOptions
 from runner.pool.signals import EXIT_TERMINATED
 from runner.store import RunnerStore, StoreUnavailable, open_store
@@ -86,13 +88,24 @@ class Server:
     """One coordinator's IO (see the module docstring)."""
 
     def __init__(
-        self, store: RunnerStore, group_id: str, token: bytes, *, timescale: float = 1.0
+        self,
+        store: RunnerStore,
+        group_id: str,
+        token: bytes,
+        *,
+        timescale: float = 1.0,
+        readers: Callable[[], RunnerStore] | None = None,
     ) -> None:
+        """:param readers: opens a store for each of the shelf's reading threads
+        (:class:`~.shelf.Readers`); without it the shelf reads through ``store``'s
+        thread."""
         self.store, self.group_id, self.token = store, group_id, token
         self.timescale = timescale
         """Wall seconds per second of the protocol's clock: 1, but for a simulation that
         runs slower than real time (``benchmarks/bench_pool_sim.py``)."""
         self.core: core.Coordinator | None = None
+        self.shelf: Shelf | None = None
+        self.readers = None if readers is None else Readers(readers)
         self.epoch = 0
         self.writers: dict[int, asyncio.StreamWriter] = {}
         self.next_conn = 0
@@ -112,8 +125,10 @@ class Server:
         return time.monotonic() / self.timescale
 
     def close(self) -> None:
-        """End the store's thread (after its call under way, if any)."""
+        """End the store's thread and the shelf's (after the calls under way)."""
         self._store_thread.shutdown(wait=True)
+        if self.readers is not None:
+            self.readers.close()
 
     async def patiently(
         self, what: str, call: Callable[P, T], *args: P.args, **kwargs: P.kwargs
@@ -135,10 +150,12 @@ class Server:
     # -- start -----------------------------------------------------------------------------
 
     async def serve(self, host: str, port: int, advertise: str) -> int:
-        manifest = protocol.load_manifest(
-            await self._read(protocol.group_manifest_key(self.group_id), "the manifest")
-        )
+        manifest_key = protocol.group_manifest_key(self.group_id)
+        manifest_bytes = await self._read(manifest_key, "the manifest")
+        manifest = protocol.load_manifest(manifest_bytes)
         options = PoolOptions.from_manifest(manifest)
+        self.shelf = Shelf(servable_keys(self.group_id, manifest), self._shelf_read)
+        self.shelf.put(manifest_key, manifest_bytes)
         server = await asyncio.start_server(self._connection, host, port)
         bound = server.sockets[0].getsockname()[1]
         try:
@@ -189,6 +206,12 @@ class Server:
         except FileNotFoundError as e:
             raise CoordinatorError(f"{what} ({key}) is missing") from e
         return data
+
+    async def _shelf_read(self, key: str) -> bytes:
+        if self.readers is not None:
+            return await self.readers.read(key)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._store_thread, self.store.read, key)
 
     async def _take_epoch(self, host: str, port: int) -> int:
         prefix = commits.coordinator_prefix(self.group_id)
@@ -242,18 +265,31 @@ class Server:
         self.writers[conn] = writer
         self._perform(coordinator.connected(conn, greeting.hello, self.now()))
         try:
-            while data := await reader.read(1 << 16):
-                for frame in decoder.feed(data):
-                    if not isinstance(frame, (m.Outcome, m.More, m.Beat)):
-                        raise wire.WireError(f"a worker sent {type(frame).__name__}")
-                    self._perform(coordinator.received(conn, frame, self.now()))
-                await writer.drain()
-        except (wire.WireError, ConnectionError) as e:
-            print(f"kinetic coordinator: connection {conn} dropped: {e}", flush=True)
+            async with asyncio.TaskGroup() as reads:  # the shelf's answers to this worker
+                while data := await reader.read(1 << 16):
+                    for frame in decoder.feed(data):
+                        if isinstance(frame, m.Read):
+                            reads.create_task(self._serve(writer, frame.key))
+                            continue
+                        if not isinstance(frame, (m.Outcome, m.More, m.Beat)):
+                            raise wire.WireError(f"a worker sent {type(frame).__name__}")
+                        self._perform(coordinator.received(conn, frame, self.now()))
+                    await writer.drain()
+        except* (wire.WireError, ConnectionError) as group:
+            why = group.exceptions[0]
+            print(f"kinetic coordinator: connection {conn} dropped: {why}", flush=True)
         finally:
             writer.close()
             if self.writers.pop(conn, None) is not None:
                 self._perform(coordinator.disconnected(conn, self.now()))
+
+    async def _serve(self, writer: asyncio.StreamWriter, key: str) -> None:
+        assert self.shelf is not None
+        data = await self.shelf.get(key)
+        if not writer.is_closing():
+            writer.write(wire.encode(m.Data(key, data)))
+            with contextlib.suppress(ConnectionError):
+                await writer.drain()
 
     async def _handshake(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, decoder: wire.Decoder
@@ -429,7 +465,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"kinetic coordinator: {e}", file=sys.stderr, flush=True)
         return 2
     store = open_store(args.storage)
-    server = Server(store, args.group, token)
+    server = Server(store, args.group, token, readers=lambda: open_store(args.storage))
 
     async def run() -> int:
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, server.terminate)

@@ -2,9 +2,10 @@
 ends hold the batch's token. Pure, standard library only.
 
 A frame is ``length`` (4 bytes, big-endian: what follows), ``kind`` (1 byte), then
-the body: JSON for every kind but :class:`~runner.pool.coordinator.messages.Outcome`,
-whose body is its JSON header's length (4 bytes), the header, then the outcome record
-as it is committed. A frame longer than :data:`MAX_FRAME` is refused.
+the body: JSON for every kind but :class:`~runner.pool.coordinator.messages.Outcome`
+and :class:`~runner.pool.coordinator.messages.Data`, whose body is a JSON header's
+length (4 bytes), the header, then the bytes as they are stored (the outcome record as
+it is committed; the object served). A frame longer than :data:`MAX_FRAME` is refused.
 
 The handshake, on every connection, before any message of
 :mod:`runner.pool.coordinator.messages`:
@@ -71,7 +72,7 @@ class Greeting:
     proof: bytes
 
 
-Frame = m.ToCoordinator | m.ToWorker | Challenge | Welcome | Greeting
+Frame = m.ToCoordinator | m.ToWorker | m.Read | m.Data | Challenge | Welcome | Greeting
 
 _KINDS: Final[dict[type, int]] = {
     Challenge: 1,
@@ -84,6 +85,8 @@ _KINDS: Final[dict[type, int]] = {
     m.Drop: 8,
     m.Ack: 9,
     m.Exit: 10,
+    m.Read: 11,
+    m.Data: 12,
 }
 
 
@@ -133,6 +136,9 @@ def encode(frame: Frame) -> bytes:
             }
         )
         body = _LENGTH.pack(len(head)) + head + (frame.record or b"")
+    elif isinstance(frame, m.Data):
+        head = _json({"key": frame.key, "served": frame.data is not None})
+        body = _LENGTH.pack(len(head)) + head + (frame.data or b"")
     else:
         body = _json(_fields(frame))
     if len(body) + 1 > MAX_FRAME:
@@ -158,6 +164,8 @@ def _fields(frame: Frame) -> dict[str, Any]:
         return {"indices": list(frame.indices)}
     if isinstance(frame, m.Exit):
         return {"reason": frame.reason, "kill": frame.kill}
+    if isinstance(frame, m.Read):
+        return {"key": frame.key}
     return {}
 
 
@@ -218,6 +226,13 @@ def _decode(kind: int, body: bytes) -> Frame:
             bool(head["failed"]),
             float(head["seconds"]),
         )
+    if kind == _KINDS[m.Data]:
+        (head_len,) = _LENGTH.unpack_from(body)
+        head = json.loads(body[_LENGTH.size : _LENGTH.size + head_len])
+        data = body[_LENGTH.size + head_len :]
+        if not head["served"] and data:
+            raise WireError("an object not served, with bytes")
+        return m.Data(_key(head["key"]), data if head["served"] else None)
     fields = json.loads(body)
     if not isinstance(fields, dict):
         raise WireError(f"a frame of kind {kind} whose body is not an object")
@@ -243,12 +258,20 @@ def _decode(kind: int, body: bytes) -> Frame:
         return m.Ack(_indices(fields["indices"]))
     if kind == _KINDS[m.Exit]:
         return m.Exit(str(fields["reason"]), bool(fields["kill"]))
+    if kind == _KINDS[m.Read]:
+        return m.Read(_key(fields["key"]))
     raise WireError(f"a frame of unknown kind {kind}")
 
 
 def _index(value: object) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise WireError(f"an input index {value!r}")
+    return value
+
+
+def _key(value: object) -> str:
+    if not isinstance(value, str) or not 0 < len(value) <= 1024:
+        raise WireError(f"an object's key {value!r}")
     return value
 
 

@@ -1,12 +1,15 @@
 """A coordinated pool's worker: ``python -m runner.pool --storage URL --group GID`` with
 the batch's token in :data:`~runner.pool.coordinator.wire.TOKEN_ENV`.
 
-The shell of :class:`~runner.pool.coordinator.member.Member`. It sets up like the
-leaderless worker (:class:`runner.pool.worker.Worker`, whose set-up and input runs it
-shares: the manifest, the function checked and held by a zygote, the context; each
-input in a process forked from the zygote, its output echoed), then, instead of
+The shell of :class:`~runner.pool.coordinator.member.Member`. It connects to its
+coordinator first (its start spread, then one read: epoch 0's record), then sets up
+like the leaderless worker (:class:`runner.pool.worker.Worker`, whose set-up and input
+runs it shares: the manifest, the function checked and held by a zygote, the context;
+each input in a process forked from the zygote, its output echoed), reading the
+batch's objects from the coordinator's shelf (:mod:`.served`), and, instead of
 claiming spans in storage, runs what its coordinator hands it: storage sees this
-worker only for the batch's reads at the start and a large result's object of its own.
+worker for that one read and a large result's object of its own (and, while no
+coordinator can be reached, for the batch's reads themselves).
 
 On SIGTERM (its pod deleted) it ends the running input, tells the coordinator, and
 waits up to :data:`TERM_ACK_SECONDS` for its outcomes' acknowledgements before it exits
@@ -27,7 +30,8 @@ from runner import protocol
 from runner.pool.coordinator import messages as m
 from runner.pool.coordinator import wire
 from runner.pool.coordinator.link import Dropped, Link, connect, find, stopped
-from runner.pool.coordinator.member import Connect, Fetch, Member, Say
+from runner.pool.coordinator.member import RECONNECT_FIRST_S, Connect, Fetch, Member, Say
+from runner.pool.coordinator.served import ServedStore
 from runner.pool.courier import Answer
 from runner.pool.ops import Create, Exit, Kill, Op, Run, Sleep
 from runner.pool.options import PoolOptions
@@ -35,6 +39,13 @@ from runner.pool.signals import EXIT_TERMINATED
 from runner.pool.worker import Worker
 from runner.store import RunnerStore
 
+START_PER_S: Final = 2_500.0
+"""Workers a second a pool's start admits (:meth:`PoolOptions.start_wait`): each reads
+its coordinator's record, half the bucket's 5,000 reads a second before it scales up
+(0.4 s at 1,000 workers)."""
+FIRST_LOOKS: Final = 4
+"""Looks for epoch 0's record before setting up, while it is not there (after about
+0.25, 0.5 and 1 s): then the worker reads the batch from storage."""
 TERM_ACK_SECONDS: Final = 5.0
 """After SIGTERM, how long the worker waits for its last outcomes' acknowledgements
 (a commit takes a fifth of a second; a pod's grace is 30 s by default)."""
@@ -70,6 +81,43 @@ class CoordinatedWorker(Worker):
         self.token = token
         self.link: Link | None = None
         self.member: Member | None = None
+        self.served = ServedStore(self.store.store, lambda: self.link)
+        self.store.store = self.served  # the patient store's retries go around it
+
+    # -- the start -----------------------------------------------------------------------
+
+    def start_wait(self, sized: PoolOptions) -> float:
+        return sized.start_wait(self.ordinal, random.random(), rate=START_PER_S)
+
+    def before_reads(self) -> None:
+        """Connect before setting up, so that the batch's reads are the coordinator's
+        (its hello asks for nothing yet): epoch 0's record, looked for again while it is
+        not there (a pool's pods and its coordinator start together) for
+        :data:`FIRST_LOOKS` looks; a full look if that coordinator is gone. Unreached,
+        the worker reads from storage and its member connects later."""
+        hello = m.Hello(self.name, (), wants=False)
+        wait, looks, first = RECONNECT_FIRST_S, 1, True
+        while True:
+            try:
+                where = find(self.store, self.group_id, first=first)
+                if isinstance(where, tuple):
+                    host, port = where[1]["host"], where[1]["port"]
+                    self.link = connect(host, port, where[0], self.token, hello)
+                    return
+            except (OSError, wire.WireError) as e:
+                print(f"kinetic pool: worker {self.name}: no coordinator yet: {e}", flush=True)
+                if not first:
+                    return
+                first = False  # epoch 0's is gone (a restart): a full look
+                continue
+            if where is not None or not first or looks >= FIRST_LOOKS:
+                return  # the batch ended, or no coordinator started yet
+            time.sleep(wait * (0.5 + random.random() / 2))
+            wait, looks = wait * 2, looks + 1
+
+    def stopped_before_start(self) -> bool:
+        # Linked, the coordinator says so (an Exit on connecting).
+        return self.link is None and super().stopped_before_start()
 
     def _member(self) -> Member:
         assert self.member is not None
@@ -86,6 +134,8 @@ class CoordinatedWorker(Worker):
         if not self.set_up_or_stop(options):
             return protocol.EXIT_OK
         member = self.member = Member(options, self.group_id, self.name)
+        if self.link is not None:  # connected before setting up: ask for a span now
+            member.linked_up(time.monotonic(), asked=False)
         # The member answers what the leaderless worker's machine answers (run_input's
         # ran() and ended(), the loop's operations): the shell is shared.
         self.machine = member  # type: ignore[assignment]
