@@ -420,8 +420,8 @@ async def workers_main(cfg: dict[str, Any], stats: WorkerStats) -> WorkerStats:
     from runner.pool import options as pool_options
     from runner.pool.chunks import CHUNKS_KEPT
     from runner.pool.coordinator import messages as m
-    from runner.pool.coordinator.member import RECONNECT_FIRST_S, Member
-    from runner.pool.coordinator.worker import FIRST_LOOKS, START_PER_S
+    from runner.pool.coordinator.member import Member
+    from runner.pool.coordinator.worker import FIRST_LOOK_S, FIRST_LOOKS, START_PER_S
     from runner.pool.options import PoolOptions
 
     names = cfg["names"]
@@ -449,7 +449,7 @@ async def workers_main(cfg: dict[str, Any], stats: WorkerStats) -> WorkerStats:
         # gone), then the manifest and the function, from the coordinator's shelf.
         await asyncio.sleep(sized.start_wait(ordinal, random.random(), rate=START_PER_S / dilate))
         hello = m.Hello(name, (), wants=False)
-        wait, looks, first = RECONNECT_FIRST_S, 1, True
+        wait, looks, first = FIRST_LOOK_S, 1, True
         while True:
             what, value = await reach(store, hello, token, state, first=first)
             if what == "linked":

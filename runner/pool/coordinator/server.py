@@ -6,8 +6,9 @@ It
 1. reads the batch's manifest (``stop.json`` too: a batch stopped before it started
    ends it at once), and listens on ``--host`` (a pod's address; any free port unless
    ``--port``);
-2. takes its epoch: creates ``coordinator/{epoch}.json`` (where it listens), the
-   epoch after the highest listed; of two that start at once, one gets each;
+2. takes its epoch: creates ``coordinator/{epoch}.json`` (where it listens): epoch 0
+   if it can, else the epoch after the highest listed; of two that start at once, one
+   gets each (a worker that connects meanwhile waits for it to be ready);
 3. after a restart (epoch > 0) reads every commit, and lists the inputs' objects of
    their own: those inputs are done; it hands nothing out until its workers have
    reconnected and said what they hold (at most
@@ -43,7 +44,7 @@ from runner import protocol
 from runner.pool.coordinator import commits, core, wire
 from runner.pool.coordinator import messages as m
 from runner.pool.coordinator.ledger import Commit
-from runner.pool.coordinator.shelf import Readers, Shelf, servable_keys
+from runner.pool.coordinator.shelf import Readers, Shelf, servable_keys, warm_keys
 from runner.pool.options import PoolOptions
 from runner.pool.signals import EXIT_TERMINATED
 from runner.store import RunnerStore, StoreUnavailable, open_store
@@ -110,6 +111,8 @@ class Server:
         self.writers: dict[int, asyncio.StreamWriter] = {}
         self.next_conn = 0
         self.wake = asyncio.Event()
+        self.ready = asyncio.Event()
+        """Set once the core is made: a connection's handshake waits for it."""
         self.finished = asyncio.Event()
         """Set once the coordinator finished, or got SIGTERM (:meth:`terminate`)."""
         self.terminated = False
@@ -170,12 +173,14 @@ class Server:
                 kill_on_fail=options.cancel_running_on_fail,
                 now=self.now(),
             )
+            self.ready.set()
             print(
                 f"kinetic coordinator: epoch {self.epoch} on {advertise}:{bound}, "
                 f"{len(durable)} of {options.total} inputs done",
                 flush=True,
             )
             async with asyncio.TaskGroup() as tasks:
+                tasks.create_task(self.shelf.warm(warm_keys(self.group_id, manifest, durable)))
                 tasks.create_task(self._ticks())
                 tasks.create_task(self._commits())
                 tasks.create_task(self._stops())
@@ -214,11 +219,15 @@ class Server:
         return await loop.run_in_executor(self._store_thread, self.store.read, key)
 
     async def _take_epoch(self, host: str, port: int) -> int:
+        record = commits.CoordinatorRecord(host=host, port=port, started=time.time())
+        first = commits.coordinator_key(self.group_id, 0)
+        data = commits.encode_coordinator(record)
+        if await self.patiently("taking epoch 0", self.store.create_if_absent, first, data):
+            return 0  # (a batch's first coordinator: no listing)
         prefix = commits.coordinator_prefix(self.group_id)
         keys = await self.patiently("listing coordinators", self.store.list, prefix)
         epochs = [commits.parse_coordinator_key(self.group_id, k) for k in keys]
         epoch = max((e for e in epochs if e is not None), default=-1) + 1
-        record = commits.CoordinatorRecord(host=host, port=port, started=time.time())
         while True:
             key = commits.coordinator_key(self.group_id, epoch)
             data = commits.encode_coordinator(record)
@@ -258,10 +267,14 @@ class Server:
             print(f"kinetic coordinator: a connection refused: {e}", flush=True)
             writer.close()
             return
-        coordinator = self.core
-        if coordinator is None:  # still starting: the worker connects again
-            writer.close()
+        try:
+            async with asyncio.timeout(HANDSHAKE_SECONDS * self.timescale):
+                await self.ready.wait()  # the epoch taken, the commits read
+        except TimeoutError:
+            writer.close()  # still starting: the worker connects again
             return
+        coordinator = self.core
+        assert coordinator is not None
         self.writers[conn] = writer
         self._perform(coordinator.connected(conn, greeting.hello, self.now()))
         try:

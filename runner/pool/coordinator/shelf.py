@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Final
 
@@ -38,7 +38,7 @@ SERVED_MAX: Final = 16 << 20
 reads from storage)."""
 SHELF_BYTES: Final = 128 << 20
 """Bytes the shelf keeps at most (the coordinator's pod has 512 MiB)."""
-READERS: Final = 8
+READERS: Final = 16
 """Threads that read for the shelf, each with a store of its own."""
 
 
@@ -52,6 +52,28 @@ def servable_keys(group_id: str, manifest: protocol.BatchManifest) -> frozenset[
         keys.add(str(context))
     keys.update(protocol.group_inputs_key(group_id, c) for c in range(-(-total // size)))
     return frozenset(keys)
+
+
+def warm_keys(
+    group_id: str, manifest: protocol.BatchManifest, done: Collection[int] = ()
+) -> list[str]:
+    """What a coordinator reads ahead as it starts (:meth:`Shelf.warm`): the function,
+    the context archive, then each input chunk that holds an input not ``done``, in
+    order (the regions of a pool's first spans are in the batch's order)."""
+    total, size = int(manifest["total"]), max(1, int(manifest["chunk_size"]))
+    keys = [protocol.group_payload_key(group_id)]
+    context = manifest["spec"].get("context_key")
+    if context:
+        keys.append(str(context))
+    left = {c for c in range(-(-total // size)) if not _all_done(c, size, total, done)}
+    keys += [protocol.group_inputs_key(group_id, c) for c in sorted(left)]
+    return keys
+
+
+def _all_done(chunk: int, size: int, total: int, done: Collection[int]) -> bool:
+    return bool(done) and all(
+        i in done for i in range(chunk * size, min(total, (chunk + 1) * size))
+    )
 
 
 class _Reading:
@@ -93,17 +115,36 @@ class Shelf:
         if key in self.keys and len(data) <= self.largest:
             self._keep(key, data)
 
+    async def warm(self, keys: Sequence[str], parallel: int = READERS) -> None:
+        """Read ``keys`` ahead, ``parallel`` at a time, while the shelf is under half
+        full: a pool's workers start together and would all ask at once."""
+        room = asyncio.Semaphore(parallel)
+
+        async def one(key: str) -> None:
+            async with room:
+                if self._bytes < self.capacity // 2:
+                    await self._get(key)  # (a failure: the asker reads it again)
+
+        async with asyncio.TaskGroup() as reads:
+            for key in keys:
+                reads.create_task(one(key))
+
     async def get(self, key: str) -> bytes | None:
         """``key``'s bytes, or None when they are not served (see the module docstring).
         Cancellation ends this caller's wait; a read it started is abandoned and the
         next asker reads again."""
+        data = await self._get(key)
+        if data is not None:
+            self.served += 1
+        return data
+
+    async def _get(self, key: str) -> bytes | None:
         if key not in self.keys:
             return None
         while True:
             data = self._kept.get(key)
             if data is not None:
                 self._kept.move_to_end(key)
-                self.served += 1
                 return data
             reading = self._reading.get(key)
             if reading is None:
@@ -125,7 +166,6 @@ class Shelf:
         finally:
             del self._reading[key]
             reading.done.set()
-        self.served += 1
         return data
 
     def _keep(self, key: str, data: bytes) -> None:

@@ -30,7 +30,7 @@ from runner import protocol
 from runner.pool.coordinator import messages as m
 from runner.pool.coordinator import wire
 from runner.pool.coordinator.link import Dropped, Link, connect, find, stopped
-from runner.pool.coordinator.member import RECONNECT_FIRST_S, Connect, Fetch, Member, Say
+from runner.pool.coordinator.member import Connect, Fetch, Member, Say
 from runner.pool.coordinator.served import ServedStore
 from runner.pool.courier import Answer
 from runner.pool.ops import Create, Exit, Kill, Op, Run, Sleep
@@ -39,13 +39,15 @@ from runner.pool.signals import EXIT_TERMINATED
 from runner.pool.worker import Worker
 from runner.store import RunnerStore
 
-START_PER_S: Final = 2_500.0
+START_PER_S: Final = 4_000.0
 """Workers a second a pool's start admits (:meth:`PoolOptions.start_wait`): each reads
-its coordinator's record, half the bucket's 5,000 reads a second before it scales up
-(0.4 s at 1,000 workers)."""
-FIRST_LOOKS: Final = 4
+its coordinator's record, under the bucket's 5,000 reads a second before it scales up
+(0.25 s at 1,000 workers)."""
+FIRST_LOOKS: Final = 5
 """Looks for epoch 0's record before setting up, while it is not there (after about
-0.25, 0.5 and 1 s): then the worker reads the batch from storage."""
+0.1, 0.2, 0.4 and 0.8 s: the coordinator's start takes two storage requests): then the
+worker reads the batch from storage."""
+FIRST_LOOK_S: Final = 0.1
 TERM_ACK_SECONDS: Final = 5.0
 """After SIGTERM, how long the worker waits for its last outcomes' acknowledgements
 (a commit takes a fifth of a second; a pod's grace is 30 s by default)."""
@@ -96,7 +98,7 @@ class CoordinatedWorker(Worker):
         :data:`FIRST_LOOKS` looks; a full look if that coordinator is gone. Unreached,
         the worker reads from storage and its member connects later."""
         hello = m.Hello(self.name, (), wants=False)
-        wait, looks, first = RECONNECT_FIRST_S, 1, True
+        wait, looks, first = FIRST_LOOK_S, 1, True
         while True:
             try:
                 where = find(self.store, self.group_id, first=first)
