@@ -596,10 +596,13 @@ def group_prefix(group_id: str) -> str:
     return f"_groups/{group_id}/"
 
 
-GROUP_WORK_AREAS: Final = ("inputs/", "results/", "logs/", "claims/", "bursts/", "holes/")
+GROUP_WORK_AREAS: Final = (
+    "inputs/", "results/", "logs/", "claims/", "bursts/", "holes/", "commits/", "coordinator/",
+)  # fmt: skip
 """What a batch's cleanup deletes under :func:`group_prefix` (the manifest, the recording
-and the summary stay): its inputs, its outcomes (objects of their own, or a pool's
-bursts), its logs, and a pool's claims and hole announcements."""
+and the summary stay): its inputs, its outcomes (objects of their own, a pool's bursts,
+a coordinated pool's commits), its logs, a pool's claims and hole announcements, and a
+coordinated pool's coordinator records."""
 
 
 def group_manifest_key(group_id: str) -> str:

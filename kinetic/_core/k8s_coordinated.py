@@ -88,8 +88,10 @@ def with_token(pool_job: dict[str, Any], group_id: str) -> dict[str, Any]:
 def coordinator_job_manifest(
     template: k8s_spec.JobTemplate, *, group_id: str, host: str | None = None
 ) -> dict[str, Any]:
-    """The coordinator's ``batch/v1`` Job: the batch's image on a node without an
-    accelerator, none of the user's Secrets or volumes (it runs no user code). It listens
+    """The coordinator's ``batch/v1`` Job: the batch's image, none of the user's Secrets
+    or volumes (it runs no user code), asking for no accelerator but tolerating the
+    taints of the batch's accelerator nodes: it runs on any node, one of its workers'
+    too (a cluster of accelerator nodes only has no other place for it). It listens
     on its pod's address, or on ``host`` (``KINETIC_GKE_COORDINATOR_HOST``: a one-node
     cluster whose pods share the host's network listens on loopback).
 
@@ -107,6 +109,9 @@ def coordinator_job_manifest(
     pod_template["metadata"]["labels"] = _labels(group_id)
     pod_spec = pod_template["spec"]
     pod_spec["terminationGracePeriodSeconds"] = k8s_spec.POOL_GRACE_S
+    tolerations = accelerators.tolerations(template.accelerator)
+    if tolerations:
+        pod_spec["tolerations"] = tolerations
     container = pod_spec["containers"][0]
     container["command"] = [
         template.python, "-m", "runner.pool.coordinator",

@@ -208,19 +208,11 @@ async def submit_batch(
     return BatchHandle(backend=backend, manifest=manifest)
 
 
-def _engine(place: Placement, *, pod_per_input: bool, reuse: bool) -> protocol.BatchEngine:
-    """The engine of a batch that runs in pods.
-
-    :raises ConfigError: ``reuse_process`` asked of a coordinated pool (not yet built).
-    """
+def _engine(place: Placement, *, pod_per_input: bool) -> protocol.BatchEngine:
+    """The engine of a batch that runs in pods."""
     if pod_per_input:
         return protocol.ENGINE_POD_PER_INPUT
     if place.images is not None and place.images.pool_engine == "coordinated":
-        if reuse:
-            raise ConfigError(
-                "reuse_process=True is not supported by a coordinated pool yet "
-                "(KINETIC_GKE_POOL_ENGINE=coordinated): unset one of them"
-            )
         return protocol.ENGINE_COORDINATED
     return protocol.ENGINE_POOL
 
@@ -348,7 +340,7 @@ async def _record(
     storage = backend.storage
     root = await anyio.to_thread.run_sync(_package_root, fn)
     place = backend.placement(settings)
-    engine = _engine(place, pod_per_input=pod_per_input, reuse=map_opts.reuse_process)
+    engine = _engine(place, pod_per_input=pod_per_input)
     # Workers (local, or a GKE pool) stream through many inputs: few, large chunks. A
     # pod per input reads only its input's chunk: at most pod_chunk inputs each.
     size = (

@@ -441,7 +441,7 @@ class Worker:
         saved = os.dup(1), os.dup(2)
         os.dup2(output.fileno(), 1)
         os.dup2(output.fileno(), 2)
-        upkeep = Upkeep(self)
+        upkeep = self.upkeep()
         upkeep.start()
         limits = self._time_limits()
         types: frozenset[str] | None = None
@@ -476,6 +476,10 @@ class Worker:
             sys.stdout.buffer.write(marker + text + (b"" if text.endswith(b"\n") else b"\n"))
             sys.stdout.flush()
         return data, record, text, types
+
+    def upkeep(self) -> Upkeep:
+        """The thread that keeps the machine going while an input runs in this process."""
+        return Upkeep(self)
 
     _output: IO[bytes] | None = None
     _limits: InputTimeLimits | None = None

@@ -4,15 +4,25 @@ batch's token in a Secret; outcomes in group commits in fake-gcs-server."""
 
 from __future__ import annotations
 
+import os
+import time
+
 import pytest
 
 import kinetic
+from kinetic import JobStatus
 from runner.pool.coordinator import commits
+from tests.cluster.test_gke import wait_for
 from tests.cluster.test_gke_batch import batch_jobs, batch_pods
 from tests.cluster.test_gke_pool import kubectl, marked_pool, runs_of, triple
 from tests.fix_cluster import GKETarget
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
+
+
+def slow_pid(x: int) -> int:
+    time.sleep(1.0)
+    return os.getpid()
 
 
 @pytest.fixture(autouse=True)
@@ -51,6 +61,18 @@ def test_a_coordinated_pool_runs_the_batch_and_leaves_nothing_behind(gke: GKETar
     batch.cleanup()
     assert batch_jobs(gke, gid) == []
     assert _secrets(gke, gid) == []
+    areas = (commits.commits_prefix(gid), commits.coordinator_prefix(gid))
+    assert not [k for k in gke.object_names(group) if k.startswith(areas)]
+
+
+def test_a_coordinated_pool_tells_what_runs_and_reuses_its_processes(gke: GKETarget) -> None:
+    n, workers = 30, 3
+    fn = kinetic.run(**gke.run_args())(slow_pid)
+    batch = fn.run_async_map(range(n), max_concurrent=workers, reuse_process=True)
+    # The coordinator writes which inputs its workers run; readers report them running.
+    wait_for(lambda: JobStatus.RUNNING in dict(batch.statuses()).values(), timeout=120)
+    pids = batch.results(timeout=240)
+    assert len(set(pids)) <= workers  # every input in its worker's own process
 
 
 def test_a_deleted_coordinator_is_replaced_and_nothing_runs_twice(gke: GKETarget) -> None:

@@ -5,6 +5,7 @@ a coordinator (``python -m runner.pool.coordinator``) on loopback and workers
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -54,6 +55,13 @@ def noisy(x: int) -> int:
 
 def big(x: int) -> bytes:
     return bytes(2 << 20) if x == 1 else b"small"
+
+
+def ran_here(x: int, log: str) -> int:
+    time.sleep(3.5 if x < 2 else 0.02)  # the first two outlast the coordinator's 3 s of silence
+    with open(log, "a") as f:
+        f.write(f"{x}\n")
+    return os.getpid()
 
 
 def _env(name: str, token: bytes = TOKEN) -> dict[str, str]:
@@ -136,6 +144,7 @@ def test_a_coordinator_hands_out_the_inputs_and_commits_each_once(tmp_path: Path
     assert store.list(commits.coordinator_prefix(GID)) == [
         commits.coordinator_key(GID, 0),
         commits.done_key(GID),
+        commits.running_key(GID),
     ]
     assert "epoch 0 finished" in outs[0]
 
@@ -158,6 +167,32 @@ def test_workers_read_the_batch_from_their_coordinator(tmp_path: Path) -> None:
         # Epoch 0's record, one read: the manifest, the function and every input chunk
         # came from the coordinator's shelf, and the stop from the coordinator.
         assert json.loads(line.removeprefix(REQUESTS_MARKER)) == {"read": 1}, out
+
+
+def test_reuse_process_runs_the_inputs_in_the_workers_own_processes(tmp_path: Path) -> None:
+    n, log = 12, tmp_path / "ran.log"
+    store = record(
+        tmp_path / "s", ran_here, [((i, str(log)), {}) for i in range(n)], reuse_process=True
+    )
+    procs = [
+        start_coordinator(tmp_path / "s"),
+        *(start_worker(tmp_path / "s", f"w{k}") for k in range(2)),
+    ]
+    # While a long input runs, the coordinator says so (readers' statuses).
+    running: list[int] = []
+    deadline = time.monotonic() + 30
+    while not {0, 1} & set(running) and time.monotonic() < deadline:
+        with contextlib.suppress(FileNotFoundError):
+            running = commits.decode_running(store.read(commits.running_key(GID)))
+        time.sleep(0.1)
+    assert {0, 1} & set(running), running
+    finish(procs)
+    found = committed(store)
+    assert sorted(found) == list(range(n))
+    assert {payload["result"] for _, payload in found.values()} <= {p.pid for p in procs[1:]}
+    # Each ran once: a worker in a long input still beats (its upkeep thread), so its
+    # inputs are not presumed abandoned and handed to the other.
+    assert sorted(int(x) for x in log.read_text().split()) == list(range(n))
 
 
 def test_a_large_result_is_an_object_of_its_own(tmp_path: Path) -> None:

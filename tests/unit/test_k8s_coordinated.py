@@ -43,8 +43,10 @@ def test_the_coordinator_runs_on_a_plain_node_with_the_token_and_its_address() -
     assert "podFailurePolicy" not in spec  # one that crashed is replaced: the next epoch
     assert "activeDeadlineSeconds" not in spec  # the inputs' limit is not its own
     pod = spec["template"]["spec"]
-    assert "nodeSelector" not in pod  # no accelerator
-    assert "tolerations" not in pod
+    assert "nodeSelector" not in pod  # no accelerator, but any node: its workers' too
+    assert pod["tolerations"] == [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    ]
     assert not pod.get("volumes")  # none of the user's Secrets
     container = pod["containers"][0]
     assert "nvidia.com/gpu" not in str(container["resources"])
@@ -102,12 +104,10 @@ def test_a_batch_records_the_engine_its_backend_asks_for() -> None:
     def place(engine: str) -> Placement:
         return Placement("b", "c", "z", "gs://b/out", GKEOptions(pool_engine=engine), 4)
 
-    assert _engine(place("pool"), pod_per_input=False, reuse=True) == protocol.ENGINE_POOL
+    assert _engine(place("pool"), pod_per_input=False) == protocol.ENGINE_POOL
     coordinated = place("coordinated")
-    assert _engine(coordinated, pod_per_input=False, reuse=False) == protocol.ENGINE_COORDINATED
-    assert _engine(coordinated, pod_per_input=True, reuse=True) == protocol.ENGINE_POD_PER_INPUT
-    with pytest.raises(ConfigError, match="reuse_process=True is not supported by a coordinated"):
-        _engine(coordinated, pod_per_input=False, reuse=True)
+    assert _engine(coordinated, pod_per_input=False) == protocol.ENGINE_COORDINATED
+    assert _engine(coordinated, pod_per_input=True) == protocol.ENGINE_POD_PER_INPUT
 
 
 def test_a_failed_coordinator_job_is_the_batchs_failure() -> None:

@@ -88,6 +88,22 @@ def test_dropped_inputs_are_not_run() -> None:
     assert Run(2, 0) in _said(member, 0.0)
 
 
+def test_a_dropped_running_input_is_ended_and_the_span_goes_on() -> None:
+    member = _linked()
+    member.heard(m.Assign((0, 1)), 0.0)
+    assert Run(0, 0) in _said(member, 0.0)
+    member.heard(m.Drop((0,)), 0.1)  # cancelled alone (or another worker ran it)
+    assert member.next(0.1) == Kill(0)
+    member.ended(0)
+    assert Run(1, 0) in _said(member, 0.2)  # the batch goes on
+
+
+def test_a_worker_that_set_up_after_connecting_asks_for_its_first_span() -> None:
+    member = Member(PoolOptions(total=10, chunk_size=10), "grp-1", "w0")
+    member.linked_up(0.0, asked=False)  # its hello asked for nothing (it had not set up)
+    assert member.next(0.0) == Say(m.More())
+
+
 def test_a_failure_is_retried_by_its_rule_then_reported() -> None:
     rule = RetryRule(count=1, initial_delay=5.0)
     options = PoolOptions(total=3, chunk_size=3, retries=1, retry_rule=rule)

@@ -178,3 +178,35 @@ def test_a_restarted_coordinator_waits_for_a_worker_that_is_not_back_at_most_its
     (give_a,) = coord.tick(core.RESTART_GRACE_SECONDS)
     assert isinstance(give_a, core.Send)
     assert isinstance(give_a.message, m.Assign)
+
+
+def test_the_coordinator_tells_the_first_input_each_live_worker_holds() -> None:
+    coord = core.Coordinator(40, 2)
+    (give_a,) = coord.connected(0, m.Hello("a"), 0.0)
+    (give_b,) = coord.connected(1, m.Hello("b"), 0.0)
+    spans = [g.message.indices for g in (give_a, give_b)]  # type: ignore[union-attr]
+    assert coord.running() == sorted(s[0] for s in spans)
+    coord.received(0, m.Outcome(spans[0][0], b"r", False, 0.1), 0.1)  # a goes on
+    assert coord.running() == sorted([spans[0][1], spans[1][0]])
+    coord.tick(0.1 + core.SILENCE_SECONDS)  # b says nothing: presumed dead
+    assert coord.running() == [spans[0][1]]
+    record = commits.encode_running(0, coord.running())
+    assert commits.decode_running(record) == [spans[0][1]]
+    for bad in (b"[]", b'{"inputs": [-1]}', b'{"inputs": "3"}'):
+        with pytest.raises(ValueError, match="not a running record"):
+            commits.decode_running(bad)
+
+
+def test_an_input_with_an_outcome_of_its_own_is_dropped_by_its_holder_and_counts_done() -> None:
+    coord = core.Coordinator(4, 1)
+    (give,) = coord.connected(0, m.Hello("a"), 0.0)
+    assert give == core.Send(0, m.Assign((0, 1, 2, 3)))
+    # A reader cancelled input 2 (an object of its own): a holds it, and drops it.
+    assert coord.own_outcomes([2, 99], 0.5) == [core.Send(0, m.Drop((2,)))]
+    assert coord.own_outcomes([2], 0.6) == []  # seen already
+    for index in (0, 1, 3):
+        coord.received(0, m.Outcome(index, b"r", False, 0.1), 1.0)
+    (write,) = coord.tick(1.0)
+    assert isinstance(write, core.WriteCommit)
+    assert sorted(write.commit.records) == [0, 1, 3]
+    assert core.Finished("done") in coord.landed(write.commit, 1.1)

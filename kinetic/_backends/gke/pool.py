@@ -71,6 +71,7 @@ from kinetic._core.exception_groups import one_error
 from kinetic._exceptions import ObjectNotFoundError
 from kinetic._storage.base import Storage
 from runner import protocol, results_log
+from runner.pool.coordinator import commits as coordinator_commits
 from runner.pool.outcomes import OWN_OUTCOME, OutcomeChoice, outcome_rank
 
 if TYPE_CHECKING:
@@ -118,6 +119,10 @@ class GKEPool(GroupEngine["_Follower"]):
         follower = self.follower(str(job.group_id))
         index = input_index(job)
         claim = await follower.latest_claim(index)
+        if follower.coordinated:
+            assert follower.book is not None
+            told = index in follower.told_running and index not in follower.book.outcomes
+            return InputActivity(running=told)
         book = follower.book
         running = (
             claim is not None
@@ -183,6 +188,8 @@ class _Follower:
         self._bursts_seen: dict[str, float] = {}  # burst -> when first listed (monotonic)
         self._singles: set[int] = set()  # inputs whose outcome object of its own was read
         self.commits = CommitReader(backend.storage, group_id)
+        self.told_running: list[int] = []
+        """A coordinated pool's running inputs, as its coordinator last wrote them."""
 
     @property
     def storage(self) -> Storage:
@@ -395,6 +402,7 @@ class _Follower:
         if self.coordinated:
             await self.commits.refresh(choice)  # before the singles: they stand over commits
             await self._read_singles(choice, anyio.current_time())
+            self.told_running = await self._read_running()
         else:
             await self._refresh_spans(book, choice)
         self._report()
@@ -402,6 +410,25 @@ class _Follower:
             stop = await self.read_stop()
             if stop is not None:
                 book.learn_stop(stop)
+
+    async def _read_running(self) -> list[int]:
+        """What the coordinator last wrote of its workers' running inputs (none yet, or
+        unreadable: none)."""
+        try:
+            data = await self.storage.read(coordinator_commits.running_key(self.group_id))
+            return coordinator_commits.decode_running(data)
+        except (ObjectNotFoundError, ValueError):
+            return []
+
+    def running(self, decision: pool_plan.FollowDecision) -> list[int]:
+        """The inputs running as far as can be told: a coordinated pool's coordinator
+        says; a leaderless pool's claims do (``decision``)."""
+        if not self.coordinated:
+            return decision.running
+        assert self.book is not None
+        if decision.stopped is not None:
+            return []
+        return [i for i in self.told_running if i not in self.book.outcomes]
 
     async def _refresh_spans(
         self,
@@ -500,7 +527,7 @@ class _Follower:
         assert self.book is not None
         state = protocol.as_input_state
         done = [(i, state(s)) for i, s in self.book.outcomes.items() if i not in known]
-        return BatchEvents(done=done, running=decision.running, stop=decision.stopped)
+        return BatchEvents(done=done, running=self.running(decision), stop=decision.stopped)
 
     async def step(self, known: Collection[int]) -> BatchEvents:
         """Follow the batch until an input not in ``known`` finished, or it stopped.

@@ -78,6 +78,27 @@ def done_key(group_id: str) -> str:
     return f"{coordinator_prefix(group_id)}done"
 
 
+def running_key(group_id: str) -> str:
+    """The inputs the coordinator's workers run, as it last told (readers' ``RUNNING``:
+    :func:`encode_running`); rewritten every few seconds while it changes."""
+    return f"{coordinator_prefix(group_id)}running.json"
+
+
+def encode_running(epoch: int, inputs: list[int]) -> bytes:
+    return json.dumps({"epoch": epoch, "inputs": inputs}, separators=(",", ":")).encode()
+
+
+def decode_running(data: bytes) -> list[int]:
+    """:raises ValueError: ``data`` is not a running record."""
+    try:
+        inputs = json.loads(data)["inputs"]
+    except (ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"not a running record: {e}") from e
+    if not isinstance(inputs, list) or not all(type(i) is int and i >= 0 for i in inputs):
+        raise ValueError("not a running record: its inputs")
+    return inputs
+
+
 def commits_prefix(group_id: str) -> str:
     return f"_groups/{group_id}/commits/"
 

@@ -249,6 +249,28 @@ class Coordinator:
         ]
         return actions + self._maybe_finish()
 
+    def own_outcomes(self, indices: list[int], now: float) -> list[Action]:
+        """Inputs found with an outcome object of their own (a reader's cancel of one
+        input, a worker's large result): durable, never handed out again; a worker that
+        holds one is told to drop it (and ends it if it runs it)."""
+        actions: list[Action] = []
+        for index in indices:
+            if not 0 <= index < self.ledger.total or index in self.ledger.durable:
+                continue
+            self.ledger.own(index)
+            name = self.holders.pop(index, None)
+            if name is not None:
+                holder = self.workers[name]
+                holder.holding.discard(index)
+                if holder.conn is not None:
+                    actions.append(Send(holder.conn, m.Drop((index,))))
+        return actions + self._maybe_finish()
+
+    def running(self) -> list[int]:
+        """The input each worker heard from runs, as far as the coordinator can tell:
+        the first it holds (a worker runs its spans in order)."""
+        return sorted(min(w.holding) for w in self.workers.values() if w.holding and not w.silent)
+
     def next_tick(self) -> float | None:
         """When :meth:`tick` is due at the latest (None: no time-driven step is left)."""
         if self.finished:

@@ -76,6 +76,11 @@ class Ledger:
             self.pending[index] = record
         return first, False
 
+    def own(self, index: int) -> None:
+        """Input ``index`` has an outcome object of its own (durable: it stands over any
+        record of it)."""
+        self.durable.add(index)
+
     def cut(self) -> Commit | None:
         """The next commit to write, or None while one is in flight or nothing waits."""
         if self.in_flight is not None or not self.pending:

@@ -99,6 +99,7 @@ class Member:
         self.exit: m.Exit | None = None
         self.exit_since: float | None = None
         self.killing = False
+        self.dropping = False  # the running input was dropped: it is ended
         self.gone: str | None = None
         self.now = 0.0
         """The monotonic clock's time at the latest :meth:`next`."""
@@ -118,6 +119,8 @@ class Member:
         elif isinstance(message, m.Drop):
             dropped = set(message.indices)
             self.rest = deque(i for i in self.rest if i not in dropped)
+            if self.running is not None and self.running[0] in dropped:
+                self.dropping = True  # another ran it, or it was cancelled: end it
             if self.retry is not None and self.retry[0] in dropped:
                 self.retry = None
         elif isinstance(message, m.Ack):
@@ -178,7 +181,7 @@ class Member:
         assert self.running is not None
         assert self.running[0] == index
         attempt = self.running[1]
-        self.running, self.killing = None, False
+        self.running, self.killing, self.dropping = None, False, False
         failed = record["state"] != "succeeded"
         if failed and self.exit is None and self.gone is None:
             delay = self.options.rule.delay_after_types(attempt, error_types)
@@ -202,7 +205,7 @@ class Member:
         """The running input was ended from outside (after :class:`Kill`): no outcome."""
         assert self.running is not None
         assert self.running[0] == index
-        self.running, self.killing = None, False
+        self.running, self.killing, self.dropping = None, False, False
 
     def fetched_chunk(self, chunk: int) -> None:
         """The chunk asked for by :class:`Fetch` was read (or the read failed: the input
@@ -236,7 +239,8 @@ class Member:
         if self.linked and self.outbox:
             return self._say(self.outbox.popleft(), mono)
         stopping = self.exit is not None or self.gone is not None
-        if stopping and self.running is not None and not self.killing and self._kills():
+        ending = self.dropping or stopping and self._kills()
+        if self.running is not None and not self.killing and ending:
             self.killing = True
             return Kill(self.running[0])
         if stopping and self.running is None and self.pending_create is None:

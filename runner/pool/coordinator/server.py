@@ -18,7 +18,8 @@ It
    change to them (:mod:`.shelf`: the manifest, function, context, input chunks), writes each commit create-if-absent
    until storage answers (a commit found there is an earlier try's that landed), reads
    ``stop.json`` every :data:`STOP_READ_SECONDS` (one read, whatever the pool's size),
-   and writes it on a ``fail_fast`` failure;
+   and writes it on a ``fail_fast`` failure; writes which inputs run
+   (``running.json``, every :data:`RUNNING_SECONDS` while it changes), for readers;
 5. exits 0 once every outcome is durable (or the batch stopped and its workers are
    gone), after telling its workers to exit.
 
@@ -28,27 +29,30 @@ runner's blocking store, used from worker threads: the event loop only moves fra
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import functools
 import os
-import signal
-import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Final, ParamSpec, TypeVar
 
 from runner import protocol
-from runner.pool.coordinator import commits, core, wire
+from runner.pool.coordinator import commits, core, epochs, wire
 from runner.pool.coordinator import messages as m
 from runner.pool.coordinator.ledger import Commit
 from runner.pool.coordinator.shelf import Readers, Shelf, servable_keys, warm_keys
 from runner.pool.options import PoolOptions
 from runner.pool.signals import EXIT_TERMINATED
-from runner.store import RunnerStore, StoreUnavailable, open_store
+from runner.store import RunnerStore, StoreUnavailable
 
+RUNNING_SECONDS: Final = 2.0
+"""Seconds between two writes of the running inputs (``running.json``, for readers'
+statuses), while they change."""
+OWN_LOOK_SECONDS: Final = 5.0
+"""Seconds between two listings of the inputs' outcome objects of their own (a reader's
+cancel of one input: its worker ends it within this and one message)."""
 STOP_READ_SECONDS: Final = 1.0
 """Seconds between two reads of ``stop.json`` (a cancel reaches every worker within
 this and one message)."""
@@ -109,6 +113,9 @@ class Server:
         self.readers = None if readers is None else Readers(readers)
         self.epoch = 0
         self.writers: dict[int, asyncio.StreamWriter] = {}
+        self.connections: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
+        """Every connection's handler (the server's task), and its writer: the
+        coordinator closes them and waits for their ends before it exits."""
         self.next_conn = 0
         self.wake = asyncio.Event()
         self.ready = asyncio.Event()
@@ -162,8 +169,12 @@ class Server:
         server = await asyncio.start_server(self._connection, host, port)
         bound = server.sockets[0].getsockname()[1]
         try:
-            self.epoch = await self._take_epoch(advertise, bound)
-            durable = await self._durable() if self.epoch else set()
+            self.epoch = await epochs.take_epoch(
+                self.patiently, self.store, self.group_id, advertise, bound
+            )
+            durable = set()
+            if self.epoch:
+                durable = await epochs.durable_inputs(self.patiently, self.store, self.group_id)
             self.core = core.Coordinator(
                 options.total,
                 options.workers,
@@ -184,6 +195,8 @@ class Server:
                 tasks.create_task(self._ticks())
                 tasks.create_task(self._commits())
                 tasks.create_task(self._stops())
+                tasks.create_task(self._tell_running())
+                tasks.create_task(self._own_outcomes(durable))
                 await self.finished.wait()
                 if self.terminated:
                     await self._drain()
@@ -200,8 +213,7 @@ class Server:
             outcome, status = f"{group.exceptions[0]}", EXIT_DEPOSED
         finally:
             server.close()
-            for writer in self.writers.values():
-                writer.close()
+            await self._close_connections()
         print(f"kinetic coordinator: epoch {self.epoch} {outcome}", flush=True)
         return status
 
@@ -218,45 +230,25 @@ class Server:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._store_thread, self.store.read, key)
 
-    async def _take_epoch(self, host: str, port: int) -> int:
-        record = commits.CoordinatorRecord(host=host, port=port, started=time.time())
-        first = commits.coordinator_key(self.group_id, 0)
-        data = commits.encode_coordinator(record)
-        if await self.patiently("taking epoch 0", self.store.create_if_absent, first, data):
-            return 0  # (a batch's first coordinator: no listing)
-        prefix = commits.coordinator_prefix(self.group_id)
-        keys = await self.patiently("listing coordinators", self.store.list, prefix)
-        epochs = [commits.parse_coordinator_key(self.group_id, k) for k in keys]
-        epoch = max((e for e in epochs if e is not None), default=-1) + 1
-        while True:
-            key = commits.coordinator_key(self.group_id, epoch)
-            data = commits.encode_coordinator(record)
-            if await self.patiently("taking an epoch", self.store.create_if_absent, key, data):
-                return epoch
-            epoch += 1  # another coordinator of this batch took it at the same time
-
-    async def _durable(self) -> set[int]:
-        """The inputs whose outcomes are in storage (a restart's)."""
-        from runner.results_log import decode_burst
-
-        done: set[int] = set()
-        prefix = commits.commits_prefix(self.group_id)
-        keys = await self.patiently("listing commits", self.store.list, prefix)
-        for key in keys:
-            if commits.parse_commit_key(self.group_id, key) is not None:
-                data = await self._read(key, "a commit")
-                done.update(index for index, _, _ in decode_burst(data))
-        prefix = protocol.group_results_prefix(self.group_id)
-        own = await self.patiently("listing outcomes", self.store.list, prefix)
-        for key in own:
-            index = protocol.parse_outcome_name(key.removeprefix(prefix))
-            if index is not None:
-                done.add(index)
-        return done
-
     # -- connections -----------------------------------------------------------------------
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self.connections[task] = writer
+        try:
+            await self._converse(reader, writer)
+        finally:
+            del self.connections[task]
+
+    async def _close_connections(self) -> None:
+        """Close every connection, and wait for their handlers to see it and end."""
+        for writer in self.connections.values():
+            writer.close()
+        if self.connections:
+            await asyncio.wait(list(self.connections), timeout=HANDSHAKE_SECONDS)
+
+    async def _converse(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         conn = self.next_conn
         self.next_conn += 1
         decoder = wire.Decoder()
@@ -272,6 +264,8 @@ class Server:
                 await self.ready.wait()  # the epoch taken, the commits read
         except TimeoutError:
             writer.close()  # still starting: the worker connects again
+            return
+        if writer.is_closing():  # the coordinator ended while this one waited
             return
         coordinator = self.core
         assert coordinator is not None
@@ -380,6 +374,31 @@ class Server:
             )
             self._perform(coordinator.landed(commit, self.now()))
 
+    async def _own_outcomes(self, seen: set[int]) -> None:
+        coordinator = self.core
+        assert coordinator is not None
+        prefix = protocol.group_results_prefix(self.group_id)
+        while True:
+            await asyncio.sleep(OWN_LOOK_SECONDS * self.timescale)
+            keys = await self.patiently("listing outcomes", self.store.list, prefix)
+            found = {protocol.parse_outcome_name(k.removeprefix(prefix)) for k in keys}
+            new = sorted(i for i in found if i is not None and i not in seen)
+            if new:
+                seen.update(new)
+                self._perform(coordinator.own_outcomes(new, self.now()))
+
+    async def _tell_running(self) -> None:
+        coordinator = self.core
+        assert coordinator is not None
+        key, told = commits.running_key(self.group_id), None
+        while True:
+            running = coordinator.running()
+            if running != told:
+                data = commits.encode_running(self.epoch, running)
+                await self.patiently("writing the running inputs", self.store.write, key, data)
+                told = running
+            await asyncio.sleep(RUNNING_SECONDS * self.timescale)
+
     async def _stops(self) -> None:
         coordinator = self.core
         assert coordinator is not None
@@ -462,33 +481,3 @@ class Deposed(Exception):
 
 class _Done(Exception):
     """Ends the coordinator's task group once it finished."""
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m runner.pool.coordinator")
-    parser.add_argument("--storage", required=True)
-    parser.add_argument("--group", required=True)
-    parser.add_argument("--host", required=True, help="the address to listen on")
-    parser.add_argument("--port", type=int, default=0)
-    parser.add_argument("--advertise", help="the address workers connect to (default: --host)")
-    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    try:
-        token = token_from_env()
-    except CoordinatorError as e:
-        print(f"kinetic coordinator: {e}", file=sys.stderr, flush=True)
-        return 2
-    store = open_store(args.storage)
-    server = Server(store, args.group, token, readers=lambda: open_store(args.storage))
-
-    async def run() -> int:
-        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, server.terminate)
-        return await server.serve(args.host, args.port, args.advertise or args.host)
-
-    try:
-        return asyncio.run(run())
-    except CoordinatorError as e:
-        print(f"kinetic coordinator: {e}", file=sys.stderr, flush=True)
-        return 2
-    finally:
-        server.close()
-        store.close()

@@ -32,6 +32,7 @@ from runner.pool.coordinator import wire
 from runner.pool.coordinator.link import Dropped, Link, connect, find, stopped
 from runner.pool.coordinator.member import Connect, Fetch, Member, Say
 from runner.pool.coordinator.served import ServedStore
+from runner.pool.coordinator.upkeep import MemberUpkeep
 from runner.pool.courier import Answer
 from runner.pool.ops import Create, Exit, Kill, Op, Run, Sleep
 from runner.pool.options import PoolOptions
@@ -128,11 +129,6 @@ class CoordinatedWorker(Worker):
     # -- the loop ------------------------------------------------------------------------
 
     def _run(self, options: PoolOptions, *, spread_start: bool) -> int:
-        if options.reuse_process:  # refused at submission; a batch recorded otherwise
-            self.write_stop(
-                "failed", "reuse_process is not supported by a coordinated pool yet", "fetch"
-            )
-            return protocol.EXIT_OK
         if not self.set_up_or_stop(options):
             return protocol.EXIT_OK
         member = self.member = Member(options, self.group_id, self.name)
@@ -146,6 +142,9 @@ class CoordinatedWorker(Worker):
         finally:
             if self.link is not None:
                 self.link.close()
+
+    def upkeep(self) -> MemberUpkeep:
+        return MemberUpkeep(self)
 
     def perform(self, machine: object, op: Op) -> None:
         self.request(machine, op)()
