@@ -62,6 +62,7 @@ class SimWorker:
     exited: bool = False
     said_at: float = 0.0
     told: set[int] = field(default_factory=set)  # dropped by the coordinator's word
+    asked: bool = False  # it asked for a span and was handed none since (the Member's flag)
 
 
 @dataclass
@@ -179,7 +180,8 @@ class World:
         self.conns[conn.id] = conn
         w.conn = conn
         holding = ([w.running[0]] if w.running else []) + w.rest
-        self.say(w, m.Hello(w.name, tuple(holding), wants=not w.rest))
+        w.asked = not w.rest
+        self.say(w, m.Hello(w.name, tuple(holding), wants=w.asked))
         for outcome in w.unacked.values():
             self.say(w, outcome)
 
@@ -190,9 +192,11 @@ class World:
             if w.exiting is None:  # else: sent before the stop
                 w.rest += [i for i in message.indices if i not in w.rest]
                 w.told -= set(message.indices)
+                w.asked = False
         elif isinstance(message, m.Drop):
             w.rest = [i for i in w.rest if i not in message.indices]
             w.told |= set(message.indices)
+            self.ask_if_idle(w)
         elif isinstance(message, m.Ack):
             durable = self.run.durable()
             for index in message.indices:
@@ -203,6 +207,13 @@ class World:
             w.rest = []
             if message.kill:
                 w.running = None
+
+    def ask_if_idle(self, w: SimWorker) -> None:
+        """As the Member: a worker left with nothing to run asks for a span, once (a
+        drop can empty its span; its hello said it held inputs, so it did not ask)."""
+        if w.running is None and not w.rest and not w.asked and w.exiting is None:
+            w.asked = True
+            self.say(w, m.More())
 
     def worker_steps(self, w: SimWorker) -> list[str]:
         if not w.alive or w.exited or self.now < w.paused_until:
@@ -234,10 +245,12 @@ class World:
             outcome = m.Outcome(index, record, failed, self.rng.uniform(0.05, 0.6))
             w.unacked[index] = outcome
             self.say(w, outcome)
+            self.ask_if_idle(w)
         elif step == "start":
             index = w.rest.pop(0)
             w.running = (index, self.now + self.rng.uniform(0.05, 0.6))
-            if not w.rest:
+            if not w.rest and not w.asked:
+                w.asked = True
                 self.say(w, m.More())
         elif step == "connect":
             self.connect(w)

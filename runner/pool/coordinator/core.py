@@ -324,9 +324,13 @@ class Coordinator:
     def _hand_out(self, worker: _Worker, now: float) -> list[Action]:
         if self.in_grace or worker.conn is None:
             return []
-        span = self.queue.take(
-            lambda i: not self.ledger.has(i) and i not in self.holders, worker.name
-        )
+
+        def wanted(index: int) -> bool:
+            return not self.ledger.has(index) and index not in self.holders
+
+        span: list[int] = []
+        while not span and (taken := self.queue.take(wanted, worker.name)):
+            span = [i for i in taken if wanted(i)]  # fresh ones too: one may be cancelled
         if not span:
             worker.wants = True  # handed a span when a dead worker's inputs come back
             return []
