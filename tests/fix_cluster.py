@@ -198,6 +198,9 @@ def gke(testbed: Testbed, runner_image: str, monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setenv("KINETIC_GKE_HOST_NETWORK", env.get("KINETIC_TESTBED_HOST_NETWORK", "false"))
     monkeypatch.setenv("KINETIC_GKE_SERVICE_ACCOUNT", env["KINETIC_TESTBED_SERVICE_ACCOUNT"])
     monkeypatch.setenv("KINETIC_GKE_START_GRACE", START_GRACE)
+    # A coordinated pool's coordinator (the default engine): the testbed's one node's
+    # pods share this machine's network, and a server of ours listens on loopback only.
+    monkeypatch.setenv("KINETIC_GKE_COORDINATOR_HOST", "127.0.0.1")
     # A custom image's pods get Kinetic's runner from the runner image (built here, on
     # the testbed's base and registry: the one `runner_image` pushed).
     monkeypatch.setenv("KINETIC_IMAGE_REGISTRY", env["KINETIC_TESTBED_REGISTRY"])

@@ -51,9 +51,9 @@ class GKEOptions:
     :ivar burst: Kubernetes API requests allowed at once.
     :ivar image_registry: registry for built runner images, or None.
     :ivar base_image: base image of built runner images.
-    :ivar pool_engine: how a batch's worker pool coordinates: ``pool`` (leaderless,
-        through storage; the default) or ``coordinated`` (a coordinator in the batch's
-        Jobs: ``docs/pool-protocol.md``, "The coordinated pool"; in trial).
+    :ivar pool_engine: how a batch's worker pool coordinates: ``coordinated`` (a
+        coordinator in the batch's Jobs: ``docs/pool-protocol.md``, "The coordinated
+        pool"; the default) or ``pool`` (leaderless, through storage).
     :ivar coordinator_host: the address a coordinated pool's coordinator listens on
         and its workers connect to; None: its pod's.
     """
@@ -64,7 +64,7 @@ class GKEOptions:
     burst: int = 40
     image_registry: str | None = None
     base_image: str = DEFAULT_BASE_IMAGE
-    pool_engine: str = "pool"
+    pool_engine: str = "coordinated"
     coordinator_host: str | None = None
 
 
@@ -121,7 +121,7 @@ def options_from_env(env: Mapping[str, str]) -> GKEOptions:
 
 def _pool_engine(env: Mapping[str, str]) -> str:
     """:raises ConfigError: ``KINETIC_GKE_POOL_ENGINE`` names no engine."""
-    value = (env.get("KINETIC_GKE_POOL_ENGINE") or "pool").strip().lower()
+    value = (env.get("KINETIC_GKE_POOL_ENGINE") or "coordinated").strip().lower()
     if value not in ("pool", "coordinated"):
         raise ConfigError(f"KINETIC_GKE_POOL_ENGINE must be pool or coordinated, got {value!r}")
     return value

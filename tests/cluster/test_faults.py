@@ -28,6 +28,13 @@ from tests.fix_faults import NONE, Faulty, slow_triple, waiting_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
 
+
+@pytest.fixture(autouse=True)
+def _leaderless(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The leaderless pool (not the default engine): these tests look at its bursts and claims."""
+    monkeypatch.setenv("KINETIC_GKE_POOL_ENGINE", "pool")
+
+
 STORAGE_FAULTS = Faults(rate=0.10, latency_rate=0.10, seed=24)
 API_FAULTS = Faults(rate=0.05, latency_rate=0.05, seed=42)
 FIGURES = REPO / "benchmarks" / "results" / "faults.json"

@@ -19,6 +19,12 @@ from tests.fix_gcs import fault_proxy
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 
 
+@pytest.fixture(autouse=True)
+def _leaderless(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The leaderless pool (not the default engine): these tests look at its bursts."""
+    monkeypatch.setenv("KINETIC_GKE_POOL_ENGINE", "pool")
+
+
 @pytest.mark.parametrize(
     ("pod_per_input", "objects"), [(True, "/results/"), (False, "/bursts/")], ids=["jobs", "pool"]
 )

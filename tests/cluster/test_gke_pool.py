@@ -22,10 +22,18 @@ import kinetic
 from kinetic import JobStatus
 from kinetic._engine import runtime
 from runner import protocol
+from runner.pool.coordinator import commits
 from tests.cluster.test_gke_batch import batch_jobs, batch_pods
 from tests.fix_cluster import GKETarget, run_python
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
+
+
+@pytest.fixture(autouse=True)
+def _leaderless(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The leaderless pool (not the default engine), unless a test names its engine:
+    these tests look at its claims, bursts and leases."""
+    monkeypatch.setenv("KINETIC_GKE_POOL_ENGINE", "pool")
 
 
 def triple(x: int) -> int:
@@ -180,7 +188,11 @@ def test_a_killed_worker_pods_inputs_run_again_nothing_lost_or_doubled(gke: GKET
     assert left <= {"manifest.json", "recording.json", "summary.json", "stop.json"}, left
 
 
-def test_the_batch_runs_with_no_client_and_attach_collects_it(gke: GKETarget) -> None:
+@pytest.mark.parametrize("engine", ["pool", "coordinated"])
+def test_the_batch_runs_with_no_client_and_attach_collects_it(
+    gke: GKETarget, engine: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KINETIC_GKE_POOL_ENGINE", engine)
     code = f"""
 import os, kinetic
 from tests.cluster.test_gke_pool import triple
@@ -192,8 +204,13 @@ os._exit(0)
     out = run_python(code)
     group_id = out.stdout.strip().splitlines()[-1]
     # Nobody follows the batch: the pool finishes it alone (its Job completes).
+    done_key = commits.done_key(group_id)
     deadline = time.monotonic() + 180
-    while covered(gke, group_id) < 30:
+    while (
+        covered(gke, group_id) < 30
+        if engine == "pool"
+        else done_key not in gke.object_names(commits.coordinator_prefix(group_id))
+    ):
         assert time.monotonic() < deadline, "the pool did not finish on its own"
         time.sleep(1)
     batch = kinetic.attach_batch(group_id, project=gke.project, cluster=gke.cluster, backend="gke")
@@ -277,7 +294,11 @@ def flaky(x: int) -> int:
     return x * 10
 
 
-def test_retries_and_failures_keep_their_meaning(gke: GKETarget) -> None:
+@pytest.mark.parametrize("engine", ["pool", "coordinated"])
+def test_retries_and_failures_keep_their_meaning(
+    gke: GKETarget, engine: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KINETIC_GKE_POOL_ENGINE", engine)
     fn = kinetic.run(**gke.run_args())(flaky)
     batch = fn.run_async_map([0, 1, 2, 3], retries=1, max_concurrent=2)
     with pytest.raises(kinetic.BatchError) as info:

@@ -27,10 +27,7 @@ def slow_pid(x: int) -> int:
 
 @pytest.fixture(autouse=True)
 def _coordinated(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("KINETIC_GKE_POOL_ENGINE", "coordinated")
-    # The testbed's one node: its pods share this machine's network, and a server of
-    # ours listens on loopback only.
-    monkeypatch.setenv("KINETIC_GKE_COORDINATOR_HOST", "127.0.0.1")
+    monkeypatch.setenv("KINETIC_GKE_POOL_ENGINE", "coordinated")  # the default, said
 
 
 def _secrets(gke: GKETarget, group_id: str) -> list[str]:

@@ -88,9 +88,9 @@ def test_the_token_secret_holds_the_token_under_the_batchs_labels() -> None:
 
 
 def test_the_pool_engine_is_chosen_by_a_knob() -> None:
-    assert options_from_env({}).pool_engine == "pool"
-    chosen = options_from_env({"KINETIC_GKE_POOL_ENGINE": "Coordinated"})
-    assert chosen.pool_engine == "coordinated"
+    assert options_from_env({}).pool_engine == "coordinated"
+    chosen = options_from_env({"KINETIC_GKE_POOL_ENGINE": "Pool"})
+    assert chosen.pool_engine == "pool"
     with pytest.raises(ConfigError, match="KINETIC_GKE_POOL_ENGINE must be pool or coordinated"):
         options_from_env({"KINETIC_GKE_POOL_ENGINE": "leader"})
 
