@@ -72,6 +72,7 @@ class Run:
     log: list[str] = field(default_factory=list)
     commits: dict[tuple[int, int], dict[int, bytes]] = field(default_factory=dict)
     own: set[int] = field(default_factory=set)
+    cancelled: set[int] = field(default_factory=set)  # by a reader: an own object, never run
     runs: Counter[int] = field(default_factory=Counter)
     crashes: int = 0
     coordinator_crashes: int = 0
@@ -116,6 +117,8 @@ class World:
         self.writing: tuple[int, Commit] | None = None  # the epoch that writes it
         self.zombie_writes: list[tuple[int, Commit]] = []
         self.half_open: list[int] = []  # dropped on the worker's side, not yet noticed
+        self.unlisted: list[int] = []  # cancelled by a reader, not listed by the coordinator yet
+        self.listed: set[int] = set()
         self.faults = rng.randint(0, 6)
         self.cancel_at = rng.uniform(0.5, 6.0) if rng.random() < 0.15 else None
         self.assigned_after_stop = False
@@ -196,6 +199,8 @@ class World:
         elif isinstance(message, m.Drop):
             w.rest = [i for i in w.rest if i not in message.indices]
             w.told |= set(message.indices)
+            if w.running is not None and w.running[0] in message.indices:
+                w.running = None  # the Member ends a dropped running input
             self.ask_if_idle(w)
         elif isinstance(message, m.Ack):
             durable = self.run.durable()
@@ -266,7 +271,7 @@ class World:
 
     def fault(self) -> None:
         rng = self.rng
-        kind = rng.choice(["kill", "drop", "half-open", "pause", "crash", "crash"])
+        kind = rng.choice(["kill", "drop", "half-open", "pause", "crash", "crash", "cancel"])
         live = [w for w in self.workers if w.alive and not w.exited]
         if kind == "kill" and live:
             w = rng.choice(live)
@@ -292,6 +297,13 @@ class World:
             rng.choice(live).paused_until = self.now + rng.uniform(1.0, 6.0)
         elif kind == "crash" and self.coord is not None:
             self.crash()
+        elif kind == "cancel":  # a reader cancels one input: its object of its own
+            undone = sorted(set(range(self.run.total)) - self.run.durable())
+            if undone:
+                index = rng.choice(undone)
+                self.run.own.add(index)
+                self.run.cancelled.add(index)
+                self.unlisted.append(index)
 
     def crash(self) -> None:
         self.run.coordinator_crashes += 1
@@ -305,6 +317,8 @@ class World:
     def restart(self) -> None:
         self.epoch += 1
         self.read_at_restart = self.run.durable()
+        self.listed.update(self.unlisted)  # a restart lists them
+        self.unlisted = []
         self.coord = core.Coordinator(
             self.run.total,
             self.n_workers,
@@ -326,6 +340,7 @@ class World:
         if self.run.stopped:
             self.assigned_after_stop = True
         assert not set(indices) & self.read_at_restart, "a durable input handed out again"
+        assert not set(indices) & self.listed, "an input found done handed out"
         assert self.coord is not None
         for other in self.workers:
             c = other.conn
@@ -376,6 +391,8 @@ class World:
             choices.append(("noticed", None))
         if self.coord is None:
             choices.append(("restart", None))
+        if self.unlisted and self.coord is not None:
+            choices.append(("list", None))
         choices.append(("time", None))
         if not quiet and self.faults > 0 and rng.random() < 0.02:
             self.faults -= 1
@@ -402,6 +419,10 @@ class World:
                 self.run.late_commits += 1
         elif kind == "restart":
             self.restart()
+        elif kind == "list":  # the coordinator lists the outcome objects of their own
+            indices, self.unlisted = self.unlisted, []
+            self.listed.update(indices)
+            self.perform(self.coord.own_outcomes(indices, self.now))  # type: ignore[union-attr]
         else:
             self.tick()
         return True
@@ -473,5 +494,5 @@ def explore(seed: int) -> Run:
         view = run.reader_view()
         missing = set(range(run.total)) - set(view) - run.own
         assert not missing, f"seed {seed}: inputs {sorted(missing)[:5]} have no outcome"
-        assert all(run.runs[i] >= 1 for i in range(run.total))
+        assert all(run.runs[i] >= 1 for i in range(run.total) if i not in run.cancelled)
     return run
