@@ -271,17 +271,22 @@ class Server:
         assert coordinator is not None
         self.writers[conn] = writer
         self._perform(coordinator.connected(conn, greeting.hello, self.now()))
+        serving: set[asyncio.Task[None]] = set()
         try:
             async with asyncio.TaskGroup() as reads:  # the shelf's answers to this worker
                 while data := await reader.read(1 << 16):
                     for frame in decoder.feed(data):
                         if isinstance(frame, m.Read):
-                            reads.create_task(self._serve(writer, frame.key))
+                            task = reads.create_task(self._serve(writer, frame.key))
+                            serving.add(task)
+                            task.add_done_callback(serving.discard)
                             continue
                         if not isinstance(frame, (m.Outcome, m.More, m.Beat)):
                             raise wire.WireError(f"a worker sent {type(frame).__name__}")
                         self._perform(coordinator.received(conn, frame, self.now()))
                     await writer.drain()
+                for task in serving:  # the worker is gone: its answers are not waited for
+                    task.cancel()
         except* (wire.WireError, ConnectionError) as group:
             why = group.exceptions[0]
             print(f"kinetic coordinator: connection {conn} dropped: {why}", flush=True)
@@ -393,7 +398,8 @@ class Server:
         key, told = commits.running_key(self.group_id), None
         while True:
             running = coordinator.running()
-            if running != told:
+            ending = self.terminated or coordinator.finished or coordinator.stopped is not None
+            if running != told and not ending:  # (a stopped batch's cleanup may be under way)
                 data = commits.encode_running(self.epoch, running)
                 await self.patiently("writing the running inputs", self.store.write, key, data)
                 told = running
