@@ -12,7 +12,7 @@
 | ``STORAGE_EMULATOR_HOST`` | forwarded to pods when set (a GCS emulator) | unset |
 | ``KINETIC_IMAGE_BASE`` | base image (with ``python3`` and ``venv``) of built images | ``python:X.Y-slim``, the submitting Python's ``X.Y`` |
 | ``KINETIC_GKE_COORDINATOR_HOST`` | the address a coordinated pool's coordinator listens on (a one-node cluster on the host's network: ``127.0.0.1``) | its pod's |
-| ``KINETIC_GKE_POOL_ENGINE`` | ``coordinated``: batches run by a worker pool with a coordinator (in trial; ``docs/pool-protocol.md``) | ``pool`` |
+| ``KINETIC_GKE_POOL_ENGINE`` | how a batch's worker pool coordinates: ``coordinated`` (a coordinator) or ``pool`` (leaderless; ``docs/pool-protocol.md``) | ``coordinated`` |
 """
 
 from __future__ import annotations
