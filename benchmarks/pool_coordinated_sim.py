@@ -16,11 +16,13 @@ rate-limited fake-gcs-server, inputs, kills and pauses as the leaderless pool's 
   :class:`runner.pool.coordinator.member.Member`, its clock slowed the same way,
   driven by an async shell (:func:`drive`) that does what the pod's shell
   (:class:`runner.pool.coordinator.worker.CoordinatedWorker`) does: the start spread,
-  the batch's reads (manifest, stop record, function), finding the coordinator in
-  storage (:func:`reach`: a listing and a read, as :func:`runner.pool.coordinator.link.find`),
-  the handshake of :mod:`runner.pool.coordinator.wire` with the batch's token, then
-  frames; an input chunk read on first use; an input is ``asyncio.sleep`` whose
-  value (its index squared) the runner's :func:`runner.job.build_success` pickles.
+  finding the coordinator in storage (:func:`reach`: epoch 0's record first, later a
+  listing and a read, as :func:`runner.pool.coordinator.link.find`), the handshake of
+  :mod:`runner.pool.coordinator.wire` with the batch's token, the batch's reads
+  (manifest, function, input chunks) from the coordinator's shelf (:class:`Served`;
+  from storage while no coordinator is reached), then frames; an input is
+  ``asyncio.sleep`` whose value (its index squared) the runner's
+  :func:`runner.job.build_success` pickles.
 * **Failures**: a killed worker's connection is cut (its pod's sockets close with
   it); a paused worker decides nothing for 1.1-1.5 leases, then goes on.
 
