@@ -14,12 +14,14 @@ It
    reconnected and said what they hold (at most
    :data:`~runner.pool.coordinator.core.RESTART_GRACE_SECONDS`);
 4. serves the workers (:mod:`.wire`: a connection whose peer does not prove the batch's
-   token is closed before anything is said on it), and the batch's objects that never
-   change to them (:mod:`.shelf`: the manifest, function, context, input chunks), writes each commit create-if-absent
-   until storage answers (a commit found there is an earlier try's that landed), reads
-   ``stop.json`` every :data:`STOP_READ_SECONDS` (one read, whatever the pool's size),
-   and writes it on a ``fail_fast`` failure; writes which inputs run
-   (``running.json``, every :data:`RUNNING_SECONDS` while it changes), for readers;
+   token is closed before anything is said on it) and the batch's objects that never
+   change to them (:mod:`.shelf`: the manifest, function, context, input chunks);
+   writes each commit create-if-absent until storage answers (a commit found there is
+   an earlier try's that landed); reads ``stop.json`` every :data:`STOP_READ_SECONDS`
+   (one read, whatever the pool's size), and writes it on a ``fail_fast`` failure;
+   lists the inputs' outcome objects of their own every :data:`OWN_LOOK_SECONDS` (a
+   reader's cancel of one input); writes which inputs run (``running.json``, every
+   :data:`RUNNING_SECONDS` while it changes), for readers;
 5. exits 0 once every outcome is durable (or the batch stopped and its workers are
    gone), after telling its workers to exit.
 
