@@ -277,8 +277,9 @@ MAP: tuple[tuple[str, str, tuple[Entry, ...]], ...] = (
                     "pure state machine over the book of claims and outcomes it shares with "
                     "`kinetic._core.pool_plan`, its IO shell, the zygote that forks each "
                     "input, a store that waits out a passing storage failure "
-                    "(docs/pool-protocol.md); coordinator/: the coordinated pool (in "
-                    "trial), its coordinator and its workers' side"
+                    "(docs/pool-protocol.md); coordinator/: the coordinated pool (the "
+                    "default engine), its coordinator, the shelf that serves the batch "
+                    "to its workers, and its workers' side"
                 ),
             ),
             (

@@ -209,11 +209,10 @@ class Worker:
 
     def stopped_before_start(self) -> bool:
         """Whether the batch stopped before this worker started (its stop record)."""
-        try:
+        with contextlib.suppress(FileNotFoundError):
             self.store.read(protocol.group_stop_key(self.group_id))
-        except FileNotFoundError:
-            return False
-        return True
+            return True
+        return False
 
     def set_up_or_stop(self, options: PoolOptions) -> bool:
         """Set up (:meth:`setup`, the chunks); a failure is no input's fault and would
