@@ -49,6 +49,10 @@ from runner.pool.options import PoolOptions
 from runner.pool.signals import EXIT_TERMINATED
 from runner.store import RunnerStore, StoreUnavailable
 
+LISTEN_BACKLOG: Final = 4096
+"""Connections waiting to be accepted at most (the kernel caps it at ``somaxconn``): a
+pool's workers connect within its start spread, 4,000 a second (asyncio's default of
+100 refused connections of a 1,000-worker pool that came at once)."""
 RUNNING_SECONDS: Final = 2.0
 """Seconds between two writes of the running inputs (``running.json``, for readers'
 statuses), while they change."""
@@ -168,7 +172,7 @@ class Server:
         options = PoolOptions.from_manifest(manifest)
         self.shelf = Shelf(servable_keys(self.group_id, manifest), self._shelf_read)
         self.shelf.put(manifest_key, manifest_bytes)
-        server = await asyncio.start_server(self._connection, host, port)
+        server = await asyncio.start_server(self._connection, host, port, backlog=LISTEN_BACKLOG)
         bound = server.sockets[0].getsockname()[1]
         try:
             self.epoch = await epochs.take_epoch(
