@@ -115,14 +115,13 @@ class GKEPool(GroupEngine["_Follower"]):
 
     async def input_activity(self, job: JobRef) -> InputActivity:
         """Running while a live claim holds the input's span and the input is the one
-        its worker runs (the first of the span without an outcome)."""
+        its worker runs (the first of the span without an outcome); in a coordinated
+        pool, while its coordinator says a worker runs it."""
         follower = self.follower(str(job.group_id))
         index = input_index(job)
-        claim = await follower.latest_claim(index)
+        claim = await follower.latest_claim(index)  # (storage looked at first)
         if follower.coordinated:
-            assert follower.book is not None
-            told = index in follower.told_running and index not in follower.book.outcomes
-            return InputActivity(running=told)
+            return InputActivity(running=index in follower.told_undone())
         book = follower.book
         running = (
             claim is not None
@@ -425,9 +424,11 @@ class _Follower:
         says; a leaderless pool's claims do (``decision``)."""
         if not self.coordinated:
             return decision.running
+        return [] if decision.stopped is not None else self.told_undone()
+
+    def told_undone(self) -> list[int]:
+        """The inputs the coordinator last said run that have no outcome yet."""
         assert self.book is not None
-        if decision.stopped is not None:
-            return []
         return [i for i in self.told_running if i not in self.book.outcomes]
 
     async def _refresh_spans(

@@ -43,15 +43,9 @@ READERS: Final = 16
 
 
 def servable_keys(group_id: str, manifest: protocol.BatchManifest) -> frozenset[str]:
-    """The keys a batch's coordinator serves: its manifest, function, context archive
-    and input chunks."""
-    total, size = int(manifest["total"]), max(1, int(manifest["chunk_size"]))
-    keys = {protocol.group_manifest_key(group_id), protocol.group_payload_key(group_id)}
-    context = manifest["spec"].get("context_key")
-    if context:
-        keys.add(str(context))
-    keys.update(protocol.group_inputs_key(group_id, c) for c in range(-(-total // size)))
-    return frozenset(keys)
+    """The keys a batch's coordinator serves: its manifest, and what it reads ahead
+    with nothing done yet (:func:`warm_keys`: function, context archive, input chunks)."""
+    return frozenset([protocol.group_manifest_key(group_id), *warm_keys(group_id, manifest)])
 
 
 def warm_keys(
